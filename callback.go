@@ -1,0 +1,140 @@
+package pingback
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+)
+
+// callback is a parsed pingback: the task id, its result and the raw body.
+type callback struct {
+	id   string
+	code string
+	body []byte
+}
+
+// badRequest is a client error: the status and a short plain-text reason.
+type badRequest struct {
+	status int
+	reason string
+}
+
+func (e *badRequest) Error() string { return e.reason }
+
+// readCallback reads and parses a legacy pingback (provider-protocol.md
+// §2.1, §2.2): GET with query fields id and code (CaptchaAI), or POST with
+// the same fields form-encoded (2captcha, rucaptcha) as
+// application/x-www-form-urlencoded or multipart/form-data. In a POST, body
+// fields win over query fields of the same name. The body is read whole, up
+// to maxBody bytes. Errors are *badRequest: 405 for other methods, 413 for a
+// body over maxBody, 415 for a body of another content type, 400 for a
+// missing, repeated or malformed field.
+func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody int64) (callback, error) {
+	var cb callback
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		w.Header().Set("Allow", "GET, POST")
+		return cb, &badRequest{http.StatusMethodNotAllowed, "method not allowed: use GET or POST"}
+	}
+	tooBig := &badRequest{http.StatusRequestEntityTooLarge, fmt.Sprintf("body too large: at most %d bytes", maxBody)}
+	if r.ContentLength > maxBody {
+		return cb, tooBig
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return cb, tooBig
+		}
+		if err != nil {
+			return cb, &badRequest{http.StatusBadRequest, "reading body: " + err.Error()}
+		}
+		cb.body = body
+	}
+
+	form, err := parseFields(r, cb.body, maxBody)
+	if err != nil {
+		return cb, err
+	}
+	if cb.id, err = field(form, "id"); err != nil {
+		return cb, err
+	}
+	if cb.code, err = field(form, "code"); err != nil {
+		return cb, err
+	}
+	if !p.validID(cb.id) {
+		return cb, &badRequest{http.StatusBadRequest, "malformed id: want " + p.idRule}
+	}
+	return cb, nil
+}
+
+// parseFields returns the request's fields: the query for GET; for POST the
+// form body (if any) merged over the query.
+func parseFields(r *http.Request, body []byte, maxBody int64) (url.Values, error) {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &badRequest{http.StatusBadRequest, "malformed query string"}
+	}
+	if r.Method == http.MethodGet || len(body) == 0 {
+		return query, nil
+	}
+	ct, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil && r.Header.Get("Content-Type") != "" {
+		return nil, &badRequest{http.StatusBadRequest, "malformed Content-Type"}
+	}
+	// Parse a shadow request so the original stays untouched for the app.
+	shadow := &http.Request{
+		Method:        http.MethodPost,
+		URL:           &url.URL{RawQuery: r.URL.RawQuery},
+		Header:        http.Header{"Content-Type": r.Header["Content-Type"]},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+	}
+	switch ct {
+	case "application/x-www-form-urlencoded":
+		if err := shadow.ParseForm(); err != nil {
+			return nil, &badRequest{http.StatusBadRequest, "malformed form body"}
+		}
+		return mergeQuery(shadow.PostForm, query), nil
+	case "multipart/form-data":
+		if params["boundary"] == "" {
+			return nil, &badRequest{http.StatusBadRequest, "multipart body without boundary"}
+		}
+		// Everything fits in memory: the body is already bounded by maxBody.
+		if err := shadow.ParseMultipartForm(maxBody + 1); err != nil {
+			return nil, &badRequest{http.StatusBadRequest, "malformed multipart body"}
+		}
+		_ = shadow.MultipartForm.RemoveAll() // no temp files at this size; be sure
+		return mergeQuery(shadow.MultipartForm.Value, query), nil
+	default:
+		return nil, &badRequest{http.StatusUnsupportedMediaType, "unsupported Content-Type: use application/x-www-form-urlencoded or multipart/form-data"}
+	}
+}
+
+// field returns the single non-empty value of name.
+func field(form url.Values, name string) (string, error) {
+	vals := form[name]
+	switch {
+	case len(vals) == 0 || vals[0] == "":
+		return "", &badRequest{http.StatusBadRequest, "missing " + name}
+	case len(vals) > 1:
+		return "", &badRequest{http.StatusBadRequest, "more than one " + name}
+	}
+	return vals[0], nil
+}
+
+// mergeQuery adds to body the query fields it lacks: a body field wins over a
+// query field of the same name.
+func mergeQuery(body, query url.Values) url.Values {
+	out := make(url.Values, len(body)+len(query))
+	for k, v := range query {
+		out[k] = v
+	}
+	for k, v := range body {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package pingback
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// outcomeClass is what a forward's result means for the record.
+type outcomeClass int
+
+const (
+	// delivered: the app answered 2xx or 3xx (or nothing answered, which
+	// Caddy sends as an empty 200).
+	delivered outcomeClass = iota
+	// retryable: a transport error, 5xx, 408 or 429; the replay loop
+	// retries it.
+	retryable
+	// rejected: any other 4xx; kept, not retried automatically.
+	rejected
+)
+
+func (c outcomeClass) String() string {
+	switch c {
+	case delivered:
+		return "delivered"
+	case retryable:
+		return "failed"
+	default:
+		return "rejected"
+	}
+}
+
+// outcome is the result of one forward to the app.
+type outcome struct {
+	class  outcomeClass
+	status int   // the app's status, or the handler error's status
+	err    error // the handler chain's error, if any
+}
+
+// forward runs next on r with a response writer that keeps the app's answer
+// away from the provider, and classifies what happened.
+func forward(r *http.Request, next caddyhttp.Handler) outcome {
+	rec := caddyhttp.NewResponseRecorder(discardWriter{h: make(http.Header)}, nil, nil)
+	err := next.ServeHTTP(rec, r)
+	return classify(rec.Status(), err)
+}
+
+// classify maps the next handler's status and error to an outcome. A handler
+// error carries its status (reverse_proxy: 502 for a refused connection, 504
+// for a timeout, 499 if the request context ended); an error without a
+// status counts as 502.
+func classify(status int, err error) outcome {
+	if err != nil {
+		status = http.StatusBadGateway
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
+		out := outcome{class: classOf(status), status: status, err: err}
+		if out.class == delivered {
+			// An error is never a delivery, whatever status it claims.
+			out.class = retryable
+		}
+		return out
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	return outcome{class: classOf(status), status: status}
+}
+
+func classOf(status int) outcomeClass {
+	switch {
+	case status < 400:
+		return delivered
+	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusTooManyRequests,
+		status == 499: // client (here: our own deadline) closed the request
+		return retryable
+	default:
+		return rejected
+	}
+}
+
+// errorText summarises an outcome for the record's last_error.
+func (o outcome) errorText() string {
+	switch {
+	case o.err != nil:
+		return o.err.Error()
+	case o.class != delivered:
+		return fmt.Sprintf("app answered %d", o.status)
+	}
+	return ""
+}
+
+// discardWriter is the innermost response writer of a forward: the app's
+// answer is recorded (status) and dropped.
+type discardWriter struct{ h http.Header }
+
+func (d discardWriter) Header() http.Header         { return d.h }
+func (d discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d discardWriter) WriteHeader(int)             {}

@@ -1,0 +1,293 @@
+package pingback
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Defaults of the handler's configuration.
+const (
+	DefaultAckTimeout = 2 * time.Second
+	DefaultMaxBody    = 64 << 10
+)
+
+// Headers the app receives with every forwarded result.
+const (
+	// HeaderIdempotencyKey is "<provider>:<task id>", the same for every
+	// delivery of one result.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderSource is "callback" for a live pingback, "replay" for a
+	// redelivery from the dead-letter queue.
+	HeaderSource = "X-Pingback-Source"
+	// HeaderAttempt is the forward's 1-based attempt number.
+	HeaderAttempt = "X-Pingback-Attempt"
+)
+
+// Handler receives a provider's pingback, stores it durably before
+// answering, deduplicates re-deliveries and forwards the original request to
+// the next handler (normally reverse_proxy to the app).
+//
+// The provider gets 200 "OK" once the result is committed, whatever the
+// app answers, within AckTimeout. Invalid pingbacks get 400, 405, 413 or 415
+// with a short plain-text reason and change nothing. If the store cannot
+// commit, the request is still forwarded and the provider gets 200 only if
+// the app accepted it, else 503.
+//
+// The app receives the request exactly as the provider sent it plus the
+// headers Idempotency-Key, X-Pingback-Source and X-Pingback-Attempt. A 2xx or
+// 3xx answer (or none) is a delivery; a transport error, 5xx, 408 or 429 is
+// a retryable failure for the replay loop; any other 4xx is rejected and
+// kept in the dead-letter queue without automatic retries.
+type Handler struct {
+	// The solving service that calls this route: captchaai, 2captcha or
+	// rucaptcha. Required. It decides the task id format (all three: 1 to
+	// 32 digits) and is half of the deduplication key.
+	Provider string `json:"provider,omitempty"`
+
+	// Longest time the provider waits for its answer. When the app is
+	// slower, the provider gets 200 "OK" at this point and the forward's
+	// outcome is recorded when it finishes. Anti-captcha-style callers drop
+	// the connection at 2 seconds (provider-protocol.md §2.3). Default: 2s.
+	AckTimeout caddy.Duration `json:"ack_timeout,omitempty"`
+
+	// Largest accepted request body, in bytes; larger ones get 413.
+	// Default: 65536 (64 KiB).
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	app      *App
+	provider provider
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.pingback",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision sets defaults and finds the pingback app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	if h.AckTimeout == 0 {
+		h.AckTimeout = caddy.Duration(DefaultAckTimeout)
+	}
+	if h.MaxBody == 0 {
+		h.MaxBody = DefaultMaxBody
+	}
+	if h.Provider == "" {
+		return fmt.Errorf("provider is required (one of: %s)", providerNames())
+	}
+	p, err := lookupProvider(h.Provider)
+	if err != nil {
+		return err
+	}
+	h.provider = p
+	appIface, err := ctx.App("pingback")
+	if err != nil {
+		return fmt.Errorf("loading pingback app: %w", err)
+	}
+	h.app = appIface.(*App)
+	return nil
+}
+
+// Validate checks the configuration.
+func (h *Handler) Validate() error {
+	if h.AckTimeout <= 0 {
+		return fmt.Errorf("ack_timeout must be positive, got %s", time.Duration(h.AckTimeout))
+	}
+	if h.MaxBody <= 0 {
+		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
+	}
+	return nil
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if d, ok := r.Context().Value(dispatchCtxKey{}).(*dispatch); ok {
+		// A replay dispatched in-process by the app: already stored,
+		// only forward and report.
+		d.reached = true
+		d.out = forward(r, next)
+		return nil
+	}
+
+	cb, err := readCallback(w, r, h.provider, h.MaxBody)
+	if err != nil {
+		var bad *badRequest
+		if !errors.As(err, &bad) {
+			return err
+		}
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
+		return writeText(w, bad.status, bad.reason)
+	}
+
+	now := h.app.now().UTC()
+	stuck := time.Duration(h.app.Replay.StuckAfter)
+	rec := &store.Record{
+		Provider:   h.Provider,
+		ID:         cb.id,
+		Code:       cb.code,
+		Source:     "callback",
+		ReceivedAt: now,
+		Server:     serverName(r),
+		Request: store.Request{
+			Method:     r.Method,
+			URI:        r.RequestURI,
+			Host:       r.Host,
+			Proto:      r.Proto,
+			RemoteAddr: r.RemoteAddr,
+			TLS:        r.TLS != nil,
+			Header:     r.Header.Clone(),
+			Body:       cb.body,
+		},
+		State:     store.StateForwarding,
+		Attempts:  1,
+		DueAt:     now.Add(stuck),
+		UpdatedAt: now,
+		ExpiresAt: now.Add(time.Duration(h.app.Retention)),
+	}
+
+	// The provider may hang up; the result is valid and is stored anyway.
+	ctx := context.WithoutCancel(r.Context())
+	st := h.app.store(time.Duration(h.AckTimeout))
+	var existing *store.Record
+	err = errStoreUnavailable
+	if st != nil {
+		existing, err = st.Insert(ctx, rec)
+	}
+	switch {
+	case err != nil:
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.logger.Error("result NOT stored: forwarding without durability",
+			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
+	case existing != nil:
+		result := "duplicate"
+		if existing.Code != cb.code {
+			result = "conflict"
+			h.logger.Warn("re-delivery with a different code; keeping the first one",
+				zap.String("provider", h.Provider), zap.String("id", cb.id))
+		}
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
+		return writeText(w, http.StatusOK, "OK")
+	default:
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
+	}
+	stored := err == nil
+
+	// Restore the original request for the app.
+	r.Body = io.NopCloser(bytes.NewReader(cb.body))
+	r.ContentLength = int64(len(cb.body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
+	setDeliveryHeaders(r.Header, rec.Key(), "callback", 1)
+	fctx, cancel := context.WithTimeout(ctx, stuck)
+	defer cancel()
+
+	// Forward in this goroutine; if the app is slower than ack_timeout,
+	// answer the provider from the timer meanwhile. Only one of the two
+	// ever writes to w, and this goroutine waits for the timer's write.
+	ack := newAckWriter()
+	timer := time.AfterFunc(time.Duration(h.AckTimeout), func() {
+		if stored {
+			ack.write(w, http.StatusOK, "OK")
+		} else {
+			ack.write(w, http.StatusServiceUnavailable, "result not stored")
+		}
+	})
+	out := forward(r.WithContext(fctx), next)
+	if timer.Stop() {
+		switch {
+		case stored, out.class == delivered:
+			ack.write(w, http.StatusOK, "OK")
+		default:
+			ack.write(w, http.StatusServiceUnavailable, "result not stored and not delivered")
+		}
+	} else {
+		ack.wait()
+	}
+	h.app.metrics.forwards.WithLabelValues(h.Provider, "callback", out.class.String()).Inc()
+	if !stored {
+		if out.class != delivered {
+			h.logger.Error("result lost: not stored and not delivered",
+				zap.String("provider", h.Provider), zap.String("id", cb.id),
+				zap.Int("status", out.status), zap.Error(out.err))
+		}
+		return nil
+	}
+	// The outcome is recorded in the background: the provider's answer
+	// does not wait for a second commit. If Caddy dies first, the record
+	// stays "forwarding" and is replayed after stuck_after.
+	go h.app.recordOutcome(st, rec.Key(), 1, out)
+	return nil
+}
+
+var errStoreUnavailable = errors.New("store not open")
+
+// ackWriter writes the provider's answer exactly once, from whichever
+// goroutine gets there first, and lets the other wait for it.
+type ackWriter struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func newAckWriter() *ackWriter { return &ackWriter{done: make(chan struct{})} }
+
+func (a *ackWriter) write(w http.ResponseWriter, status int, body string) {
+	a.once.Do(func() {
+		defer close(a.done)
+		_ = writeText(w, status, body)
+		// Push the answer out now: the forward may still take a while.
+		_ = http.NewResponseController(w).Flush()
+	})
+}
+
+func (a *ackWriter) wait() { <-a.done }
+
+// setDeliveryHeaders sets the headers the app sees on every delivery.
+func setDeliveryHeaders(h http.Header, k store.Key, source string, attempt int) {
+	h.Set(HeaderIdempotencyKey, k.String())
+	h.Set(HeaderSource, source)
+	h.Set(HeaderAttempt, strconv.Itoa(attempt))
+}
+
+// serverName names the http app's server that received r.
+func serverName(r *http.Request) string {
+	if s, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && s != nil {
+		return s.Name()
+	}
+	return ""
+}
+
+// writeText writes a short plain-text answer.
+func writeText(w http.ResponseWriter, status int, msg string) error {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(msg)))
+	w.WriteHeader(status)
+	_, err := io.WriteString(w, msg)
+	return err
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

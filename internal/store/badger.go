@@ -1,0 +1,423 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+)
+
+// Key layout (keys sort bytewise):
+//
+//	r/<provider>/<id>                      → JSON Record
+//	q/<8-byte big-endian DueAt unix ns><provider>/<id> → empty; the due index
+//
+// Both carry the record's ExpiresAt as Badger TTL.
+const (
+	recordPrefix = "r/"
+	duePrefix    = "q/"
+)
+
+// BadgerOptions configures OpenBadger.
+type BadgerOptions struct {
+	// Dir is the database directory; created if missing. Required.
+	Dir string
+	// Logger receives Badger's own log lines (Info is demoted to Debug).
+	// Nil discards them.
+	Logger *zap.Logger
+	// MaxBatch caps how many operations one group commit carries.
+	// Default 512.
+	MaxBatch int
+	// LockWait is how long Open keeps retrying while another Badger
+	// handle (usually a Caddy process that is shutting down) holds the
+	// directory lock. Default 3s.
+	LockWait time.Duration
+	// GCInterval is the period of value-log garbage collection. Default 5m.
+	GCInterval time.Duration
+}
+
+// Badger is the single-node Store on Badger v4, opened with SyncWrites so a
+// commit returns only after the write-ahead log is msynced. Concurrent
+// writes are group-committed: one committer goroutine gathers every waiting
+// operation into one transaction, commits it once and then releases all
+// their callers with the commit's result.
+type Badger struct {
+	db       *badger.DB
+	log      *zap.Logger
+	maxBatch int
+
+	ops      chan *op
+	mu       sync.RWMutex // guards closed; held for reading while submitting
+	closed   bool
+	inflight sync.WaitGroup
+	done     chan struct{} // closed when the committer exits
+	stopGC   chan struct{}
+	gcDone   chan struct{}
+	closeErr error
+	once     sync.Once
+}
+
+// op is one unit of work for the committer. apply runs inside the batch's
+// transaction and must be re-runnable: it may be called again on a fresh
+// transaction if the batch has to be split.
+type op struct {
+	apply func(txn *badger.Txn) error
+	err   error // apply's own result
+	done  chan struct{}
+	size  int // approximate bytes written, for batching
+}
+
+// OpenBadger opens (or creates) the database in opts.Dir with memory-lean
+// options (see badger-and-distributed-stores.md §3 and §6) and starts its
+// committer. A directory locked by another process is retried for
+// opts.LockWait, then reported with guidance.
+func OpenBadger(opts BadgerOptions) (*Badger, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("badger: no directory")
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 512
+	}
+	if opts.LockWait <= 0 {
+		opts.LockWait = 3 * time.Second
+	}
+	if opts.GCInterval <= 0 {
+		opts.GCInterval = 5 * time.Minute
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating storage directory: %w", err)
+	}
+	bopts := badger.DefaultOptions(opts.Dir).
+		WithSyncWrites(true).
+		WithLogger(newBadgerLogger(opts.Logger)).
+		WithMemTableSize(16 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBlockCacheSize(16 << 20).
+		WithIndexCacheSize(16 << 20).
+		WithValueLogFileSize(64 << 20).
+		WithNumCompactors(2)
+
+	var db *badger.DB
+	var err error
+	deadline := time.Now().Add(opts.LockWait)
+	for {
+		db, err = badger.Open(bopts)
+		if err == nil {
+			break
+		}
+		// Badger formats the lock error with %+v, so errors.Is cannot
+		// see it; match the text (badger dir_unix.go, dir_windows.go).
+		locked := strings.Contains(err.Error(), "Another process is using this Badger database")
+		if !locked {
+			return nil, fmt.Errorf("opening badger database in %s: %w", opts.Dir, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("badger database in %s is locked by another process; if Caddy is already running, use 'caddy reload' instead of starting a second instance on the same storage_dir: %w", opts.Dir, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	logger := opts.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	b := &Badger{
+		db:       db,
+		log:      logger,
+		maxBatch: opts.MaxBatch,
+		ops:      make(chan *op, opts.MaxBatch),
+		done:     make(chan struct{}),
+		stopGC:   make(chan struct{}),
+		gcDone:   make(chan struct{}),
+	}
+	go b.commitLoop()
+	go b.gcLoop(opts.GCInterval)
+	return b, nil
+}
+
+// Insert implements Store.
+func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding record: %w", err)
+	}
+	key := recordKey(rec.Key())
+	var existing *Record
+	o := &op{size: len(val) + 64, apply: func(txn *badger.Txn) error {
+		existing = nil
+		old, err := getRecord(txn, key)
+		if err == nil {
+			existing = old
+			return nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		return writeRecord(txn, nil, rec, val)
+	}}
+	if err := b.submit(ctx, o); err != nil {
+		return nil, err
+	}
+	return existing, nil
+}
+
+// Get implements Store.
+func (b *Badger) Get(ctx context.Context, key Key) (*Record, error) {
+	var rec *Record
+	err := b.view(func(txn *badger.Txn) error {
+		var err error
+		rec, err = getRecord(txn, recordKey(key))
+		return err
+	})
+	return rec, err
+}
+
+// Update implements Store.
+func (b *Badger) Update(ctx context.Context, key Key, fn func(*Record) error) (*Record, error) {
+	k := recordKey(key)
+	var result *Record
+	o := &op{size: 4096, apply: func(txn *badger.Txn) error {
+		result = nil
+		old, err := getRecord(txn, k)
+		if err != nil {
+			return err
+		}
+		cur, err := getRecord(txn, k) // a private copy for fn to change
+		if err != nil {
+			return err
+		}
+		if err := fn(cur); err != nil {
+			result = old
+			return err
+		}
+		val, err := json.Marshal(cur)
+		if err != nil {
+			return fmt.Errorf("encoding record: %w", err)
+		}
+		result = cur
+		return writeRecord(txn, old, cur, val)
+	}}
+	err := b.submit(ctx, o)
+	return result, err
+}
+
+// Due implements Store.
+func (b *Badger) Due(ctx context.Context, now time.Time, limit int) ([]*Record, error) {
+	var out []*Record
+	err := b.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(duePrefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid() && len(out) < limit; it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			k := it.Item().Key()
+			if len(k) < len(duePrefix)+8 {
+				continue
+			}
+			at := int64(binary.BigEndian.Uint64(k[len(duePrefix):]))
+			if at > now.UnixNano() {
+				break
+			}
+			rk := append([]byte(recordPrefix), k[len(duePrefix)+8:]...)
+			rec, err := getRecord(txn, rk)
+			if errors.Is(err, ErrNotFound) {
+				continue // expired with its index entry racing behind
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, rec)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Close implements Store: it refuses new operations, lets the committer
+// finish every operation already submitted, then closes Badger.
+func (b *Badger) Close() error {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		b.inflight.Wait()
+		close(b.ops)
+		<-b.done
+		close(b.stopGC)
+		<-b.gcDone
+		b.closeErr = b.db.Close()
+	})
+	return b.closeErr
+}
+
+// submit hands o to the committer and waits until its batch is committed.
+// The wait does not end early on ctx: once queued, the operation's fate is
+// decided by the commit, and the caller must learn it.
+func (b *Badger) submit(ctx context.Context, o *op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return ErrClosed
+	}
+	b.inflight.Add(1)
+	b.mu.RUnlock()
+	o.done = make(chan struct{})
+	b.ops <- o
+	b.inflight.Done()
+	<-o.done
+	return o.err
+}
+
+// view runs fn in a read-only transaction unless the store is closed
+// (Badger panics on iterators over a closed DB).
+func (b *Badger) view(fn func(txn *badger.Txn) error) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	return b.db.View(fn)
+}
+
+// commitLoop is the group committer: it blocks for one operation, takes
+// every other one already waiting (up to maxBatch or about 1 MiB), commits
+// them in one synced transaction and releases them all.
+func (b *Badger) commitLoop() {
+	defer close(b.done)
+	const maxBytes = 1 << 20
+	batch := make([]*op, 0, b.maxBatch)
+	for first := range b.ops {
+		batch = append(batch[:0], first)
+		size := first.size
+	gather:
+		for len(batch) < b.maxBatch && size < maxBytes {
+			select {
+			case o, ok := <-b.ops:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, o)
+				size += o.size
+			default:
+				break gather
+			}
+		}
+		b.commit(batch)
+		for _, o := range batch {
+			close(o.done)
+		}
+	}
+}
+
+// commit runs ops in one transaction and commits it, setting each op's err.
+// If the transaction grows too big it is discarded and the batch is split
+// in halves, each committed on its own.
+func (b *Badger) commit(ops []*op) {
+	txn := b.db.NewTransaction(true)
+	defer txn.Discard()
+	for _, o := range ops {
+		o.err = o.apply(txn)
+		if errors.Is(o.err, badger.ErrTxnTooBig) {
+			if len(ops) == 1 {
+				return // a single op too big for a txn: report it as is
+			}
+			txn.Discard()
+			mid := len(ops) / 2
+			b.commit(ops[:mid])
+			b.commit(ops[mid:])
+			return
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
+			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
+		}
+		for _, o := range ops {
+			if o.err == nil {
+				o.err = fmt.Errorf("commit: %w", err)
+			}
+		}
+	}
+}
+
+// gcLoop runs value-log GC periodically (badger docs/quickstart.md).
+func (b *Badger) gcLoop(every time.Duration) {
+	defer close(b.gcDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stopGC:
+			return
+		case <-t.C:
+			for b.db.RunValueLogGC(0.5) == nil {
+			}
+		}
+	}
+}
+
+func recordKey(k Key) []byte {
+	return []byte(recordPrefix + k.Provider + "/" + k.ID)
+}
+
+func dueKey(at time.Time, k Key) []byte {
+	b := make([]byte, 0, len(duePrefix)+8+len(k.Provider)+1+len(k.ID))
+	b = append(b, duePrefix...)
+	b = binary.BigEndian.AppendUint64(b, uint64(at.UnixNano()))
+	return append(b, k.Provider+"/"+k.ID...)
+}
+
+func getRecord(txn *badger.Txn, key []byte) (*Record, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec := new(Record)
+	err = item.Value(func(v []byte) error { return json.Unmarshal(v, rec) })
+	if err != nil {
+		return nil, fmt.Errorf("decoding record %q: %w", key, err)
+	}
+	return rec, nil
+}
+
+// writeRecord stores rec (already encoded as val) and moves its due index
+// entry from old's DueAt to rec's.
+func writeRecord(txn *badger.Txn, old, rec *Record, val []byte) error {
+	exp := uint64(rec.ExpiresAt.Unix())
+	k := rec.Key()
+	if old != nil && !old.DueAt.IsZero() && !old.DueAt.Equal(rec.DueAt) {
+		if err := txn.Delete(dueKey(old.DueAt, k)); err != nil {
+			return err
+		}
+	}
+	if !rec.DueAt.IsZero() {
+		e := badger.NewEntry(dueKey(rec.DueAt, k), nil)
+		e.ExpiresAt = exp
+		if err := txn.SetEntry(e); err != nil {
+			return err
+		}
+	}
+	e := badger.NewEntry(recordKey(k), val)
+	e.ExpiresAt = exp
+	return txn.SetEntry(e)
+}
+
+// Interface guards
+var _ Store = (*Badger)(nil)

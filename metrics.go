@@ -1,0 +1,53 @@
+package pingback
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the plugin's Prometheus collectors. They are created once per
+// process and registered into every config's registry, so /metrics keeps
+// counting across reloads (the pattern of reverse_proxy's metrics.go).
+type metrics struct {
+	// callbacks counts pingbacks by provider and result: stored,
+	// duplicate, conflict (a re-delivery with a different code),
+	// invalid, store_error.
+	callbacks *prometheus.CounterVec
+	// forwards counts forwards to the app by provider, source (callback,
+	// replay) and outcome (delivered, failed, rejected).
+	forwards *prometheus.CounterVec
+}
+
+var (
+	metricsOnce sync.Once
+	theMetrics  *metrics
+)
+
+func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
+	metricsOnce.Do(func() {
+		theMetrics = &metrics{
+			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
+				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, store_error).",
+			}, []string{"provider", "result"}),
+			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
+				Help: "Forwards to the app, by provider, source (callback, replay) and outcome (delivered, failed, rejected).",
+			}, []string{"provider", "source", "outcome"}),
+		}
+	})
+	if reg == nil {
+		return theMetrics, nil
+	}
+	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return nil, err
+			}
+		}
+	}
+	return theMetrics, nil
+}
