@@ -16,12 +16,15 @@ func init() {
 	httpcaddyfile.RegisterGlobalOption("pingback", parseGlobalOption)
 	httpcaddyfile.RegisterHandlerDirective("pingback", parseHandlerDirective)
 	httpcaddyfile.RegisterDirectiveOrder("pingback", httpcaddyfile.Before, "reverse_proxy")
+	httpcaddyfile.RegisterHandlerDirective("pingback_track", parseTrackDirective)
+	httpcaddyfile.RegisterDirectiveOrder("pingback_track", httpcaddyfile.Before, "reverse_proxy")
 }
 
 // parseGlobalOption parses the global `pingback` option into the pingback
 // app. The option may appear once.
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if existing != nil {
+		d.Next() // load the option name so the error carries its line
 		return nil, d.Err("pingback global option specified more than once")
 	}
 	app := new(App)
@@ -42,9 +45,22 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			stuck_after <duration>
 //			concurrency <n>
 //		}
+//		provider <name> {
+//			endpoint <base url>
+//			api_key <key>
+//			callback_method get|post
+//		}
+//		poll {
+//			after auto|<duration>
+//			interval <duration>
+//			give_up <duration>
+//			batch <n>
+//			rate <n>
+//		}
 //	}
 //
-// Every subdirective is optional and may appear once.
+// Every subdirective is optional and may appear once (provider once per
+// provider name).
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume option name
 	if d.NextArg() {
@@ -74,6 +90,39 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			a.Replay = new(ReplayConfig)
 			if err := a.Replay.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
+		case "provider":
+			var pname string
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			pname = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if _, err := lookupProvider(pname); err != nil {
+				return d.Err(err.Error())
+			}
+			if seen["provider "+pname] {
+				return d.Errf("provider %s specified more than once", pname)
+			}
+			seen["provider "+pname] = true
+			delete(seen, "provider") // several providers may be configured
+			pc := new(ProviderConfig)
+			if err := pc.unmarshalCaddyfile(d); err != nil {
+				return err
+			}
+			if a.Providers == nil {
+				a.Providers = make(map[string]*ProviderConfig)
+			}
+			a.Providers[pname] = pc
+		case "poll":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			a.Poll = new(PollConfig)
+			if err := a.Poll.unmarshalCaddyfile(d); err != nil {
 				return err
 			}
 		default:
@@ -134,6 +183,155 @@ func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
+func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] {
+			return d.Errf("provider %s specified more than once", name)
+		}
+		seen[name] = true
+		switch name {
+		case "endpoint":
+			if err := oneArg(d, &pc.Endpoint); err != nil {
+				return err
+			}
+		case "api_key":
+			if err := oneArg(d, &pc.APIKey); err != nil {
+				return err
+			}
+		case "callback_method":
+			if err := oneArg(d, &pc.CallbackMethod); err != nil {
+				return err
+			}
+			if m := pc.CallbackMethod; m != "get" && m != "post" {
+				return d.Errf("callback_method must be get or post, got '%s'", m)
+			}
+		default:
+			return d.Errf("unrecognized provider option '%s'", name)
+		}
+	}
+	return nil
+}
+
+func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] {
+			return d.Errf("poll %s specified more than once", name)
+		}
+		seen[name] = true
+		switch name {
+		case "after":
+			var v string
+			if err := oneArg(d, &v); err != nil {
+				return err
+			}
+			if v == "auto" {
+				p.After = 0
+				continue
+			}
+			dur, err := caddy.ParseDuration(v)
+			if err != nil || dur <= 0 {
+				return d.Errf("poll after must be auto or a positive duration, got '%s'", v)
+			}
+			p.After = caddy.Duration(dur)
+		case "interval":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			if time.Duration(dur) < MinPollInterval {
+				return d.Errf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(dur))
+			}
+			p.Interval = dur
+		case "give_up":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			p.GiveUp = dur
+		case "batch":
+			n, err := positiveIntArg(d)
+			if err != nil {
+				return err
+			}
+			p.Batch = n
+		case "rate":
+			var s string
+			if err := oneArg(d, &s); err != nil {
+				return err
+			}
+			r, err := strconv.ParseFloat(s, 64)
+			if err != nil || r <= 0 || r > 1000 {
+				return d.Errf("poll rate must be a number of requests per second in (0, 1000], got '%s'", s)
+			}
+			p.Rate = r
+		default:
+			return d.Errf("unrecognized poll option '%s'", name)
+		}
+	}
+	return nil
+}
+
+// parseTrackDirective parses the `pingback_track` handler directive.
+func parseTrackDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	t := new(Tracker)
+	err := t.UnmarshalCaddyfile(h.Dispenser)
+	return t, err
+}
+
+// UnmarshalCaddyfile sets up the track handler from Caddyfile tokens.
+// Syntax:
+//
+//	pingback_track [<matcher>] {
+//		provider captchaai|2captcha|rucaptcha
+//		pingback_url <url>
+//		max_body <size>
+//	}
+//
+// provider is required; the others are optional. Each may appear once.
+func (t *Tracker) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] {
+			return d.Errf("%s specified more than once", name)
+		}
+		seen[name] = true
+		switch name {
+		case "provider":
+			if err := oneArg(d, &t.Provider); err != nil {
+				return err
+			}
+			if _, err := lookupProvider(t.Provider); err != nil {
+				return d.Err(err.Error())
+			}
+		case "pingback_url":
+			if err := oneArg(d, &t.PingbackURL); err != nil {
+				return err
+			}
+		case "max_body":
+			size, err := sizeArg(d)
+			if err != nil {
+				return err
+			}
+			t.MaxBody = size
+		default:
+			return d.Errf("unrecognized pingback_track subdirective '%s'", name)
+		}
+	}
+	if t.Provider == "" {
+		return d.Errf("pingback_track: provider is required (one of: %s)", providerNames())
+	}
+	return nil
+}
+
 // parseHandlerDirective parses the `pingback` handler directive.
 func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	handler := new(Handler)
@@ -177,15 +375,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.AckTimeout = dur
 		case "max_body":
-			var s string
-			if err := oneArg(d, &s); err != nil {
+			size, err := sizeArg(d)
+			if err != nil {
 				return err
 			}
-			size, err := humanize.ParseBytes(s)
-			if err != nil || size == 0 || size > 1<<30 {
-				return d.Errf("invalid max_body '%s': want a size such as 64KiB (at most 1GiB)", s)
-			}
-			h.MaxBody = int64(size)
+			h.MaxBody = size
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
@@ -225,6 +419,20 @@ func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 	return caddy.Duration(dur), nil
 }
 
+// sizeArg reads exactly one byte size such as 64KiB, at most 1 GiB.
+func sizeArg(d *caddyfile.Dispenser) (int64, error) {
+	name := d.Val()
+	var s string
+	if err := oneArg(d, &s); err != nil {
+		return 0, err
+	}
+	size, err := humanize.ParseBytes(s)
+	if err != nil || size == 0 || size > 1<<30 {
+		return 0, d.Errf("invalid %s '%s': want a size such as 64KiB (at most 1GiB)", name, s)
+	}
+	return int64(size), nil
+}
+
 // positiveIntArg reads exactly one integer >= 1.
 func positiveIntArg(d *caddyfile.Dispenser) (int, error) {
 	name := d.Val()
@@ -243,4 +451,5 @@ func positiveIntArg(d *caddyfile.Dispenser) (int, error) {
 var (
 	_ caddyfile.Unmarshaler = (*App)(nil)
 	_ caddyfile.Unmarshaler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler = (*Tracker)(nil)
 )

@@ -9,8 +9,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -119,4 +121,45 @@ func hostOnly(hostport string) string {
 		return u.Hostname()
 	}
 	return hostport
+}
+
+// serverForURL names the http app's server that listens on u's port, where
+// a pingback to u would arrive. It fails if no server of this Caddy does.
+func (a *App) serverForURL(u *url.URL) (string, error) {
+	v, err := a.ctx.AppIfConfigured("http")
+	if err != nil {
+		return "", fmt.Errorf("http app: %w", err)
+	}
+	httpApp, ok := v.(*caddyhttp.App)
+	if !ok {
+		return "", errors.New("http app has an unexpected type")
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return "", fmt.Errorf("pingback URL port %q: %w", port, err)
+	}
+	names := make([]string, 0, len(httpApp.Servers))
+	for name := range httpApp.Servers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, l := range httpApp.Servers[name].Listen {
+			na, err := caddy.ParseNetworkAddress(l)
+			if err != nil || na.IsUnixNetwork() || na.IsFdNetwork() {
+				continue
+			}
+			if uint(p) >= na.StartPort && uint(p) <= na.EndPort {
+				return name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no server of this Caddy listens on port %s, so it does not serve the pingback URL %s://%s%s", port, u.Scheme, u.Host, u.EscapedPath())
 }

@@ -190,6 +190,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return writeText(w, http.StatusOK, "OK")
 	default:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
+		if !rec.SubmittedAt.IsZero() {
+			// A tracked task: its delay feeds the poller's automatic "after".
+			h.app.handle.provider(h.Provider).latencies.observe(now.Sub(rec.SubmittedAt))
+		}
 	}
 	stored := err == nil
 

@@ -11,13 +11,19 @@ import (
 // process and registered into every config's registry, so /metrics keeps
 // counting across reloads (the pattern of reverse_proxy's metrics.go).
 type metrics struct {
-	// callbacks counts pingbacks by provider and result: stored,
+	// callbacks counts results by provider and result: stored,
 	// duplicate, conflict (a re-delivery with a different code),
-	// invalid, store_error.
+	// invalid, store_error; poll_stored and poll_duplicate for polled ones.
 	callbacks *prometheus.CounterVec
 	// forwards counts forwards to the app by provider, source (callback,
-	// replay) and outcome (delivered, failed, rejected).
+	// replay, poll) and outcome (delivered, failed, rejected).
 	forwards *prometheus.CounterVec
+	// tasks counts tracked tasks by provider and event: tracked,
+	// recovered (result found by polling), expired.
+	tasks *prometheus.CounterVec
+	// resphp counts the poller's res.php requests by provider and result:
+	// ok, error, bulk_mismatch.
+	resphp *prometheus.CounterVec
 }
 
 var (
@@ -34,14 +40,22 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
-				Help: "Forwards to the app, by provider, source (callback, replay) and outcome (delivered, failed, rejected).",
+				Help: "Forwards to the app, by provider, source (callback, replay, poll) and outcome (delivered, failed, rejected).",
 			}, []string{"provider", "source", "outcome"}),
+			tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_total",
+				Help: "Tracked tasks, by provider and event (tracked, recovered, expired).",
+			}, []string{"provider", "event"}),
+			resphp: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "resphp_requests_total",
+				Help: "Requests the poller sent to res.php, by provider and result (ok, error, bulk_mismatch).",
+			}, []string{"provider", "result"}),
 		}
 	})
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards} {
+	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.resphp} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

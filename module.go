@@ -8,6 +8,7 @@ package pingback
 
 import (
 	"fmt"
+	"net/http"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -52,6 +53,13 @@ type App struct {
 	// How failed forwards are replayed.
 	Replay *ReplayConfig `json:"replay,omitempty"`
 
+	// The providers' API settings for the fallback poller, keyed by
+	// provider name (captchaai, 2captcha, rucaptcha).
+	Providers map[string]*ProviderConfig `json:"providers,omitempty"`
+
+	// How tracked tasks whose pingback is overdue are polled.
+	Poll *PollConfig `json:"poll,omitempty"`
+
 	ctx    caddy.Context
 	logger *zap.Logger
 	dir    string // absolute, cleaned StorageDir: the pool key
@@ -60,9 +68,12 @@ type App struct {
 	ready  chan struct{} // closed when Start has finished, opened or not
 	held   bool          // this config holds a pool reference (Cleanup releases it)
 
-	stop     chan struct{}
-	loopDone chan struct{} // closed when the replay loop has returned
-	metrics  *metrics
+	stop       chan struct{}
+	loopDone   chan struct{}   // closed when the replay loop has returned
+	pollDone   chan struct{}   // closed when the poll loop has returned
+	deliveries *sync.WaitGroup // polled results being delivered
+	httpClient *http.Client    // for res.php
+	metrics    *metrics
 
 	// now and jitter are the clock and random source of the replay loop;
 	// tests replace them.
@@ -107,6 +118,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.ready = make(chan struct{})
 	a.stop = make(chan struct{})
+	a.deliveries = new(sync.WaitGroup)
+	if a.httpClient == nil {
+		a.httpClient = &http.Client{Timeout: 30 * time.Second}
+	}
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -150,6 +165,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.dir = filepath.Clean(abs)
 
+	if err := a.provisionPolling(); err != nil {
+		return err
+	}
+
 	m, err := registerMetrics(ctx.GetMetricsRegistry())
 	if err != nil {
 		return err
@@ -192,7 +211,9 @@ func (a *App) Start() error {
 	a.handle = v.(*storeHandle)
 	a.handle.join(a)
 	a.loopDone = make(chan struct{})
+	a.pollDone = make(chan struct{})
 	go a.replayLoop()
+	go a.pollLoop()
 	a.logger.Info("pingback store ready", zap.String("storage_dir", a.dir))
 	return nil
 }
@@ -207,6 +228,7 @@ func (a *App) Stop() error {
 	close(a.stop)
 	a.handle.leave(a)
 	<-a.loopDone
+	<-a.pollDone
 	return nil
 }
 
@@ -255,13 +277,14 @@ var stores = caddy.NewUsagePool()
 type storeHandle struct {
 	store store.Store
 
-	mu   sync.Mutex
-	apps []*App // started apps, oldest first; the last one owns the loops
+	mu        sync.Mutex
+	apps      []*App                    // started apps, oldest first; the last one owns the loops
+	providers map[string]*providerState // the poller's state per provider
 }
 
 func openStoreHandle(dir string, logger *zap.Logger) (*storeHandle, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating storage_dir: %w", err)
+		return nil, fmt.Errorf("creating storage_dir %s: %w", dir, err)
 	}
 	s, err := store.OpenBadger(store.BadgerOptions{
 		Dir:    dir,

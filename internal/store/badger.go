@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -63,6 +64,7 @@ type Badger struct {
 	gcDone   chan struct{}
 	closeErr error
 	once     sync.Once
+	commits  atomic.Uint64 // transactions committed successfully
 }
 
 // op is one unit of work for the committer. apply runs inside the batch's
@@ -147,13 +149,9 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 
 // Insert implements Store.
 func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
-	val, err := json.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encoding record: %w", err)
-	}
 	key := recordKey(rec.Key())
 	var existing *Record
-	o := &op{size: len(val) + 64, apply: func(txn *badger.Txn) error {
+	o := &op{size: len(rec.Request.Body) + len(rec.Code) + 1024, apply: func(txn *badger.Txn) error {
 		existing = nil
 		old, err := getRecord(txn, key)
 		if err == nil {
@@ -162,6 +160,13 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
+		}
+		if err := completeTask(txn, rec); err != nil {
+			return err
+		}
+		val, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("encoding record: %w", err)
 		}
 		return writeRecord(txn, nil, rec, val)
 	}}
@@ -215,33 +220,44 @@ func (b *Badger) Update(ctx context.Context, key Key, fn func(*Record) error) (*
 func (b *Badger) Due(ctx context.Context, now time.Time, limit int) ([]*Record, error) {
 	var out []*Record
 	err := b.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(duePrefix)})
-		defer it.Close()
-		for it.Rewind(); it.Valid() && len(out) < limit; it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			k := it.Item().Key()
-			if len(k) < len(duePrefix)+8 {
-				continue
-			}
-			at := int64(binary.BigEndian.Uint64(k[len(duePrefix):]))
-			if at > now.UnixNano() {
-				break
-			}
-			rk := append([]byte(recordPrefix), k[len(duePrefix)+8:]...)
-			rec, err := getRecord(txn, rk)
+		return scanIndex(ctx, txn, duePrefix, now, limit, func(tail []byte) error {
+			rec, err := getRecord(txn, append([]byte(recordPrefix), tail...))
 			if errors.Is(err, ErrNotFound) {
-				continue // expired with its index entry racing behind
+				return nil // expired with its index entry racing behind
 			}
 			if err != nil {
 				return err
 			}
 			out = append(out, rec)
-		}
-		return nil
+			return nil
+		})
 	})
 	return out, err
+}
+
+// scanIndex calls fn with the "<provider>/<id>" tail of each entry of the
+// time index under prefix whose time is at or before now, earliest first,
+// until limit calls.
+func scanIndex(ctx context.Context, txn *badger.Txn, prefix string, now time.Time, limit int, fn func(tail []byte) error) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+	defer it.Close()
+	for it.Rewind(); it.Valid() && limit > 0; it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k := it.Item().Key()
+		if len(k) < len(prefix)+8 {
+			continue
+		}
+		if int64(binary.BigEndian.Uint64(k[len(prefix):])) > now.UnixNano() {
+			break
+		}
+		if err := fn(k[len(prefix)+8:]); err != nil {
+			return err
+		}
+		limit--
+	}
+	return nil
 }
 
 // Close implements Store: it refuses new operations, lets the committer
@@ -351,8 +367,15 @@ func (b *Badger) commit(ops []*op) {
 				o.err = fmt.Errorf("commit: %w", err)
 			}
 		}
+		return
 	}
+	b.commits.Add(1)
 }
+
+// Commits returns how many write transactions the committer has committed,
+// each carrying one batch of operations. Tests use it to observe group
+// commit; it is also a cheap health figure.
+func (b *Badger) Commits() uint64 { return b.commits.Load() }
 
 // gcLoop runs value-log GC periodically (badger docs/quickstart.md).
 func (b *Badger) gcLoop(every time.Duration) {
@@ -374,9 +397,13 @@ func recordKey(k Key) []byte {
 	return []byte(recordPrefix + k.Provider + "/" + k.ID)
 }
 
-func dueKey(at time.Time, k Key) []byte {
-	b := make([]byte, 0, len(duePrefix)+8+len(k.Provider)+1+len(k.ID))
-	b = append(b, duePrefix...)
+func dueKey(at time.Time, k Key) []byte { return indexKey(duePrefix, at, k) }
+
+// indexKey is prefix, at as 8 big-endian bytes of Unix nanoseconds (so keys
+// sort by time), then "<provider>/<id>".
+func indexKey(prefix string, at time.Time, k Key) []byte {
+	b := make([]byte, 0, len(prefix)+8+len(k.Provider)+1+len(k.ID))
+	b = append(b, prefix...)
 	b = binary.BigEndian.AppendUint64(b, uint64(at.UnixNano()))
 	return append(b, k.Provider+"/"+k.ID...)
 }

@@ -81,9 +81,12 @@ type Record struct {
 	// Code is the result as the provider sent it; it may be an error
 	// string such as ERROR_CAPTCHA_UNSOLVABLE. Never log it.
 	Code string `json:"code"`
-	// Source is how the result arrived: "callback" (or "poll").
+	// Source is how the result arrived: "callback" or "poll".
 	Source     string    `json:"source"`
 	ReceivedAt time.Time `json:"received_at"`
+	// SubmittedAt is when the task was submitted, if it was tracked; Insert
+	// fills it in (and marks the task done) in the same transaction.
+	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 	// Server is the name of the http app's server that received the
 	// request; replays are dispatched through it.
 	Server  string  `json:"server,omitempty"`
@@ -108,6 +111,8 @@ func (r *Record) Key() Key { return Key{Provider: r.Provider, ID: r.ID} }
 // Store is the durable store. Implementations must be safe for concurrent use.
 type Store interface {
 	// Insert durably stores rec unless a record with the same key exists.
+	// A pending task under the same key is marked done in the same
+	// transaction, and its submission time copied to rec.SubmittedAt.
 	// It returns (nil, nil) once rec is committed, (existing, nil) if the
 	// key was already stored (rec is not written), or (nil, err) if the
 	// commit failed, in which case nothing can be assumed stored.
@@ -130,4 +135,6 @@ type Store interface {
 	// Close waits for pending writes and releases the store. It is safe
 	// to call more than once; later operations return ErrClosed.
 	Close() error
+
+	TaskStore
 }

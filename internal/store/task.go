@@ -1,0 +1,64 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// TaskState is where a tracked task stands.
+type TaskState string
+
+// The states of a task.
+const (
+	// TaskPending: submitted, no result yet; polled from NextPollAt on.
+	TaskPending TaskState = "pending"
+	// TaskDone: a result is stored (by pingback, poll or a res.php answer
+	// seen by the track handler).
+	TaskDone TaskState = "done"
+	// TaskExpired: no result before give_up (or the provider no longer
+	// knows the id); never polled again.
+	TaskExpired TaskState = "expired"
+	// TaskStopped: polling was stopped for good for this task (for example
+	// the provider rejected the API key).
+	TaskStopped TaskState = "stopped"
+)
+
+// Task is a submitted task the plugin knows about, so that the poller can
+// recover its result if the pingback never comes. Times are UTC.
+type Task struct {
+	Provider string `json:"provider"`
+	ID       string `json:"id"`
+	// Method is in.php's method (userrecaptcha, post, ...); empty if unknown.
+	Method      string    `json:"method,omitempty"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	// PingbackURL is where the result is delivered: the pingback URL the
+	// submission carried (or the one the plugin added).
+	PingbackURL string    `json:"pingback_url"`
+	State       TaskState `json:"state"`
+	// NextPollAt is when the poller asks res.php next; zero means never.
+	NextPollAt time.Time `json:"next_poll_at,omitzero"`
+	// Polls counts res.php requests spent on this task.
+	Polls     int       `json:"polls,omitempty"`
+	LastError string    `json:"last_error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Key returns the task's key, the same as its result's.
+func (t *Task) Key() Key { return Key{Provider: t.Provider, ID: t.ID} }
+
+// TaskStore is the part of the store that tracks submitted tasks. Writes
+// follow the Store contract: durable on success, indexes in step.
+type TaskStore interface {
+	// AddTask stores t unless a task with the same key exists, in which
+	// case it returns the existing one. If a result for the key is already
+	// stored, t is stored as TaskDone and not scheduled.
+	AddTask(ctx context.Context, t *Task) (existing *Task, err error)
+	// GetTask returns the task under key, or ErrNotFound.
+	GetTask(ctx context.Context, key Key) (*Task, error)
+	// UpdateTask atomically applies fn to the task under key, like Update.
+	UpdateTask(ctx context.Context, key Key, fn func(*Task) error) (*Task, error)
+	// DueTasks returns up to limit pending tasks whose NextPollAt is at or
+	// before now, earliest first.
+	DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error)
+}

@@ -1,0 +1,567 @@
+package pingback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// Defaults of the poll configuration.
+const (
+	DefaultPollInterval = 10 * time.Second
+	MinPollInterval     = 5 * time.Second
+	DefaultGiveUp       = 15 * time.Minute
+	DefaultPollBatch    = 50
+	DefaultPollRate     = 5.0
+)
+
+// ProviderConfig is what the poller needs to ask one provider's res.php for
+// results.
+type ProviderConfig struct {
+	// Base URL of the provider's in.php and res.php. Default per provider:
+	// https://ocr.captchaai.com, https://2captcha.com, https://rucaptcha.com.
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// The account's API key, sent to res.php. Placeholders such as
+	// {env.CAPTCHAAI_KEY} are resolved at provision. Required for polling;
+	// never logged.
+	APIKey string `json:"api_key,omitempty"`
+
+	// How polled results are delivered to the pingback URL, in the
+	// provider's own pingback format: "get" (query id, code) or "post"
+	// (form id, code). Default: get for captchaai, post for 2captcha and
+	// rucaptcha (provider-protocol.md §2.1, §2.2).
+	CallbackMethod string `json:"callback_method,omitempty"`
+
+	endpoint string // resolved, without trailing slash
+	key      string // resolved
+	method   string // resolved, http.MethodGet or http.MethodPost
+}
+
+// PollConfig configures the fallback poller, which asks res.php for the
+// results of tracked tasks whose pingback is overdue.
+type PollConfig struct {
+	// How long after submission a pingback counts as overdue. Zero or
+	// absent means auto: 1.5 × the 95th percentile of the recently observed
+	// submit-to-pingback delays, clamped to [20s, 120s] (120s until 20 delays
+	// have been observed).
+	After caddy.Duration `json:"after,omitempty"`
+
+	// Time between two polls of one task. Default: 10s; never below 5s
+	// (provider-protocol.md §3).
+	Interval caddy.Duration `json:"interval,omitempty"`
+
+	// Time after submission at which a task without a result is marked
+	// expired and no longer polled; providers forget results after about
+	// 15 minutes (provider-protocol.md §1.6). Default: 15m.
+	GiveUp caddy.Duration `json:"give_up,omitempty"`
+
+	// Most task ids asked in one bulk request (res.php?ids=a,b,c); only
+	// token-type methods (userrecaptcha, hcaptcha, turnstile) are asked in
+	// bulk. Default: 50.
+	Batch int `json:"batch,omitempty"`
+
+	// Most res.php requests per second per provider. Default: 5.
+	Rate float64 `json:"rate,omitempty"`
+}
+
+// provisionPolling sets the poller's defaults and resolves the providers.
+func (a *App) provisionPolling() error {
+	if a.Poll == nil {
+		a.Poll = new(PollConfig)
+	}
+	p := a.Poll
+	if p.Interval == 0 {
+		p.Interval = caddy.Duration(DefaultPollInterval)
+	}
+	if p.GiveUp == 0 {
+		p.GiveUp = caddy.Duration(DefaultGiveUp)
+	}
+	if p.Batch == 0 {
+		p.Batch = DefaultPollBatch
+	}
+	if p.Rate == 0 {
+		p.Rate = DefaultPollRate
+	}
+	switch {
+	case time.Duration(p.Interval) < MinPollInterval:
+		return fmt.Errorf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(p.Interval))
+	case p.After < 0:
+		return fmt.Errorf("poll after must be positive, got %s", time.Duration(p.After))
+	case p.GiveUp <= p.After:
+		return fmt.Errorf("poll give_up (%s) must be longer than after (%s)", time.Duration(p.GiveUp), time.Duration(p.After))
+	case p.Batch < 1:
+		return fmt.Errorf("poll batch must be at least 1, got %d", p.Batch)
+	case p.Rate <= 0 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate):
+		return fmt.Errorf("poll rate must be positive, got %v", p.Rate)
+	}
+
+	repl := caddy.NewReplacer()
+	for name, pc := range a.Providers {
+		prov, err := lookupProvider(name)
+		if err != nil {
+			return err
+		}
+		if pc == nil {
+			pc = new(ProviderConfig)
+			a.Providers[name] = pc
+		}
+		pc.endpoint = strings.TrimRight(repl.ReplaceAll(pc.Endpoint, ""), "/")
+		if pc.endpoint == "" {
+			pc.endpoint = prov.endpoint
+		}
+		if u, err := url.Parse(pc.endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("provider %s: endpoint %q is not an http(s) URL", name, pc.endpoint)
+		}
+		pc.key = repl.ReplaceAll(pc.APIKey, "")
+		switch strings.ToLower(pc.CallbackMethod) {
+		case "":
+			pc.method = prov.callbackMethod
+		case "get":
+			pc.method = http.MethodGet
+		case "post":
+			pc.method = http.MethodPost
+		default:
+			return fmt.Errorf("provider %s: callback_method must be get or post, got %q", name, pc.CallbackMethod)
+		}
+	}
+	return nil
+}
+
+// providerConfig returns the resolved configuration of a provider; a
+// provider without a block gets the defaults (and no API key).
+func (a *App) providerConfig(name string) *ProviderConfig {
+	if pc := a.Providers[name]; pc != nil {
+		return pc
+	}
+	prov, _ := lookupProvider(name)
+	return &ProviderConfig{endpoint: prov.endpoint, method: prov.callbackMethod}
+}
+
+// pollAfter is the overdue delay for a task of the provider.
+func (a *App) pollAfter(provider string) time.Duration {
+	if a.Poll.After > 0 {
+		return time.Duration(a.Poll.After)
+	}
+	return a.handle.provider(provider).latencies.after()
+}
+
+// providerState is the poller's process-wide state for one provider, kept
+// in the pooled store handle so it survives config reloads.
+type providerState struct {
+	latencies latencies
+	limiter   *rate.Limiter
+
+	mu           sync.Mutex
+	blockedUntil time.Time
+	failures     int    // consecutive backoff answers
+	stoppedKey   string // the API key the provider rejected, if any
+	noKeyLogged  bool
+	polls        int // res.php requests since start
+	tracked      int // tasks tracked since start
+	budgetLogged bool
+}
+
+// provider returns the state of the named provider, creating it.
+func (h *storeHandle) provider(name string) *providerState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.providers == nil {
+		h.providers = make(map[string]*providerState)
+	}
+	ps := h.providers[name]
+	if ps == nil {
+		ps = &providerState{limiter: rate.NewLimiter(rate.Limit(DefaultPollRate), 1)}
+		h.providers[name] = ps
+	}
+	return ps
+}
+
+// pollLoop polls overdue tasks while this app owns the store's loops.
+func (a *App) pollLoop() {
+	defer close(a.pollDone)
+	defer func() {
+		if err := recover(); err != nil {
+			a.logger.Error("poll loop panicked", zap.Any("error", err), zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			a.deliveries.Wait()
+			return
+		case <-t.C:
+		}
+		if a.handle.owns(a) {
+			a.pollDue()
+		}
+	}
+}
+
+// pollDue polls the tasks that are due now, provider by provider.
+func (a *App) pollDue() {
+	st := a.handle.store
+	now := a.now().UTC()
+	tasks, err := st.DueTasks(a.ctx, now, 1000)
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			a.logger.Error("scanning pending tasks", zap.Error(err))
+		}
+		return
+	}
+	byProvider := map[string][]*store.Task{}
+	for _, t := range tasks {
+		if !now.Before(t.SubmittedAt.Add(time.Duration(a.Poll.GiveUp))) {
+			a.expireTask(t, "no result within give_up")
+			continue
+		}
+		byProvider[t.Provider] = append(byProvider[t.Provider], t)
+	}
+	for name, ts := range byProvider {
+		a.pollProvider(name, ts, now)
+	}
+}
+
+// pollProvider asks one provider for the results of its due tasks: tokens
+// in bulk, the rest one by one, within the rate limit and the budget.
+func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
+	ps := a.handle.provider(name)
+	pc := a.providerConfig(name)
+	ps.limiter.SetLimit(rate.Limit(a.Poll.Rate))
+	ps.limiter.SetBurst(max(1, int(math.Ceil(a.Poll.Rate))))
+
+	ps.mu.Lock()
+	blocked := now.Before(ps.blockedUntil)
+	stopped := pc.key != "" && ps.stoppedKey == pc.key
+	noKey := pc.key == ""
+	logNoKey := noKey && !ps.noKeyLogged
+	ps.noKeyLogged = ps.noKeyLogged || noKey
+	overBudget := ps.polls >= 10*ps.tracked+100
+	logBudget := overBudget && !ps.budgetLogged
+	ps.budgetLogged = ps.budgetLogged || overBudget
+	ps.mu.Unlock()
+
+	if logNoKey {
+		a.logger.Error("cannot poll: no api_key configured for the provider (global pingback option: provider <name> { api_key ... })",
+			zap.String("provider", name))
+	}
+	if logBudget {
+		a.logger.Warn("res.php budget reached: polling slowed to stay well under the provider's 20 requests per task",
+			zap.String("provider", name), zap.Int("polls", ps.polls), zap.Int("tasks", ps.tracked))
+	}
+	if noKey || stopped || overBudget {
+		// Nothing to do now; look again next interval, not every tick.
+		for _, t := range tasks {
+			a.reschedule(t, now, false)
+		}
+		return
+	}
+	if blocked {
+		return // stay due; asked again once the provider's block ends
+	}
+
+	var bulk, single []*store.Task
+	for _, t := range tasks {
+		if tokenMethods[t.Method] {
+			bulk = append(bulk, t)
+		} else {
+			single = append(single, t)
+		}
+	}
+	var groups [][]*store.Task
+	for len(bulk) > 0 {
+		n := min(len(bulk), a.Poll.Batch)
+		groups = append(groups, bulk[:n])
+		bulk = bulk[n:]
+	}
+	for _, t := range single {
+		groups = append(groups, []*store.Task{t})
+	}
+	client := &resClient{endpoint: pc.endpoint, key: pc.key, http: a.httpClient}
+	for _, g := range groups {
+		if !a.pollGroup(name, ps, client, g, now) {
+			return
+		}
+	}
+}
+
+// pollGroup asks res.php once for the tasks of g and acts on the answers.
+// It reports whether polling this provider may go on in this round.
+func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store.Task, now time.Time) bool {
+	if !ps.limiter.Allow() {
+		return false
+	}
+	claimed := g[:0:0]
+	for _, t := range g {
+		if ct := a.reschedule(t, now, true); ct != nil {
+			claimed = append(claimed, ct)
+		}
+	}
+	if len(claimed) == 0 {
+		return true
+	}
+	ids := make([]string, len(claimed))
+	for i, t := range claimed {
+		ids[i] = t.ID
+	}
+	ps.mu.Lock()
+	ps.polls++
+	ps.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+	answers, err := c.get(ctx, ids)
+	cancel()
+	if err != nil {
+		a.metrics.resphp.WithLabelValues(name, "error").Inc()
+		a.backoffProvider(name, ps, now, answer{kind: answerBackoff, text: err.Error()})
+		return false
+	}
+	if len(answers) != len(claimed) {
+		if len(answers) == 1 && (answers[0].kind == answerBackoff || answers[0].kind == answerKeyError) {
+			return a.onAnswer(name, ps, nil, answers[0], now)
+		}
+		// Never guess which element belongs to which id: ask one by one.
+		a.metrics.resphp.WithLabelValues(name, "bulk_mismatch").Inc()
+		a.logger.Debug("bulk answer count mismatch; asking one by one",
+			zap.String("provider", name), zap.Int("asked", len(claimed)), zap.Int("got", len(answers)))
+		for _, t := range claimed {
+			if !a.pollSingleNow(name, ps, c, t, now) {
+				return false
+			}
+		}
+		return true
+	}
+	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
+	for i, ans := range answers {
+		if !a.onAnswer(name, ps, claimed[i], ans, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// pollSingleNow asks res.php for one already claimed task (the bulk
+// fallback), waiting for the rate limiter.
+func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *store.Task, now time.Time) bool {
+	if err := ps.limiter.Wait(a.ctx); err != nil {
+		return false
+	}
+	ps.mu.Lock()
+	ps.polls++
+	ps.mu.Unlock()
+	_, _ = a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
+	ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+	answers, err := c.get(ctx, []string{t.ID})
+	cancel()
+	if err != nil || len(answers) != 1 {
+		a.metrics.resphp.WithLabelValues(name, "error").Inc()
+		text := "unexpected answer"
+		if err != nil {
+			text = err.Error()
+		}
+		a.backoffProvider(name, ps, now, answer{kind: answerBackoff, text: text})
+		return false
+	}
+	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
+	return a.onAnswer(name, ps, t, answers[0], now)
+}
+
+// onAnswer acts on one answer for task t (nil for a provider-wide answer).
+func (a *App) onAnswer(name string, ps *providerState, t *store.Task, ans answer, now time.Time) bool {
+	switch ans.kind {
+	case answerResult, answerTaskError:
+		ps.ok()
+		a.deliverPolled(t, ans.text)
+	case answerNotReady:
+		ps.ok() // rescheduled when claimed
+	case answerUnknownTask:
+		ps.ok()
+		a.expireTask(t, "provider does not know the task: "+ans.text)
+	case answerKeyError:
+		ps.mu.Lock()
+		first := ps.stoppedKey != a.providerConfig(name).key
+		ps.stoppedKey = a.providerConfig(name).key
+		ps.mu.Unlock()
+		if first {
+			a.logger.Error("provider rejected the API key: polling stopped for this provider until the key changes",
+				zap.String("provider", name), zap.String("answer", ans.text))
+		}
+		return false
+	case answerBackoff:
+		a.backoffProvider(name, ps, now, ans)
+		return false
+	}
+	return true
+}
+
+func (ps *providerState) ok() {
+	ps.mu.Lock()
+	ps.failures = 0
+	ps.mu.Unlock()
+}
+
+// backoffProvider blocks polling the provider: exponentially longer with
+// consecutive failures (5s doubling up to 10m), at least the block the
+// answer documents, with full jitter on top of that floor.
+func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans answer) {
+	ps.mu.Lock()
+	ps.failures++
+	capd := min(5*time.Second<<min(ps.failures-1, 7), 10*time.Minute)
+	wait := max(ans.wait, 5*time.Second) + time.Duration(a.jitter(int64(capd)+1))
+	ps.blockedUntil = now.Add(wait)
+	n := ps.failures
+	ps.mu.Unlock()
+	a.logger.Warn("provider unavailable for polling; backing off",
+		zap.String("provider", name), zap.String("answer", truncate(ans.text, 120)),
+		zap.Int("consecutive", n), zap.Duration("wait", wait))
+}
+
+// reschedule moves a pending task's next poll to now + interval; with
+// claim, it also counts the poll about to be made. It returns the updated
+// task, or nil if the task is no longer pending.
+func (a *App) reschedule(t *store.Task, now time.Time, claim bool) *store.Task {
+	next := now.Add(time.Duration(a.Poll.Interval))
+	ut, err := a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error {
+		if t.State != store.TaskPending {
+			return store.ErrSkip
+		}
+		t.NextPollAt = next
+		t.UpdatedAt = now
+		if claim {
+			t.Polls++
+		}
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, store.ErrSkip) {
+			a.logger.Error("rescheduling a task", zap.String("key", t.Key().String()), zap.Error(err))
+		}
+		return nil
+	}
+	return ut
+}
+
+// expireTask marks a task expired: it is never polled again.
+func (a *App) expireTask(t *store.Task, why string) {
+	now := a.now().UTC()
+	_, err := a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error {
+		if t.State != store.TaskPending {
+			return store.ErrSkip
+		}
+		t.State, t.NextPollAt, t.LastError, t.UpdatedAt = store.TaskExpired, time.Time{}, why, now
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrSkip):
+	case err != nil:
+		a.logger.Error("expiring a task", zap.String("key", t.Key().String()), zap.Error(err))
+	default:
+		a.metrics.tasks.WithLabelValues(t.Provider, "expired").Inc()
+		a.logger.Info("task expired without a result", zap.String("key", t.Key().String()), zap.String("reason", why))
+	}
+}
+
+// deliverPolled stores a polled result like a pingback (durable, deduplicated:
+// if the pingback was stored first this is a duplicate and stops here) and
+// delivers it to the task's pingback URL in-process, in the provider's
+// pingback format, with X-Pingback-Source: poll.
+func (a *App) deliverPolled(t *store.Task, code string) {
+	now := a.now().UTC()
+	rec, err := a.polledRecord(t, code, now)
+	if err != nil {
+		a.logger.Error("cannot deliver polled result", zap.String("key", t.Key().String()), zap.Error(err))
+		a.expireTask(t, err.Error())
+		return
+	}
+	st := a.handle.store
+	existing, err := st.Insert(a.ctx, rec)
+	switch {
+	case err != nil:
+		// The task stays pending: polled again next interval.
+		a.logger.Error("storing polled result failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
+		return
+	case existing != nil:
+		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
+		return
+	}
+	a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
+	a.metrics.tasks.WithLabelValues(t.Provider, "recovered").Inc()
+	a.logger.Info("result recovered by polling", zap.String("key", t.Key().String()))
+	a.deliveries.Add(1)
+	go func() {
+		defer a.deliveries.Done()
+		ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.Replay.StuckAfter))
+		defer cancel()
+		out := a.dispatch(ctx, rec, "poll", 1)
+		a.metrics.forwards.WithLabelValues(rec.Provider, "poll", out.class.String()).Inc()
+		a.recordOutcome(st, rec.Key(), 1, out)
+	}()
+}
+
+// polledRecord builds the record of a polled result: the request is the
+// pingback the provider would have sent to the task's pingback URL.
+func (a *App) polledRecord(t *store.Task, code string, now time.Time) (*store.Record, error) {
+	u, err := url.Parse(t.PingbackURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("task pingback URL %q is not an absolute URL", t.PingbackURL)
+	}
+	srv, err := a.serverForURL(u)
+	if err != nil {
+		return nil, err
+	}
+	fields := url.Values{"id": {t.ID}, "code": {code}}
+	req := store.Request{
+		Method:     a.providerConfig(t.Provider).method,
+		Host:       u.Host,
+		Proto:      "HTTP/1.1",
+		RemoteAddr: "127.0.0.1:0",
+		TLS:        u.Scheme == "https",
+		Header:     http.Header{"User-Agent": {"caddy-pingback poller"}},
+	}
+	uri := u.EscapedPath()
+	if uri == "" {
+		uri = "/"
+	}
+	if req.Method == http.MethodGet {
+		q := u.Query()
+		q.Set("id", t.ID)
+		q.Set("code", code)
+		req.URI = uri + "?" + q.Encode()
+	} else {
+		req.URI = uri
+		if u.RawQuery != "" {
+			req.URI += "?" + u.RawQuery
+		}
+		req.Body = []byte(fields.Encode())
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return &store.Record{
+		Provider:   t.Provider,
+		ID:         t.ID,
+		Code:       code,
+		Source:     "poll",
+		ReceivedAt: now,
+		Server:     srv,
+		Request:    req,
+		State:      store.StateForwarding,
+		Attempts:   1,
+		DueAt:      now.Add(time.Duration(a.Replay.StuckAfter)),
+		UpdatedAt:  now,
+		ExpiresAt:  now.Add(time.Duration(a.Retention)),
+	}, nil
+}

@@ -1,0 +1,424 @@
+package pingback
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+func init() {
+	caddy.RegisterModule(Tracker{})
+}
+
+// DefaultTrackMaxBody is the largest submission the track handler reads to
+// learn its parameters; in.php takes images up to about 600 kB, 1.4 MB once
+// base64-encoded (provider-protocol.md §1.6).
+const DefaultTrackMaxBody = 8 << 20
+
+// Tracker sits in front of a reverse_proxy to the provider's API, so the
+// plugin learns which tasks the app submits without any change to the app
+// (the app points its provider host at this site).
+//
+// On in.php it forwards the submission unchanged (GET query, urlencoded or
+// multipart POST; uploads byte-identical), reads the provider's answer
+// (`OK|<id>` or `{"status":1,"request":<id>}`) and records the task as
+// pending, then returns the answer to the app unchanged. With PingbackURL
+// set, a submission without a `pingback` parameter gets that one added.
+//
+// On res.php?action=get&id=<id> it answers from the store when the plugin
+// already holds the result (by pingback or by its own poll), in the format
+// the app asked for (json=0 or json=1), without calling the provider;
+// otherwise it passes the request through, and a result the provider
+// returns is stored, so a later pingback is a duplicate.
+type Tracker struct {
+	// The provider behind this route: captchaai, 2captcha or rucaptcha.
+	// Required.
+	Provider string `json:"provider,omitempty"`
+
+	// Pingback URL added to submissions that carry none, so that apps
+	// which only poll gain pingbacks too. It must be an absolute http(s)
+	// URL served by this Caddy. Default: none (submissions are unchanged).
+	PingbackURL string `json:"pingback_url,omitempty"`
+
+	// Largest submission body read to learn its parameters, in bytes.
+	// A larger one is passed through untouched and not tracked.
+	// Default: 8 MiB.
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	app      *App
+	provider provider
+	logger   *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Tracker) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.pingback_track",
+		New: func() caddy.Module { return new(Tracker) },
+	}
+}
+
+// Provision sets defaults and finds the pingback app.
+func (t *Tracker) Provision(ctx caddy.Context) error {
+	t.logger = ctx.Logger()
+	if t.MaxBody == 0 {
+		t.MaxBody = DefaultTrackMaxBody
+	}
+	if t.Provider == "" {
+		return fmt.Errorf("provider is required (one of: %s)", providerNames())
+	}
+	p, err := lookupProvider(t.Provider)
+	if err != nil {
+		return err
+	}
+	t.provider = p
+	if t.PingbackURL != "" {
+		u, err := url.Parse(t.PingbackURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("pingback_url %q is not an absolute http(s) URL", t.PingbackURL)
+		}
+	}
+	appIface, err := ctx.App("pingback")
+	if err != nil {
+		return fmt.Errorf("loading pingback app: %w", err)
+	}
+	t.app = appIface.(*App)
+	return nil
+}
+
+// Validate checks the configuration.
+func (t *Tracker) Validate() error {
+	if t.MaxBody <= 0 {
+		return fmt.Errorf("max_body must be positive, got %d", t.MaxBody)
+	}
+	return nil
+}
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	switch path.Base(r.URL.Path) {
+	case "in.php":
+		return t.serveSubmit(w, r, next)
+	case "res.php":
+		return t.serveResult(w, r, next)
+	}
+	return next.ServeHTTP(w, r)
+}
+
+// serveSubmit forwards an in.php submission and tracks the task it creates.
+func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	body, whole, err := readUpTo(r, t.MaxBody)
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	if !whole {
+		t.logger.Warn("submission too large to inspect; forwarded untracked", zap.Int64("max_body", t.MaxBody))
+		return next.ServeHTTP(w, r)
+	}
+	params := submitParams(r, body, t.MaxBody)
+	pingback := params.Get("pingback")
+	if pingback == "" && t.PingbackURL != "" {
+		if nb, ok := addPingback(r, body, t.PingbackURL); ok {
+			body, pingback = nb, t.PingbackURL
+		} else {
+			t.logger.Warn("could not add the pingback URL to this submission; forwarded unchanged")
+		}
+	}
+	setBody(r, body)
+	submitted := t.app.now().UTC()
+
+	buf := new(bytes.Buffer)
+	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
+	if err := next.ServeHTTP(rec, r); err != nil {
+		return err
+	}
+	if !rec.Buffered() {
+		return nil
+	}
+	if rec.Status() == http.StatusOK && pingback != "" {
+		if id, ok := parseSubmitAnswer(decodedBody(rec.Header(), buf.Bytes())); ok && t.provider.validID(id) {
+			ctx := context.WithoutCancel(r.Context())
+			if _, _, err := t.app.trackTask(ctx, t.Provider, id, params.Get("method"), pingback, submitted, false); err != nil {
+				t.logger.Error("task NOT tracked: its result will not be polled if the pingback is lost",
+					zap.String("provider", t.Provider), zap.String("id", id), zap.Error(err))
+			}
+		}
+	}
+	return rec.WriteResponse()
+}
+
+// serveResult answers res.php?action=get&id= from the store when it can.
+func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	body, whole, err := readUpTo(r, 64<<10)
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	if !whole {
+		return next.ServeHTTP(w, r)
+	}
+	params := submitParams(r, body, 64<<10)
+	setBody(r, body)
+	id := params.Get("id")
+	if params.Get("action") != "get" || id == "" || params.Get("ids") != "" || !t.provider.validID(id) {
+		return next.ServeHTTP(w, r)
+	}
+	asJSON := params.Get("json") == "1"
+	key := store.Key{Provider: t.Provider, ID: id}
+	st := t.app.store(time.Second)
+	if st != nil {
+		if held, err := st.Get(r.Context(), key); err == nil {
+			return writeResAnswer(w, asJSON, held.Code)
+		}
+	}
+
+	buf := new(bytes.Buffer)
+	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
+	if err := next.ServeHTTP(rec, r); err != nil {
+		return err
+	}
+	if !rec.Buffered() {
+		return nil
+	}
+	if code, ok := parseResultAnswer(decodedBody(rec.Header(), buf.Bytes())); ok && rec.Status() == http.StatusOK && st != nil {
+		t.storeSeenResult(st, key, code)
+	}
+	return rec.WriteResponse()
+}
+
+// storeSeenResult stores a result the app fetched itself, as delivered (the
+// app has it): a later pingback or poll for it is then a duplicate.
+func (t *Tracker) storeSeenResult(st store.Store, key store.Key, code string) {
+	a := t.app
+	now := a.now().UTC()
+	rec := &store.Record{
+		Provider:   key.Provider,
+		ID:         key.ID,
+		Code:       code,
+		Source:     "poll",
+		ReceivedAt: now,
+		State:      store.StateDelivered,
+		UpdatedAt:  now,
+		ExpiresAt:  now.Add(time.Duration(a.Retention)),
+	}
+	if task, err := st.GetTask(context.Background(), key); err == nil {
+		if full, err := a.polledRecord(task, code, now); err == nil {
+			full.State, full.DueAt, full.Attempts = store.StateDelivered, time.Time{}, 0
+			rec = full
+		}
+	}
+	if _, err := st.Insert(context.Background(), rec); err != nil {
+		t.logger.Error("storing a result seen on res.php failed", zap.String("key", key.String()), zap.Error(err))
+	}
+}
+
+// readUpTo reads r's whole body if it is at most limit bytes. Otherwise it
+// leaves r.Body able to replay what was read followed by the rest, and
+// reports whole=false.
+func readUpTo(r *http.Request, limit int64) (body []byte, whole bool, err error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true, nil
+	}
+	if r.ContentLength > limit {
+		return nil, false, nil
+	}
+	body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("reading request body: %w", err)
+	}
+	if int64(len(body)) > limit {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		return nil, false, nil
+	}
+	return body, true, nil
+}
+
+// setBody makes body the request's body again.
+func setBody(r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if body == nil {
+		r.Body = http.NoBody
+	}
+	if r.Header.Get("Content-Length") != "" {
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	}
+}
+
+// submitParams returns the parameters of an in.php or res.php request:
+// query fields, with form-body fields (urlencoded or multipart) winning.
+// Malformed bodies give just the query: the provider will judge them.
+func submitParams(r *http.Request, body []byte, limit int64) url.Values {
+	query, _ := url.ParseQuery(r.URL.RawQuery)
+	if r.Method != http.MethodPost || len(body) == 0 {
+		return query
+	}
+	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	shadow := &http.Request{
+		Method: http.MethodPost, URL: &url.URL{},
+		Header:        http.Header{"Content-Type": r.Header["Content-Type"]},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+	}
+	switch {
+	case ct == "application/x-www-form-urlencoded":
+		if shadow.ParseForm() == nil {
+			return mergeQuery(shadow.PostForm, query)
+		}
+	case ct == "multipart/form-data" && params["boundary"] != "":
+		if shadow.ParseMultipartForm(limit+1) == nil {
+			defer shadow.MultipartForm.RemoveAll()
+			return mergeQuery(shadow.MultipartForm.Value, query)
+		}
+	}
+	return query
+}
+
+// addPingback adds pingback=<u> to a submission that has none: to the query
+// of a request without body, to the end of an urlencoded body, or as a new
+// part before the closing boundary of a multipart body (every other byte
+// unchanged). It returns the new body.
+func addPingback(r *http.Request, body []byte, u string) ([]byte, bool) {
+	if len(body) == 0 {
+		q := r.URL.RawQuery
+		if q != "" {
+			q += "&"
+		}
+		r.URL.RawQuery = q + "pingback=" + url.QueryEscape(u)
+		r.RequestURI = r.URL.RequestURI()
+		return body, true
+	}
+	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "application/x-www-form-urlencoded":
+		nb := bytes.TrimRight(bytes.Clone(body), "&")
+		return append(nb, "&pingback="+url.QueryEscape(u)...), true
+	case "multipart/form-data":
+		b := params["boundary"]
+		closing := []byte("--" + b + "--")
+		i := bytes.LastIndex(body, closing)
+		if b == "" || i < 0 {
+			return nil, false
+		}
+		part := "--" + b + "\r\nContent-Disposition: form-data; name=\"pingback\"\r\n\r\n" + u + "\r\n"
+		nb := make([]byte, 0, len(body)+len(part))
+		nb = append(nb, body[:i]...)
+		nb = append(nb, part...)
+		return append(nb, body[i:]...), true
+	}
+	return nil, false
+}
+
+// parseSubmitAnswer reads the task id from in.php's answer: plain
+// `OK|<id>` or JSON `{"status":1,"request":<id>}`, the id a string or a
+// number (provider-protocol.md §1.3).
+func parseSubmitAnswer(body []byte) (string, bool) {
+	body = bytes.TrimSpace(body)
+	if id, ok := bytes.CutPrefix(body, []byte("OK|")); ok {
+		return string(id), len(id) > 0
+	}
+	var ra resAnswer
+	if json.Unmarshal(body, &ra) != nil || ra.Status != 1 || ra.Request == nil {
+		return "", false
+	}
+	var id string
+	if json.Unmarshal(ra.Request, &id) == nil {
+		return id, id != ""
+	}
+	var n json.Number
+	if json.Unmarshal(ra.Request, &n) == nil {
+		if _, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
+			return n.String(), true
+		}
+	}
+	return "", false
+}
+
+// parseResultAnswer reads a result from res.php?action=get's answer: plain
+// `OK|<answer>` (split on the first "|" only; answers may contain "|") or
+// JSON with status 1 (provider-protocol.md §1.4, §1.5).
+func parseResultAnswer(body []byte) (string, bool) {
+	body = bytes.TrimSpace(body)
+	if res, ok := bytes.CutPrefix(body, []byte("OK|")); ok {
+		return string(res), len(res) > 0
+	}
+	var ra resAnswer
+	if json.Unmarshal(body, &ra) != nil || ra.Status != 1 || ra.Request == nil {
+		return "", false
+	}
+	s := requestText(ra.Request)
+	return s, s != ""
+}
+
+// writeResAnswer answers res.php?action=get locally: a result as `OK|<code>`
+// or {"status":1,"request":"<code>"}; a task error (ERROR_...) as the bare
+// code or {"status":0,"request":"<code>"}.
+func writeResAnswer(w http.ResponseWriter, asJSON bool, code string) error {
+	isErr := strings.HasPrefix(code, "ERROR")
+	if !asJSON {
+		if !isErr {
+			code = "OK|" + code
+		}
+		return writeText(w, http.StatusOK, code)
+	}
+	status := 1
+	if isErr {
+		status = 0
+	}
+	b, err := json.Marshal(struct {
+		Status  int    `json:"status"`
+		Request string `json:"request"`
+	}{status, code})
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, err = w.Write(b)
+	return err
+}
+
+// decodedBody returns a buffered response body, gunzipped if the provider
+// sent it compressed (for parsing only; the app gets the bytes as sent).
+func decodedBody(h http.Header, b []byte) []byte {
+	if !strings.EqualFold(h.Get("Content-Encoding"), "gzip") {
+		return b
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return b
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, 1<<20))
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return b
+	}
+	return out
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Tracker)(nil)
+	_ caddy.Validator             = (*Tracker)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Tracker)(nil)
+)
