@@ -86,7 +86,7 @@ func (a *App) replayLoop() {
 	tick := min(max(time.Duration(a.Replay.BackoffMin)/4, 20*time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	sem := make(chan struct{}, a.Replay.Concurrency)
+	sem := a.inflight
 	for {
 		select {
 		case <-a.stop:

@@ -72,6 +72,9 @@ type App struct {
 	loopDone   chan struct{}   // closed when the replay loop has returned
 	pollDone   chan struct{}   // closed when the poll loop has returned
 	deliveries *sync.WaitGroup // polled results being delivered
+	// inflight bounds the forwards the loops have in flight (replays and
+	// polled results together) to Replay.Concurrency.
+	inflight chan struct{}
 	httpClient *http.Client    // for res.php
 	metrics    *metrics
 
@@ -210,6 +213,7 @@ func (a *App) Start() error {
 	a.held = true
 	a.handle = v.(*storeHandle)
 	a.handle.join(a)
+	a.inflight = make(chan struct{}, a.Replay.Concurrency)
 	a.loopDone = make(chan struct{})
 	a.pollDone = make(chan struct{})
 	go a.replayLoop()

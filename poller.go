@@ -26,6 +26,12 @@ const (
 	DefaultGiveUp       = 15 * time.Minute
 	DefaultPollBatch    = 50
 	DefaultPollRate     = 5.0
+
+	// The poller's res.php budget per provider and process: at most 10
+	// requests per task tracked since start plus pollAllowance, half of
+	// 2captcha's rule R > 20·C + 1200 (provider-protocol.md §1.6, ERROR:
+	// 1005), so the account stays well under it.
+	pollAllowance = 600
 )
 
 // ProviderConfig is what the poller needs to ask one provider's res.php for
@@ -251,7 +257,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	noKey := pc.key == ""
 	logNoKey := noKey && !ps.noKeyLogged
 	ps.noKeyLogged = ps.noKeyLogged || noKey
-	overBudget := ps.polls >= 10*ps.tracked+100
+	overBudget := ps.polls >= 10*ps.tracked+pollAllowance
 	logBudget := overBudget && !ps.budgetLogged
 	ps.budgetLogged = ps.budgetLogged || overBudget
 	ps.mu.Unlock()
@@ -505,6 +511,12 @@ func (a *App) deliverPolled(t *store.Task, code string) {
 	a.deliveries.Add(1)
 	go func() {
 		defer a.deliveries.Done()
+		select {
+		case a.inflight <- struct{}{}:
+			defer func() { <-a.inflight }()
+		case <-a.stop:
+			return // stored as forwarding: replayed after stuck_after
+		}
 		ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.Replay.StuckAfter))
 		defer cancel()
 		out := a.dispatch(ctx, rec, "poll", 1)
