@@ -8,8 +8,8 @@ package pingback
 
 import (
 	"fmt"
-	"net/http"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -74,8 +74,8 @@ type App struct {
 	deliveries *sync.WaitGroup // polled results being delivered
 	// inflight bounds the forwards the loops have in flight (replays and
 	// polled results together) to Replay.Concurrency.
-	inflight chan struct{}
-	httpClient *http.Client    // for res.php
+	inflight   chan struct{}
+	httpClient *http.Client // for res.php
 	metrics    *metrics
 
 	// now and jitter are the clock and random source of the replay loop;
