@@ -1,0 +1,214 @@
+package pingback
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// fuzzMaxBody is the max_body the fuzzer runs with: small, so that the
+// 413 path is reached too.
+const fuzzMaxBody = 1024
+
+// multipartFields returns a multipart/form-data body of fields and its
+// Content-Type.
+func multipartFields(t testing.TB, fields ...string) (string, []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for i := 0; i+1 < len(fields); i += 2 {
+		if err := mw.WriteField(fields[i], fields[i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return mw.FormDataContentType(), buf.Bytes()
+}
+
+// FuzzReadCallback: whatever arrives, readCallback does not panic and
+// either returns a callback that satisfies the provider's rules or a
+// *badRequest with a 4xx status and a reason; it never writes the answer
+// itself, and it keeps the body exactly as sent (the app must see it).
+func FuzzReadCallback(f *testing.F) {
+	f.Add("GET", "", "id=123&code=03AGdBq24", []byte(nil))
+	f.Add("GET", "", "id=123&code=ERROR_CAPTCHA_UNSOLVABLE", []byte(nil))
+	f.Add("GET", "", "id=abc&code=x", []byte(nil))
+	f.Add("GET", "", "id=1;code=x", []byte(nil))
+	f.Add("POST", "application/x-www-form-urlencoded", "", []byte("id=987654321&code=TOKEN"))
+	f.Add("POST", "application/x-www-form-urlencoded; charset=utf-8", "id=1", []byte("code=a%20b&id=2"))
+	f.Add("POST", "application/x-www-form-urlencoded", "", []byte("id=1&id=2&code=x"))
+	f.Add("POST", "application/x-www-form-urlencoded", "", []byte("%zz"))
+	f.Add("POST", "text/plain", "id=1&code=x", []byte("hello"))
+	f.Add("POST", "", "id=1&code=x", []byte("body without a type"))
+	f.Add("POST", "multipart/form-data", "", []byte("--x\r\n\r\n--x--"))
+	f.Add("PUT", "", "id=1&code=x", []byte(nil))
+	f.Add("POST", "application/x-www-form-urlencoded", "", bytes.Repeat([]byte("a"), fuzzMaxBody+1))
+	ct, body := multipartFields(f, "id", "42", "code", "03AGdBq24")
+	f.Add("POST", ct, "", body)
+	ct, body = multipartFields(f, "code", "solved")
+	f.Add("POST", ct, "id=42", body)
+	ct, body = multipartFields(f, "id", "42", "id", "43", "code", "x")
+	f.Add("POST", ct, "", body)
+
+	f.Fuzz(func(t *testing.T, method, contentType, query string, body []byte) {
+		r := &http.Request{
+			Method:        method,
+			URL:           &url.URL{Path: "/cb", RawQuery: query},
+			Header:        http.Header{},
+			Body:          io.NopCloser(bytes.NewReader(body)),
+			ContentLength: int64(len(body)),
+			Host:          "example.com",
+		}
+		if contentType != "" {
+			r.Header.Set("Content-Type", contentType)
+		}
+		w := httptest.NewRecorder()
+		p := providers["captchaai"]
+		cb, err := readCallback(w, r, p, fuzzMaxBody)
+
+		if w.Body.Len() != 0 {
+			t.Errorf("readCallback wrote a response body %q", w.Body.String())
+		}
+		if err != nil {
+			var bad *badRequest
+			if !errors.As(err, &bad) {
+				t.Fatalf("error %v (%T) is not a *badRequest", err, err)
+			}
+			if bad.status < 400 || bad.status > 499 || bad.reason == "" {
+				t.Fatalf("bad request %d %q: want a 4xx status and a reason", bad.status, bad.reason)
+			}
+			if method != http.MethodGet && method != http.MethodPost && bad.status != http.StatusMethodNotAllowed {
+				t.Errorf("method %q: got %d, want 405", method, bad.status)
+			}
+			return
+		}
+		if method != http.MethodGet && method != http.MethodPost {
+			t.Fatalf("method %q accepted", method)
+		}
+		if len(body) > fuzzMaxBody {
+			t.Fatalf("a %d-byte body accepted with max_body %d", len(body), fuzzMaxBody)
+		}
+		if !p.validID(cb.id) || cb.code == "" {
+			t.Fatalf("accepted id %q code %q", cb.id, cb.code)
+		}
+		if !bytes.Equal(cb.body, body) {
+			t.Fatalf("body changed: got %q, want %q", cb.body, body)
+		}
+	})
+}
+
+// countingBody counts reads so a test can tell whether a body was read.
+type countingBody struct {
+	r     io.Reader
+	reads int
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	c.reads++
+	return c.r.Read(p)
+}
+
+func TestReadCallback(t *testing.T) {
+	const maxBody = 512
+	mpType, mpBody := multipartFields(t, "id", "555", "code", "multi part")
+	mpCodeType, mpCodeBody := multipartFields(t, "code", "from body")
+	for _, tc := range []struct {
+		name        string
+		method      string
+		target      string
+		contentType string
+		body        string
+		chunked     bool // unknown Content-Length
+
+		status   int // 0: accepted
+		reason   string
+		id, code string
+	}{
+		{name: "GET query", method: "GET", target: "/cb?id=123&code=TOKEN", id: "123", code: "TOKEN"},
+		{name: "error code is a result", method: "GET", target: "/cb?id=123&code=ERROR_CAPTCHA_UNSOLVABLE", id: "123", code: "ERROR_CAPTCHA_UNSOLVABLE"},
+		{name: "urlencoded POST", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=77&code=03AG%2Bx", id: "77", code: "03AG+x"},
+		{name: "body field wins over query", method: "POST", target: "/cb?id=1&code=FROM_QUERY", contentType: "application/x-www-form-urlencoded", body: "id=2&code=FROM_BODY", id: "2", code: "FROM_BODY"},
+		{name: "id in query, code in body", method: "POST", target: "/cb?id=31", contentType: "application/x-www-form-urlencoded", body: "code=solved", id: "31", code: "solved"},
+		{name: "multipart POST", method: "POST", target: "/cb", contentType: mpType, body: string(mpBody), id: "555", code: "multi part"},
+		{name: "multipart code, id in query", method: "POST", target: "/cb?id=8", contentType: mpCodeType, body: string(mpCodeBody), id: "8", code: "from body"},
+		{name: "POST without body uses query", method: "POST", target: "/cb?id=9&code=q", id: "9", code: "q"},
+		{name: "32-digit id", method: "GET", target: "/cb?id=" + strings.Repeat("9", 32) + "&code=x", id: strings.Repeat("9", 32), code: "x"},
+
+		{name: "empty code", method: "GET", target: "/cb?id=1&code=", status: 400, reason: "missing code"},
+		{name: "missing id", method: "GET", target: "/cb?code=x", status: 400, reason: "missing id"},
+		{name: "empty code in body hides query code", method: "POST", target: "/cb?id=1&code=q", contentType: "application/x-www-form-urlencoded", body: "code=", status: 400, reason: "missing code"},
+		{name: "repeated id", method: "GET", target: "/cb?id=1&id=2&code=x", status: 400, reason: "more than one id"},
+		{name: "non-digit id", method: "GET", target: "/cb?id=12a&code=x", status: 400, reason: "malformed id"},
+		{name: "33-digit id", method: "GET", target: "/cb?id=" + strings.Repeat("9", 33) + "&code=x", status: 400, reason: "malformed id"},
+		{name: "malformed query", method: "GET", target: "/cb?id=1;code=x", status: 400, reason: "malformed query"},
+		{name: "multipart without boundary", method: "POST", target: "/cb", contentType: "multipart/form-data", body: "--x\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n1\r\n--x--\r\n", status: 400, reason: "without boundary"},
+		{name: "malformed multipart", method: "POST", target: "/cb", contentType: "multipart/form-data; boundary=zzz", body: "not multipart at all", status: 400, reason: "malformed multipart"},
+		{name: "other content type", method: "POST", target: "/cb?id=1&code=x", contentType: "application/json", body: `{"id":1}`, status: 415, reason: "unsupported Content-Type"},
+		{name: "malformed content type", method: "POST", target: "/cb?id=1&code=x", contentType: "multipart/form-data; boundary", body: "x", status: 400, reason: "malformed Content-Type"},
+		{name: "PUT", method: "PUT", target: "/cb?id=1&code=x", status: 405, reason: "use GET or POST"},
+		{name: "body over max_body, length unknown", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=1&code=" + strings.Repeat("x", maxBody), chunked: true, status: 413, reason: "body too large"},
+		{name: "body of exactly max_body", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=1&code=" + strings.Repeat("x", maxBody-10), id: "1", code: strings.Repeat("x", maxBody-10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.target, strings.NewReader(tc.body))
+			if tc.contentType != "" {
+				r.Header.Set("Content-Type", tc.contentType)
+			}
+			if tc.chunked {
+				r.ContentLength = -1
+			}
+			w := httptest.NewRecorder()
+			cb, err := readCallback(w, r, providers["2captcha"], maxBody)
+			if tc.status != 0 {
+				var bad *badRequest
+				if !errors.As(err, &bad) {
+					t.Fatalf("got (%+v, %v), want a %d error", cb, err, tc.status)
+				}
+				if bad.status != tc.status || !strings.Contains(bad.reason, tc.reason) {
+					t.Errorf("got %d %q, want %d containing %q", bad.status, bad.reason, tc.status, tc.reason)
+				}
+				if tc.status == http.StatusMethodNotAllowed && w.Header().Get("Allow") != "GET, POST" {
+					t.Errorf("405 without Allow: GET, POST (got %q)", w.Header().Get("Allow"))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got error %v, want id %q code %q", err, tc.id, tc.code)
+			}
+			if cb.id != tc.id || cb.code != tc.code {
+				t.Errorf("got id %q code %q, want id %q code %q", cb.id, cb.code, tc.id, tc.code)
+			}
+			if string(cb.body) != tc.body {
+				t.Errorf("body: got %q, want the body as sent %q", cb.body, tc.body)
+			}
+		})
+	}
+}
+
+// TestReadCallbackContentLengthOverMaxBody: a declared length above
+// max_body is refused before any of the body is read.
+func TestReadCallbackContentLengthOverMaxBody(t *testing.T) {
+	body := &countingBody{r: strings.NewReader("id=1&code=x")}
+	r := httptest.NewRequest(http.MethodPost, "/cb", body)
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.ContentLength = 65
+	_, err := readCallback(httptest.NewRecorder(), r, providers["captchaai"], 64)
+	var bad *badRequest
+	if !errors.As(err, &bad) || bad.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("got %v, want 413", err)
+	}
+	if !strings.Contains(bad.reason, "at most 64 bytes") {
+		t.Errorf("reason %q does not state the limit", bad.reason)
+	}
+	if body.reads != 0 {
+		t.Errorf("the body was read %d times before refusing it", body.reads)
+	}
+}
