@@ -62,6 +62,7 @@ func caddyfileFor(pingbackGlobal, sites string) string {
 	grace_period 1ns
 	auto_https off
 	skip_install_trust
+	persist_config off
 	pingback {
 		%s
 	}
@@ -149,6 +150,11 @@ type appStub struct {
 	status  int           // answer status; 200 if 0
 	delay   time.Duration // wait before answering
 	release chan struct{} // if set, answers wait until it is closed
+
+	// statusFor, if set, picks each answer's status (over status).
+	statusFor func(r *http.Request) int
+	// inflight counts requests being answered; maxInflight is its peak.
+	inflight, maxInflight int
 }
 
 func newAppStub(t *testing.T) *appStub {
@@ -162,8 +168,18 @@ func (a *appStub) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	a.mu.Lock()
 	a.reqs = append(a.reqs, seenRequest{Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header.Clone(), Body: string(body)})
-	status, delay, release := a.status, a.delay, a.release
+	status, delay, release, statusFor := a.status, a.delay, a.release, a.statusFor
+	a.inflight++
+	a.maxInflight = max(a.maxInflight, a.inflight)
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.inflight--
+		a.mu.Unlock()
+	}()
+	if statusFor != nil {
+		status = statusFor(r)
+	}
 	if delay > 0 {
 		time.Sleep(delay)
 	}
@@ -182,6 +198,13 @@ func (a *appStub) setStatus(status int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.status = status
+}
+
+// peakInflight returns the most requests the app was answering at once.
+func (a *appStub) peakInflight() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.maxInflight
 }
 
 // requests returns a copy of what the app received so far.

@@ -1,0 +1,385 @@
+package pingback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// fastReplay is a global pingback block whose replay loop retries within
+// tens of milliseconds.
+const fastReplay = "replay {\n\tbackoff 20ms 40ms\n}"
+
+// holdsFor polls cond every 10ms for d and fails as soon as it is false: a
+// bounded quiet period for checking that something does NOT happen.
+func holdsFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if !cond() {
+			t.Fatalf("%s stopped holding", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// runningServerName returns the name of the running config's only http server.
+func runningServerName(t *testing.T) string {
+	t.Helper()
+	v, err := caddy.ActiveContext().App("http")
+	if err != nil {
+		t.Fatalf("http app: %v", err)
+	}
+	servers := v.(*caddyhttp.App).Servers
+	if len(servers) != 1 {
+		t.Fatalf("want one http server, got %d", len(servers))
+	}
+	for name := range servers {
+		return name
+	}
+	return ""
+}
+
+// storedCallback is a record as the handler stores a captchaai GET pingback
+// to /cb on the running server, in the given state.
+func storedCallback(t *testing.T, id string, state store.State, attempts int, dueAt time.Time) *store.Record {
+	t.Helper()
+	now := time.Now().UTC()
+	return &store.Record{
+		Provider:   "captchaai",
+		ID:         id,
+		Code:       "03AGdBq2" + id,
+		Source:     "callback",
+		ReceivedAt: now.Add(-time.Minute),
+		Server:     runningServerName(t),
+		Request: store.Request{
+			Method:     http.MethodGet,
+			URI:        "/cb?id=" + id + "&code=03AGdBq2" + id,
+			Host:       "localhost:" + testHTTPPort,
+			Proto:      "HTTP/1.1",
+			RemoteAddr: "127.0.0.1:50123",
+			Header: http.Header{
+				"User-Agent":      {"CaptchaAI-Pingback/1.0"},
+				"Accept-Encoding": {"gzip"},
+			},
+		},
+		State:      state,
+		Attempts:   attempts,
+		DueAt:      dueAt.UTC(),
+		LastStatus: 503,
+		UpdatedAt:  now.Add(-time.Minute),
+		ExpiresAt:  now.Add(time.Hour),
+	}
+}
+
+// insertRecord writes rec into the running config's store.
+func insertRecord(t *testing.T, rec *store.Record) {
+	t.Helper()
+	existing, err := runningApp(t).store(time.Second).Insert(context.Background(), rec)
+	if err != nil || existing != nil {
+		t.Fatalf("inserting %s: existing %v, error %v", rec.Key(), existing, err)
+	}
+}
+
+// waitForState waits until the record is in state want and returns it.
+func waitForState(t *testing.T, provider, id string, want store.State) *store.Record {
+	t.Helper()
+	var rec *store.Record
+	waitFor(t, 5*time.Second, fmt.Sprintf("%s:%s to be %s", provider, id, want), func() bool {
+		rec = getRecord(t, provider, id)
+		return rec.State == want
+	})
+	return rec
+}
+
+// withKey returns what the app received with the idempotency key, in order.
+func (a *appStub) withKey(key string) []seenRequest {
+	var out []seenRequest
+	for _, r := range a.requests() {
+		if r.Header.Get(HeaderIdempotencyKey) == key {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestReplayFailedForward checks that a forward the app failed is replayed
+// through the same route with the same request, marked as a replay, and
+// ends delivered.
+func TestReplayFailedForward(t *testing.T) {
+	app := newAppStub(t)
+	app.tune(func() {
+		app.statusFor = func(r *http.Request) int {
+			if r.Header.Get(HeaderAttempt) == "1" {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusOK
+		}
+	})
+	startCaddy(t, fastReplay, pingbackSite("2captcha", "", app))
+
+	req := newTestRequest(t, http.MethodPost, "/cb?src=test", "application/x-www-form-urlencoded", []byte("id=11001&code=03AGdBq2"))
+	req.Header.Set("User-Agent", "2captcha-pingback")
+	req.Header.Set("X-Solver-Trace", "abc")
+	if status, body, _ := doRequest(t, req); status != http.StatusOK || body != "OK" {
+		t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
+	}
+	rec := waitForState(t, "2captcha", "11001", store.StateDelivered)
+	if rec.Attempts != 2 || rec.LastStatus != 200 || !rec.DueAt.IsZero() {
+		t.Errorf("record: attempts %d, last status %d, due %s; want 2, 200, never", rec.Attempts, rec.LastStatus, rec.DueAt)
+	}
+
+	seen := app.withKey("2captcha:11001")
+	if len(seen) != 2 {
+		t.Fatalf("the app received %d deliveries, want 2", len(seen))
+	}
+	first, replay := seen[0], seen[1]
+	if got := [2]string{first.Header.Get(HeaderSource), first.Header.Get(HeaderAttempt)}; got != [2]string{"callback", "1"} {
+		t.Errorf("first delivery: source, attempt %q, want callback, 1", got)
+	}
+	if got := [2]string{replay.Header.Get(HeaderSource), replay.Header.Get(HeaderAttempt)}; got != [2]string{"replay", "2"} {
+		t.Errorf("replay: source, attempt %q, want replay, 2", got)
+	}
+	if replay.Method != first.Method || replay.URI != first.URI || replay.Host != first.Host || replay.Body != first.Body {
+		t.Errorf("replay %s %s Host %s body %q differs from the callback %s %s Host %s body %q",
+			replay.Method, replay.URI, replay.Host, replay.Body, first.Method, first.URI, first.Host, first.Body)
+	}
+	for _, name := range []string{"User-Agent", "X-Solver-Trace", "Content-Type", "Content-Length", HeaderIdempotencyKey} {
+		if got, want := replay.Header.Values(name), first.Header.Values(name); !slices.Equal(got, want) || len(want) == 0 {
+			t.Errorf("replay %s %q, callback %q: want equal and set", name, got, want)
+		}
+	}
+}
+
+// TestReplayParksAfterMaxAttempts checks that a result the app keeps
+// failing is tried max_attempts times in all, then parked and left alone.
+func TestReplayParksAfterMaxAttempts(t *testing.T) {
+	app := newAppStub(t)
+	app.setStatus(http.StatusServiceUnavailable)
+	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tmax_attempts 3\n}", pingbackSite("captchaai", "", app))
+
+	if status, body := get(t, testBase+"/cb?id=12001&code=T"); status != http.StatusOK || body != "OK" {
+		t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
+	}
+	rec := waitForState(t, "captchaai", "12001", store.StateParked)
+	if rec.Attempts != 3 || !rec.DueAt.IsZero() || rec.LastStatus != 503 {
+		t.Errorf("record: attempts %d, due %s, last status %d; want 3, never, 503", rec.Attempts, rec.DueAt, rec.LastStatus)
+	}
+	var attempts []string
+	for _, r := range app.withKey("captchaai:12001") {
+		attempts = append(attempts, r.Header.Get(HeaderSource)+" "+r.Header.Get(HeaderAttempt))
+	}
+	if want := []string{"callback 1", "replay 2", "replay 3"}; !slices.Equal(attempts, want) {
+		t.Errorf("deliveries %q, want %q", attempts, want)
+	}
+	// Several backoff periods and loop ticks: no fourth delivery.
+	holdsFor(t, 300*time.Millisecond, "three deliveries", func() bool {
+		return app.count("captchaai:12001") == 3 && getRecord(t, "captchaai", "12001").State == store.StateParked
+	})
+}
+
+// TestReplaySkipsRejected checks that a result the app rejected (4xx) stays
+// in the dead-letter queue and is never retried automatically.
+func TestReplaySkipsRejected(t *testing.T) {
+	app := newAppStub(t)
+	app.tune(func() {
+		app.statusFor = func(r *http.Request) int {
+			if r.Header.Get(HeaderAttempt) == "1" {
+				return http.StatusUnprocessableEntity
+			}
+			return http.StatusOK
+		}
+	})
+	startCaddy(t, fastReplay, pingbackSite("captchaai", "", app))
+
+	if status, body := get(t, testBase+"/cb?id=13001&code=T"); status != http.StatusOK || body != "OK" {
+		t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
+	}
+	rec := waitForState(t, "captchaai", "13001", store.StateRejected)
+	if rec.Attempts != 1 || !rec.DueAt.IsZero() || rec.LastStatus != 422 {
+		t.Errorf("record: attempts %d, due %s, last status %d; want 1, never, 422", rec.Attempts, rec.DueAt, rec.LastStatus)
+	}
+	holdsFor(t, 300*time.Millisecond, "one delivery", func() bool {
+		return app.count("captchaai:13001") == 1 && getRecord(t, "captchaai", "13001").State == store.StateRejected
+	})
+}
+
+// TestReplayRecoversStuck checks that a record left "forwarding" by a crash
+// is replayed once its forward is overdue, or parked if it already used
+// all its attempts.
+func TestReplayRecoversStuck(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tmax_attempts 3\n}", pingbackSite("captchaai", "", app))
+
+	stuck := storedCallback(t, "14001", store.StateForwarding, 1, time.Now().Add(-time.Second))
+	stuck.LastStatus = 0
+	insertRecord(t, stuck)
+	exhausted := storedCallback(t, "14002", store.StateForwarding, 3, time.Now().Add(-time.Second))
+	insertRecord(t, exhausted)
+
+	rec := waitForState(t, "captchaai", "14001", store.StateDelivered)
+	if rec.Attempts != 2 || rec.LastStatus != 200 {
+		t.Errorf("record: attempts %d, last status %d; want 2, 200", rec.Attempts, rec.LastStatus)
+	}
+	seen := app.withKey("captchaai:14001")
+	if len(seen) != 1 {
+		t.Fatalf("the app received %d deliveries, want 1", len(seen))
+	}
+	r := seen[0]
+	if r.Method != http.MethodGet || r.URI != stuck.Request.URI || r.Host != stuck.Request.Host ||
+		r.Header.Get("User-Agent") != "CaptchaAI-Pingback/1.0" ||
+		r.Header.Get(HeaderSource) != "replay" || r.Header.Get(HeaderAttempt) != "2" {
+		t.Errorf("app saw %s %s Host %s UA %q source %q attempt %q; want the stored request as replay 2",
+			r.Method, r.URI, r.Host, r.Header.Get("User-Agent"), r.Header.Get(HeaderSource), r.Header.Get(HeaderAttempt))
+	}
+
+	rec = waitForState(t, "captchaai", "14002", store.StateParked)
+	if rec.Attempts != 3 || !rec.DueAt.IsZero() {
+		t.Errorf("exhausted record: attempts %d, due %s; want 3, never", rec.Attempts, rec.DueAt)
+	}
+	if n := app.count("captchaai:14002"); n != 0 {
+		t.Errorf("the app received the exhausted record %d times, want never", n)
+	}
+}
+
+// TestReplayConcurrency checks that the replay loop never has more than
+// `concurrency` replays in flight at a slow app.
+func TestReplayConcurrency(t *testing.T) {
+	app := newAppStub(t)
+	app.tune(func() { app.delay = 100 * time.Millisecond }) // slow, so replays overlap
+	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 2\n}", pingbackSite("captchaai", "", app))
+
+	const n = 10
+	due := time.Now().Add(-time.Millisecond)
+	for i := range n {
+		insertRecord(t, storedCallback(t, fmt.Sprint(15000+i), store.StateFailed, 1, due))
+	}
+	waitFor(t, 10*time.Second, "all replays delivered", func() bool {
+		for i := range n {
+			if getRecord(t, "captchaai", fmt.Sprint(15000+i)).State != store.StateDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range n {
+		if c := app.count(fmt.Sprint("captchaai:", 15000+i)); c != 1 {
+			t.Errorf("record %d delivered %d times, want once", 15000+i, c)
+		}
+	}
+	if peak := app.peakInflight(); peak != 2 {
+		t.Errorf("the app had at most %d replays in flight, want exactly concurrency (2)", peak)
+	}
+}
+
+// TestBackoff checks the retry delays: the first retry waits min, each
+// later one doubles the cap, and with any jitter the delay stays within
+// [min, max].
+func TestBackoff(t *testing.T) {
+	top := func(n int64) int64 { return n - 1 } // the largest draw
+	bottom := func(n int64) int64 { return 0 }  // the smallest draw
+	tests := []struct {
+		name     string
+		min, max time.Duration
+		jitter   func(int64) int64
+		attempt  int
+		want     time.Duration
+	}{
+		{"attempt 1 is min", time.Second, time.Minute, top, 1, time.Second},
+		{"attempt 2 caps at 2·min", time.Second, time.Minute, top, 2, 2 * time.Second},
+		{"attempt 3 caps at 4·min", time.Second, time.Minute, top, 3, 4 * time.Second},
+		{"attempt 6 caps at 32·min", time.Second, time.Minute, top, 6, 32 * time.Second},
+		{"attempt 7 caps at max", time.Second, time.Minute, top, 7, time.Minute},
+		{"attempt 1000 caps at max", time.Second, time.Minute, top, 1000, time.Minute},
+		{"smallest draw is min", time.Second, time.Minute, bottom, 5, time.Second},
+		{"middle draw", time.Second, time.Minute, func(n int64) int64 { return n / 2 }, 3, 2500 * time.Millisecond},
+		{"min equals max", 5 * time.Second, 5 * time.Second, top, 10, 5 * time.Second},
+		{"defaults, attempt 19", DefaultBackoffMin, DefaultBackoffMax, top, 19, DefaultBackoffMax},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(tc.min), BackoffMax: caddy.Duration(tc.max)}}
+			a.jitter = func(n int64) int64 {
+				if n <= 0 {
+					t.Fatalf("jitter asked for a draw in [0, %d)", n)
+				}
+				return tc.jitter(n)
+			}
+			if got := a.backoff(tc.attempt); got != tc.want {
+				t.Errorf("backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
+			}
+		})
+	}
+
+	t.Run("random draws stay within min and max", func(t *testing.T) {
+		lo, hi := 20*time.Millisecond, 3*time.Second
+		a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(lo), BackoffMax: caddy.Duration(hi)}, jitter: rand.Int64N}
+		for attempt := 1; attempt <= 100; attempt++ {
+			for range 20 {
+				if d := a.backoff(attempt); d < lo || d > hi {
+					t.Fatalf("backoff(%d) = %s, outside [%s, %s]", attempt, d, lo, hi)
+				}
+			}
+		}
+	})
+}
+
+// TestClassify checks how the next handler's status and error decide a
+// forward's outcome.
+func TestClassify(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	tests := []struct {
+		name       string
+		status     int
+		err        error
+		class      outcomeClass
+		wantStatus int
+	}{
+		{"200", 200, nil, delivered, 200},
+		{"nothing written", 0, nil, delivered, 200},
+		{"204", 204, nil, delivered, 204},
+		{"302", 302, nil, delivered, 302},
+		{"304", 304, nil, delivered, 304},
+		{"500", 500, nil, retryable, 500},
+		{"502", 502, nil, retryable, 502},
+		{"503", 503, nil, retryable, 503},
+		{"408", 408, nil, retryable, 408},
+		{"429", 429, nil, retryable, 429},
+		{"400", 400, nil, rejected, 400},
+		{"401", 401, nil, rejected, 401},
+		{"404", 404, nil, rejected, 404},
+		{"409", 409, nil, rejected, 409},
+		{"422", 422, nil, rejected, 422},
+		{"handler error 502 (refused)", 0, caddyhttp.Error(502, refused), retryable, 502},
+		{"handler error 504 (timeout)", 0, caddyhttp.Error(504, context.DeadlineExceeded), retryable, 504},
+		{"handler error 499 (canceled)", 0, caddyhttp.Error(499, context.Canceled), retryable, 499},
+		{"wrapped handler error 504", 0, fmt.Errorf("proxying: %w", caddyhttp.Error(504, refused)), retryable, 504},
+		{"handler error without status", 0, caddyhttp.HandlerError{Err: refused}, retryable, 502},
+		{"plain error", 0, refused, retryable, 502},
+		{"plain error after a 200 was recorded", 200, refused, retryable, 502},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out := classify(tc.status, tc.err)
+			if out.class != tc.class || out.status != tc.wantStatus {
+				t.Errorf("classify(%d, %v) = %s %d, want %s %d", tc.status, tc.err, out.class, out.status, tc.class, tc.wantStatus)
+			}
+			if (out.err != nil) != (tc.err != nil) {
+				t.Errorf("classify(%d, %v) kept error %v", tc.status, tc.err, out.err)
+			}
+			if tc.class != delivered && out.errorText() == "" {
+				t.Errorf("a %s outcome needs an error text", out.class)
+			}
+		})
+	}
+}
