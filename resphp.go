@@ -154,7 +154,7 @@ func (c *resClient) get(ctx context.Context, ids []string) ([]answer, error) {
 // A status-0 bulk answer is one code for the whole request.
 func parseResAnswer(body []byte, n int) ([]answer, error) {
 	var ra resAnswer
-	if err := json.Unmarshal(body, &ra); err != nil || ra.Request == nil {
+	if err := json.Unmarshal(body, &ra); err != nil || ra.Request == nil || string(ra.Request) == "null" {
 		return nil, fmt.Errorf("res.php: not a protocol answer: %q", truncate(string(body), 80))
 	}
 	text := requestText(ra.Request)
@@ -165,7 +165,7 @@ func parseResAnswer(body []byte, n int) ([]answer, error) {
 		}
 		return []answer{a}, nil
 	}
-	if n == 1 {
+	if n == 1 && text != "" { // an empty one is classified below: never a result
 		return []answer{{kind: answerResult, text: text}}, nil
 	}
 	parts := strings.Split(text, "|")

@@ -196,10 +196,29 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	if !rec.Buffered() {
 		return nil
 	}
-	if code, ok := parseResultAnswer(decodedBody(rec.Header(), buf.Bytes())); ok && rec.Status() == http.StatusOK && st != nil {
+	resBody := decodedBody(rec.Header(), buf.Bytes())
+	code, ok := parseResultAnswer(resBody)
+	if !ok {
+		code, ok = parseTaskError(resBody)
+	}
+	if ok && rec.Status() == http.StatusOK && st != nil {
 		t.storeSeenResult(st, key, code)
 	}
 	return rec.WriteResponse()
+}
+
+// parseTaskError reads a task-final error (ERROR_CAPTCHA_UNSOLVABLE and the
+// like) from res.php?action=get's answer, plain or JSON. It is the task's
+// outcome, which the poller delivers like a result, so the app must not get
+// it a second time either.
+func parseTaskError(body []byte) (string, bool) {
+	body = bytes.TrimSpace(body)
+	s := string(body)
+	var ra resAnswer
+	if json.Unmarshal(body, &ra) == nil && ra.Request != nil {
+		s = requestText(ra.Request)
+	}
+	return s, taskErrors[s]
 }
 
 // storeSeenResult stores a result the app fetched itself, as delivered (the
