@@ -24,7 +24,8 @@ func init() {
 // "submitted_at": "2026-11-29T22:00:00Z" (optional, RFC 3339; default now)}.
 // Answers: 201 with the task for a new task, 200 with the stored task if it
 // was already known, 400 with {"error": "..."} for bad input (unknown
-// provider, malformed id, a pingback URL no server of this Caddy serves),
+// provider, malformed id, a pingback URL that does not reach a pingback
+// handler of this Caddy),
 // 503 if the pingback app is not running.
 type adminAPI struct{}
 

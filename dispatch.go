@@ -25,7 +25,8 @@ type dispatchCtxKey struct{}
 
 // dispatch carries the pingback handler's report back to the dispatcher.
 type dispatch struct {
-	reached bool // a pingback handler forwarded the request
+	probe   bool // only find out whether a pingback handler takes it
+	reached bool // a pingback handler took the request
 	out     outcome
 }
 
@@ -162,4 +163,34 @@ func (a *App) serverForURL(u *url.URL) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no server of this Caddy listens on port %s, so it does not serve the pingback URL %s://%s%s", port, u.Scheme, u.Host, u.EscapedPath())
+}
+
+// probePingbackURL checks that a pingback to u, sent with method, would reach
+// a pingback handler of this Caddy: it dispatches a probe through the server
+// and route that serve u, and the pingback handler reports without
+// forwarding anything to the app. Handlers placed before it on the route run
+// as for any request.
+func (a *App) probePingbackURL(ctx context.Context, u *url.URL, method string) error {
+	name, err := a.serverForURL(u)
+	if err != nil {
+		return err
+	}
+	srv, err := a.server(name)
+	if err != nil {
+		return err
+	}
+	uri := u.RequestURI()
+	req, err := rebuildRequest(ctx, &store.Record{Request: store.Request{
+		Method: method, URI: uri, Host: u.Host, RemoteAddr: "127.0.0.1:0", TLS: u.Scheme == "https",
+	}})
+	if err != nil {
+		return err
+	}
+	d := &dispatch{probe: true}
+	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
+	srv.ServeHTTP(discardWriter{h: make(http.Header)}, req)
+	if !d.reached {
+		return fmt.Errorf("no pingback handler serves %s %s on this Caddy", method, u.Redacted())
+	}
+	return nil
 }

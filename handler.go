@@ -124,9 +124,12 @@ func (h *Handler) Validate() error {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if d, ok := r.Context().Value(dispatchCtxKey{}).(*dispatch); ok {
 		// A replay dispatched in-process by the app: already stored,
-		// only forward and report.
+		// only forward and report. A probe only asks whether this
+		// route reaches a pingback handler.
 		d.reached = true
-		d.out = forward(r, next)
+		if !d.probe {
+			d.out = forward(r, next)
+		}
 		return nil
 	}
 

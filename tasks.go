@@ -29,7 +29,7 @@ func (a *App) trackTask(ctx context.Context, provider, id, method, pingbackURL s
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, false, inputError("pingback_url %q is not an absolute http(s) URL", pingbackURL)
 	}
-	if _, err := a.serverForURL(u); err != nil {
+	if err := a.probePingbackURL(ctx, u, a.providerConfig(provider).method); err != nil {
 		if strict {
 			return nil, false, inputError("pingback_url refused: %v", err)
 		}
