@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -66,13 +67,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("%s specified more than once", name)
-		}
-		seen[name] = true
+	return eachSubdirective(d, "", []string{"provider"}, func(name string) error {
 		switch name {
 		case "storage_dir":
 			if err := oneArg(d, &a.StorageDir); err != nil {
@@ -104,11 +99,9 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if _, err := lookupProvider(pname); err != nil {
 				return d.Err(err.Error())
 			}
-			if seen["provider "+pname] {
+			if a.Providers[pname] != nil {
 				return d.Errf("provider %s specified more than once", pname)
 			}
-			seen["provider "+pname] = true
-			delete(seen, "provider") // several providers may be configured
 			pc := new(ProviderConfig)
 			if err := pc.unmarshalCaddyfile(d); err != nil {
 				return err
@@ -128,18 +121,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized pingback option '%s'", name)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("replay %s specified more than once", name)
-		}
-		seen[name] = true
+	return eachSubdirective(d, "replay ", nil, func(name string) error {
 		switch name {
 		case "backoff":
 			var lo, hi string
@@ -179,18 +166,12 @@ func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized replay option '%s'", name)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("provider %s specified more than once", name)
-		}
-		seen[name] = true
+	return eachSubdirective(d, "provider ", nil, func(name string) error {
 		switch name {
 		case "endpoint":
 			if err := oneArg(d, &pc.Endpoint); err != nil {
@@ -210,18 +191,12 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized provider option '%s'", name)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("poll %s specified more than once", name)
-		}
-		seen[name] = true
+	return eachSubdirective(d, "poll ", nil, func(name string) error {
 		switch name {
 		case "after":
 			var v string
@@ -230,7 +205,7 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			if v == "auto" {
 				p.After = 0
-				continue
+				return nil
 			}
 			dur, err := caddy.ParseDuration(v)
 			if err != nil || dur <= 0 {
@@ -271,8 +246,8 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized poll option '%s'", name)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // parseTrackDirective parses the `pingback_track` handler directive.
@@ -297,21 +272,10 @@ func (t *Tracker) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("%s specified more than once", name)
-		}
-		seen[name] = true
+	err := eachSubdirective(d, "", nil, func(name string) error {
 		switch name {
 		case "provider":
-			if err := oneArg(d, &t.Provider); err != nil {
-				return err
-			}
-			if _, err := lookupProvider(t.Provider); err != nil {
-				return d.Err(err.Error())
-			}
+			return providerArg(d, &t.Provider)
 		case "pingback_url":
 			if err := oneArg(d, &t.PingbackURL); err != nil {
 				return err
@@ -325,6 +289,10 @@ func (t *Tracker) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized pingback_track subdirective '%s'", name)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if t.Provider == "" {
 		return d.Errf("pingback_track: provider is required (one of: %s)", providerNames())
@@ -353,21 +321,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		name := d.Val()
-		if seen[name] {
-			return d.Errf("%s specified more than once", name)
-		}
-		seen[name] = true
+	err := eachSubdirective(d, "", nil, func(name string) error {
 		switch name {
 		case "provider":
-			if err := oneArg(d, &h.Provider); err != nil {
-				return err
-			}
-			if _, err := lookupProvider(h.Provider); err != nil {
-				return d.Err(err.Error())
-			}
+			return providerArg(d, &h.Provider)
 		case "ack_timeout":
 			dur, err := durationArg(d)
 			if err != nil {
@@ -383,9 +340,43 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if h.Provider == "" {
 		return d.Errf("pingback: provider is required (one of: %s)", providerNames())
+	}
+	return nil
+}
+
+// eachSubdirective calls fn for each subdirective of the block the
+// dispenser is in, with the subdirective's name as d.Val(). A subdirective
+// may appear once unless it is listed in repeatable; a repeat is an error
+// "<what><name> specified more than once".
+func eachSubdirective(d *caddyfile.Dispenser, what string, repeatable []string, fn func(name string) error) error {
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		if seen[name] && !slices.Contains(repeatable, name) {
+			return d.Errf("%s%s specified more than once", what, name)
+		}
+		seen[name] = true
+		if err := fn(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// providerArg reads exactly one known provider name into dst.
+func providerArg(d *caddyfile.Dispenser, dst *string) error {
+	if err := oneArg(d, dst); err != nil {
+		return err
+	}
+	if _, err := lookupProvider(*dst); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }

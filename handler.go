@@ -93,20 +93,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.MaxBody == 0 {
 		h.MaxBody = DefaultMaxBody
 	}
-	if h.Provider == "" {
-		return fmt.Errorf("provider is required (one of: %s)", providerNames())
-	}
-	p, err := lookupProvider(h.Provider)
-	if err != nil {
-		return err
-	}
-	h.provider = p
-	appIface, err := ctx.App("pingback")
-	if err != nil {
-		return fmt.Errorf("loading pingback app: %w", err)
-	}
-	h.app = appIface.(*App)
-	return nil
+	var err error
+	h.provider, h.app, err = provisionProvider(ctx, h.Provider)
+	return err
 }
 
 // Validate checks the configuration.
@@ -247,6 +236,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 var errStoreUnavailable = errors.New("store not open")
+
+// provisionProvider resolves a handler's provider (required) and finds the
+// pingback app.
+func provisionProvider(ctx caddy.Context, name string) (provider, *App, error) {
+	if name == "" {
+		return provider{}, nil, fmt.Errorf("provider is required (one of: %s)", providerNames())
+	}
+	p, err := lookupProvider(name)
+	if err != nil {
+		return provider{}, nil, err
+	}
+	app, err := ctx.App("pingback")
+	if err != nil {
+		return provider{}, nil, fmt.Errorf("loading pingback app: %w", err)
+	}
+	return p, app.(*App), nil
+}
 
 // ackWriter writes the provider's answer exactly once, from whichever
 // goroutine gets there first, and lets the other wait for it.

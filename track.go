@@ -81,25 +81,17 @@ func (t *Tracker) Provision(ctx caddy.Context) error {
 	if t.MaxBody == 0 {
 		t.MaxBody = DefaultTrackMaxBody
 	}
-	if t.Provider == "" {
-		return fmt.Errorf("provider is required (one of: %s)", providerNames())
-	}
-	p, err := lookupProvider(t.Provider)
+	var err error
+	t.provider, t.app, err = provisionProvider(ctx, t.Provider)
 	if err != nil {
 		return err
 	}
-	t.provider = p
 	if t.PingbackURL != "" {
 		u, err := url.Parse(t.PingbackURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("pingback_url %q is not an absolute http(s) URL", t.PingbackURL)
 		}
 	}
-	appIface, err := ctx.App("pingback")
-	if err != nil {
-		return fmt.Errorf("loading pingback app: %w", err)
-	}
-	t.app = appIface.(*App)
 	return nil
 }
 
