@@ -173,9 +173,13 @@ func (a *App) claim(st store.Store, key store.Key, now time.Time) (*store.Record
 	return rec, true
 }
 
-// drain waits for the replays in flight.
+// drain waits for the forwards in flight, then frees the slots again for
+// polled results still being delivered while the app stops.
 func (a *App) drain(sem chan struct{}) {
 	for range cap(sem) {
 		sem <- struct{}{}
+	}
+	for range cap(sem) {
+		<-sem
 	}
 }

@@ -190,7 +190,7 @@ func (h *storeHandle) provider(name string) *providerState {
 	}
 	ps := h.providers[name]
 	if ps == nil {
-		ps = &providerState{limiter: rate.NewLimiter(rate.Limit(DefaultPollRate), 1)}
+		ps = &providerState{limiter: rate.NewLimiter(rate.Limit(DefaultPollRate), int(DefaultPollRate))}
 		h.providers[name] = ps
 	}
 	return ps
@@ -300,7 +300,9 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	}
 	client := &resClient{endpoint: pc.endpoint, key: pc.key, http: a.httpClient}
 	for _, g := range groups {
-		if !a.pollGroup(name, ps, client, g, now) {
+		// A newer config took over the store's loops (reload): leave the
+		// rest of the round to it.
+		if !a.handle.owns(a) || !a.pollGroup(name, ps, client, g, now) {
 			return
 		}
 	}
@@ -442,8 +444,11 @@ func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans
 // task, or nil if the task is no longer pending.
 func (a *App) reschedule(t *store.Task, now time.Time, claim bool) *store.Task {
 	next := now.Add(time.Duration(a.Poll.Interval))
+	scanned := t.NextPollAt
 	ut, err := a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error {
-		if t.State != store.TaskPending {
+		// A claim fails if another poll loop (the overlapping config of a
+		// reload) claimed the task since the scan: never ask twice.
+		if t.State != store.TaskPending || (claim && !t.NextPollAt.Equal(scanned)) {
 			return store.ErrSkip
 		}
 		t.NextPollAt = next
@@ -511,12 +516,10 @@ func (a *App) deliverPolled(t *store.Task, code string) {
 	a.deliveries.Add(1)
 	go func() {
 		defer a.deliveries.Done()
-		select {
-		case a.inflight <- struct{}{}:
-			defer func() { <-a.inflight }()
-		case <-a.stop:
-			return // stored as forwarding: replayed after stuck_after
-		}
+		// Not abandoned on Stop: Stop waits for it, so a result fetched
+		// during a reload still reaches the app now, not after stuck_after.
+		a.inflight <- struct{}{}
+		defer func() { <-a.inflight }()
 		ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.Replay.StuckAfter))
 		defer cancel()
 		out := a.dispatch(ctx, rec, "poll", 1)
