@@ -150,6 +150,14 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 // Insert implements Store.
 func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 	key := recordKey(rec.Key())
+	// Encode here, in the caller's goroutine, not in the committer's
+	// serial section; only a tracked task (completeTask fills in
+	// SubmittedAt) needs a second encoding there.
+	encodedSub := rec.SubmittedAt
+	encoded, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding record: %w", err)
+	}
 	var existing *Record
 	o := &op{size: len(rec.Request.Body) + len(rec.Code) + 1024, apply: func(txn *badger.Txn) error {
 		existing = nil
@@ -164,9 +172,11 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 		if err := completeTask(txn, rec); err != nil {
 			return err
 		}
-		val, err := json.Marshal(rec)
-		if err != nil {
-			return fmt.Errorf("encoding record: %w", err)
+		val := encoded
+		if !rec.SubmittedAt.Equal(encodedSub) {
+			if val, err = json.Marshal(rec); err != nil {
+				return fmt.Errorf("encoding record: %w", err)
+			}
 		}
 		return writeRecord(txn, nil, rec, val)
 	}}
@@ -197,10 +207,9 @@ func (b *Badger) Update(ctx context.Context, key Key, fn func(*Record) error) (*
 		if err != nil {
 			return err
 		}
-		cur, err := getRecord(txn, k) // a private copy for fn to change
-		if err != nil {
-			return err
-		}
+		// A private copy for fn to change: cheaper than decoding the
+		// record twice in the committer's serial section.
+		cur := old.clone()
 		if err := fn(cur); err != nil {
 			result = old
 			return err

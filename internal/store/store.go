@@ -10,6 +10,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -107,6 +108,15 @@ type Record struct {
 
 // Key returns the record's deduplication key.
 func (r *Record) Key() Key { return Key{Provider: r.Provider, ID: r.ID} }
+
+// clone returns a deep copy of r. Keep it in step with Record's fields: all
+// but Request.Header and Request.Body are values.
+func (r *Record) clone() *Record {
+	c := *r
+	c.Request.Header = r.Request.Header.Clone()
+	c.Request.Body = bytes.Clone(r.Request.Body)
+	return &c
+}
 
 // Store is the durable store. Implementations must be safe for concurrent use.
 type Store interface {
