@@ -222,7 +222,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.app.metrics.forwards.WithLabelValues(h.Provider, "callback", out.class.String()).Inc()
 	if !stored {
 		if out.class != delivered {
-			h.logger.Error("result lost: not stored and not delivered",
+			h.logger.Error("result neither stored nor delivered; the provider was answered 503",
 				zap.String("provider", h.Provider), zap.String("id", cb.id),
 				zap.Int("status", out.status), zap.Error(out.err))
 		}
