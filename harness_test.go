@@ -89,7 +89,7 @@ func loadCaddyfile(t *testing.T, caddyfile string) {
 // unloadCaddy loads a config without the pingback app or any server.
 func unloadCaddy(t *testing.T) {
 	t.Helper()
-	cfg := fmt.Sprintf(`{"admin":{"listen":%q}}`, testAdmin)
+	cfg := fmt.Sprintf(`{"admin":{"listen":%q,"config":{"persist":false}}}`, testAdmin)
 	if err := caddy.Load([]byte(cfg), true); err != nil {
 		t.Errorf("unloading config: %v", err)
 	}
