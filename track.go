@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,10 +43,11 @@ const DefaultTrackMaxBody = 8 << 20
 // pending, then returns the answer to the app unchanged. With PingbackURL
 // set, a submission without a `pingback` parameter gets that one added.
 //
-// On res.php?action=get&id=<id> it answers from the store when the plugin
-// already holds the result (by pingback or by its own poll), in the format
-// the app asked for (json=0 or json=1), without calling the provider;
-// otherwise it passes the request through, and a result the provider
+// On res.php?action=get&id=<id> with the provider's configured api_key it
+// answers from the store when the plugin already holds the result (by
+// pingback or by its own poll), in the format the app asked for (json=0 or
+// json=1), without calling the provider; otherwise it passes the request
+// through, and a result the provider
 // returns is stored, so a later pingback is a duplicate.
 type Tracker struct {
 	// The provider behind this route: captchaai, 2captcha or rucaptcha.
@@ -174,7 +176,11 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	asJSON := params.Get("json") == "1"
 	key := store.Key{Provider: t.Provider, ID: id}
 	st := t.app.store(time.Second)
-	if st != nil {
+	// Answer locally only a caller that proves it owns the account: the
+	// key must be the provider's api_key configured for the poller. Task
+	// ids are nearly sequential, so anything less would let anyone who
+	// reaches this site read other accounts' results.
+	if st != nil && t.keyMatches(params.Get("key")) {
 		if held, err := st.Get(r.Context(), key); err == nil {
 			return writeResAnswer(w, asJSON, held.Code)
 		}
@@ -211,6 +217,13 @@ func parseTaskError(body []byte) (string, bool) {
 		s = requestText(ra.Request)
 	}
 	return s, taskErrors[s]
+}
+
+// keyMatches reports whether key is the configured API key of the provider.
+// Without a configured key nothing matches.
+func (t *Tracker) keyMatches(key string) bool {
+	want := t.app.providerConfig(t.Provider).key
+	return want != "" && subtle.ConstantTimeCompare([]byte(key), []byte(want)) == 1
 }
 
 // storeSeenResult stores a result the app fetched itself, as delivered (the

@@ -32,7 +32,10 @@ const trkKey = "5157cafe5157cafe5157cafe5157cafe"
 const trkAfter = 30 * time.Second
 
 // trkGlobal is the global pingback block of these tests.
-var trkGlobal = fmt.Sprintf("poll {\n\t\t\tafter %s\n\t\t}", trkAfter)
+// The provider block gives the tracker the account's key, which res.php
+// callers must present to be answered locally; its endpoint refuses
+// connections, so no test can reach the real provider.
+var trkGlobal = fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint http://127.0.0.1:1\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter %s\n\t\t}", trkKey, trkAfter)
 
 // trkCallbackURL is the pingback route of the test site.
 var trkCallbackURL = testBase + "/cb"
@@ -685,6 +688,19 @@ func TestTrackAnswersResultLocally(t *testing.T) {
 		t.Errorf("provider got %d res.php requests for results the plugin holds, want 0; first: %+v", len(seen), seen[0])
 	}
 
+	// Only the account's own key is answered locally: a wrong or missing
+	// key goes to the provider, which judges it.
+	prov.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte("ERROR_WRONG_USER_KEY")})
+	for _, q := range []string{"key=WRONG&action=get&id=71000000061", "action=get&id=71000000061&json=1"} {
+		resp := trkDo(t, http.MethodGet, "/res.php?"+q, "", nil)
+		if string(resp.body) != "ERROR_WRONG_USER_KEY" {
+			t.Errorf("res.php?%s: got %q, want the provider's ERROR_WRONG_USER_KEY", q, resp.body)
+		}
+	}
+	if seen := prov.requests("res.php"); len(seen) != 2 {
+		t.Errorf("provider got %d res.php requests for wrong or missing keys, want 2", len(seen))
+	}
+
 	// Anything else on res.php is the provider's business.
 	ans := trkAnswer{status: http.StatusOK, body: []byte("03AGdBq25-TOKEN|x=12,y=34|x=56,y=78")}
 	prov.answer("res.php", ans)
@@ -695,8 +711,8 @@ func TestTrackAnswersResultLocally(t *testing.T) {
 	} {
 		trkAssertAnswer(t, ans, trkDo(t, http.MethodGet, "/res.php?key="+trkKey+"&"+q, "", nil))
 	}
-	if seen := prov.requests("res.php"); len(seen) != 3 {
-		t.Errorf("provider got %d res.php requests, want the 3 the plugin cannot answer", len(seen))
+	if seen := prov.requests("res.php"); len(seen) != 5 {
+		t.Errorf("provider got %d res.php requests, want the 2 above and the 3 the plugin cannot answer", len(seen))
 	}
 }
 
