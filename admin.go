@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 func init() {
@@ -17,8 +21,16 @@ func init() {
 
 // adminAPI adds the plugin's routes to Caddy's admin endpoint:
 //
-//	POST /pingback/tasks   register a submitted task for fallback polling
+//	POST /pingback/tasks                             register a submitted task for fallback polling
+//	GET  /pingback/records?state=&provider=&limit=   list stored results (the dead-letter queue: state=failed, rejected or parked)
+//	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand
 //
+// GET /pingback/records answers a JSON array of records, at most limit
+// (default 100, at most 10000), ordered by provider and id. The replay route
+// answers the record after the attempt (200), 404 for an unknown result, 409
+// while a forward of it is in flight.
+//
+// POST /pingback/tasks:
 // The body is JSON: {"provider": "2captcha", "id": "123", "pingback_url":
 // "https://example.com/pingback", "method": "userrecaptcha" (optional),
 // "submitted_at": "2026-11-29T22:00:00Z" (optional, RFC 3339; default now)}.
@@ -39,7 +51,11 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 
 // Routes returns the admin routes.
 func (adminAPI) Routes() []caddy.AdminRoute {
-	return []caddy.AdminRoute{{Pattern: "/pingback/tasks", Handler: caddy.AdminHandlerFunc(handleRegisterTask)}}
+	return []caddy.AdminRoute{
+		{Pattern: "/pingback/tasks", Handler: caddy.AdminHandlerFunc(handleRegisterTask)},
+		{Pattern: "/pingback/records", Handler: caddy.AdminHandlerFunc(handleListRecords)},
+		{Pattern: "/pingback/records/", Handler: caddy.AdminHandlerFunc(handleReplayRecord)},
+	}
 }
 
 // taskRegistration is the body of POST /pingback/tasks.
@@ -98,6 +114,75 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	return json.NewEncoder(w).Encode(task)
+}
+
+func handleListRecords(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
+	}
+	q := r.URL.Query()
+	f := store.Filter{Provider: q.Get("provider"), State: store.State(q.Get("state"))}
+	if f.Provider != "" {
+		if _, err := lookupProvider(f.Provider); err != nil {
+			return badInput("%v", err)
+		}
+	}
+	switch f.State {
+	case "", store.StateForwarding, store.StateDelivered, store.StateFailed, store.StateRejected, store.StateParked:
+	default:
+		return badInput("unknown state %q (forwarding, delivered, failed, rejected or parked)", f.State)
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return badInput("limit must be a whole number from 1 to 10000, got %q", v)
+		}
+		limit = n
+	}
+	a, err := activeApp()
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	st := a.store(time.Second)
+	if st == nil {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStoreUnavailable}
+	}
+	recs, err := st.List(r.Context(), f, limit)
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	if recs == nil {
+		recs = []*store.Record{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(recs)
+}
+
+func handleReplayRecord(w http.ResponseWriter, r *http.Request) error {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pingback/records/"), "/")
+	if len(parts) != 3 || parts[2] != "replay" {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use POST /pingback/records/<provider>/<id>/replay")}
+	}
+	if r.Method != http.MethodPost {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
+	}
+	key := store.Key{Provider: parts[0], ID: parts[1]}
+	a, err := activeApp()
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	rec, err := a.redrive(r.Context(), key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
+	case errors.Is(err, errInFlight):
+		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
+	case err != nil:
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(rec)
 }
 
 // activeApp returns the pingback app of the running config.

@@ -53,7 +53,8 @@ func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outc
 		return
 	}
 	if rec.State == store.StateParked {
-		a.logger.Warn("result parked after max_attempts; replay it by hand",
+		a.metrics.parked.WithLabelValues(rec.Provider).Inc()
+		a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
 			zap.String("key", key.String()), zap.Int("attempts", rec.Attempts), zap.String("last_error", rec.LastError))
 	}
 }
@@ -166,7 +167,8 @@ func (a *App) claim(st store.Store, key store.Key, now time.Time) (*store.Record
 		a.logger.Error("claiming a record for replay", zap.String("key", key.String()), zap.Error(err))
 		return nil, false
 	case parked:
-		a.logger.Warn("result parked after max_attempts; replay it by hand",
+		a.metrics.parked.WithLabelValues(rec.Provider).Inc()
+		a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
 			zap.String("key", key.String()), zap.Int("attempts", rec.Attempts))
 		return nil, false
 	}
@@ -182,4 +184,42 @@ func (a *App) drain(sem chan struct{}) {
 	for range cap(sem) {
 		<-sem
 	}
+}
+
+// errInFlight means a record's forward is under way and not yet stuck.
+var errInFlight = errors.New("a forward of this result is in flight")
+
+// redrive replays one record now, by hand, whatever its state (parked,
+// rejected, failed, even delivered), through the same path as the replay
+// loop, and returns the record after the attempt. A retryable failure of a
+// record past max_attempts parks it again. It fails with errInFlight while a
+// forward is under way, and store.ErrNotFound for an unknown key.
+func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error) {
+	st := a.store(time.Second)
+	if st == nil {
+		return nil, errStoreUnavailable
+	}
+	now := a.now().UTC()
+	stuck := time.Duration(a.Replay.StuckAfter)
+	rec, err := st.Update(ctx, key, func(rec *store.Record) error {
+		if rec.State == store.StateForwarding && rec.DueAt.After(now) {
+			return errInFlight
+		}
+		rec.State = store.StateForwarding
+		rec.Attempts++
+		rec.DueAt = now.Add(stuck)
+		rec.UpdatedAt = now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, stuck)
+	defer cancel()
+	out := a.dispatch(dctx, rec, "replay", rec.Attempts)
+	a.metrics.forwards.WithLabelValues(rec.Provider, "replay", out.class.String()).Inc()
+	a.recordOutcome(st, key, rec.Attempts, out)
+	a.logger.Info("result replayed by hand", zap.String("key", key.String()),
+		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
+	return st.Get(ctx, key)
 }

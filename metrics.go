@@ -21,6 +21,8 @@ type metrics struct {
 	// tasks counts tracked tasks by provider and event: tracked,
 	// recovered (result found by polling), expired.
 	tasks *prometheus.CounterVec
+	// parked counts results parked after max_attempts, by provider.
+	parked *prometheus.CounterVec
 	// resphp counts the poller's res.php requests by provider and result:
 	// ok, error, bulk_mismatch.
 	resphp *prometheus.CounterVec
@@ -46,6 +48,10 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_total",
 				Help: "Tracked tasks, by provider and event (tracked, recovered, expired).",
 			}, []string{"provider", "event"}),
+			parked: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "parked_total",
+				Help: "Results parked after max_attempts (kept, not retried; list them with GET /pingback/records?state=parked).",
+			}, []string{"provider"}),
 			resphp: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "resphp_requests_total",
 				Help: "Requests the poller sent to res.php, by provider and result (ok, error, bulk_mismatch).",
@@ -55,7 +61,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.resphp} {
+	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

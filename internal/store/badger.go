@@ -244,6 +244,33 @@ func (b *Badger) Due(ctx context.Context, now time.Time, limit int) ([]*Record, 
 	return out, err
 }
 
+// List implements Store.
+func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, error) {
+	prefix := recordPrefix
+	if f.Provider != "" {
+		prefix += f.Provider + "/"
+	}
+	var out []*Record
+	err := b.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 100})
+		defer it.Close()
+		for it.Rewind(); it.Valid() && len(out) < limit; it.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rec := new(Record)
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
+				return fmt.Errorf("decoding record %q: %w", it.Item().Key(), err)
+			}
+			if f.State == "" || rec.State == f.State {
+				out = append(out, rec)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
 // scanIndex calls fn with the "<provider>/<id>" tail of each entry of the
 // time index under prefix whose time is at or before now, earliest first,
 // until limit calls.

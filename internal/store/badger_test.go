@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -479,4 +480,48 @@ func BenchmarkInsertParallel(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(s.Commits()-before)/float64(b.N), "commits/op")
+}
+
+func TestBadgerList(t *testing.T) {
+	b := openTestBadger(t, t.TempDir())
+	ctx := context.Background()
+	for i, st := range []State{StateParked, StateDelivered, StateParked, StateRejected} {
+		r := testRecord(fmt.Sprintf("%d", 10+i), "c")
+		r.State = st
+		if i == 3 {
+			r.Provider = "2captcha"
+		}
+		if _, err := b.Insert(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(f Filter, limit int) string {
+		t.Helper()
+		recs, err := b.List(ctx, f, limit)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", f, err)
+		}
+		var out []string
+		for _, r := range recs {
+			out = append(out, r.Provider+":"+r.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	tests := []struct {
+		f     Filter
+		limit int
+		want  string
+	}{
+		{Filter{}, 10, "2captcha:13,captchaai:10,captchaai:11,captchaai:12"},
+		{Filter{State: StateParked}, 10, "captchaai:10,captchaai:12"},
+		{Filter{State: StateParked}, 1, "captchaai:10"},
+		{Filter{Provider: "2captcha"}, 10, "2captcha:13"},
+		{Filter{Provider: "captchaai", State: StateRejected}, 10, ""},
+		{Filter{Provider: "rucaptcha"}, 10, ""},
+	}
+	for _, tc := range tests {
+		if got := ids(tc.f, tc.limit); got != tc.want {
+			t.Errorf("List(%+v, %d) = %q, want %q", tc.f, tc.limit, got, tc.want)
+		}
+	}
 }

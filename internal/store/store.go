@@ -118,6 +118,12 @@ func (r *Record) clone() *Record {
 	return &c
 }
 
+// Filter selects records for List. Empty fields match everything.
+type Filter struct {
+	Provider string
+	State    State
+}
+
 // Store is the durable store. Implementations must be safe for concurrent use.
 type Store interface {
 	// Insert durably stores rec unless a record with the same key exists.
@@ -141,6 +147,11 @@ type Store interface {
 	// Due returns up to limit records whose DueAt is at or before now,
 	// earliest first.
 	Due(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+
+	// List returns up to limit records matching the filter, ordered by
+	// provider and id. It scans the stored records: meant for operators,
+	// not for hot paths.
+	List(ctx context.Context, f Filter, limit int) ([]*Record, error)
 
 	// Close waits for pending writes and releases the store. It is safe
 	// to call more than once; later operations return ErrClosed.
