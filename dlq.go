@@ -22,7 +22,7 @@ import (
 func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outcome) {
 	now := a.now().UTC()
 	r := a.Replay
-	rec, err := st.Update(context.Background(), key, func(rec *store.Record) error {
+	rec, err := st.UpdateDelivery(context.Background(), key, func(rec *store.Delivery) error {
 		if rec.Attempts != attempt {
 			return store.ErrSkip
 		}
@@ -53,7 +53,7 @@ func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outc
 		return
 	}
 	if rec.State == store.StateParked {
-		a.metrics.parked.WithLabelValues(rec.Provider).Inc()
+		a.metrics.parked.WithLabelValues(key.Provider).Inc()
 		a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
 			zap.String("key", key.String()), zap.Int("attempts", rec.Attempts), zap.String("last_error", rec.LastError))
 	}
@@ -120,7 +120,7 @@ func (a *App) replayDue(sem chan struct{}) {
 		case <-a.stop:
 			return
 		}
-		claimed, ok := a.claim(st, rec.Key(), now)
+		claimed, ok := a.claim(st, rec, now)
 		if !ok {
 			<-sem
 			continue
@@ -136,12 +136,14 @@ func (a *App) replayDue(sem chan struct{}) {
 	}
 }
 
-// claim takes a due record for one more attempt: state forwarding, attempt
-// count up, due again after stuck_after in case this replay never reports.
-// A stuck record that has used all its attempts is parked instead.
-func (a *App) claim(st store.Store, key store.Key, now time.Time) (*store.Record, bool) {
+// claim takes a due record (as Due read it) for one more attempt: state
+// forwarding, attempt count up, due again after stuck_after in case this
+// replay never reports. A stuck record that has used all its attempts is
+// parked instead. It returns the record with its new delivery state.
+func (a *App) claim(st store.Store, due *store.Record, now time.Time) (*store.Record, bool) {
+	key := due.Key()
 	var parked bool
-	rec, err := st.Update(a.ctx, key, func(rec *store.Record) error {
+	d, err := st.UpdateDelivery(a.ctx, key, func(rec *store.Delivery) error {
 		if rec.DueAt.IsZero() || rec.DueAt.After(now) {
 			return store.ErrSkip
 		}
@@ -167,12 +169,14 @@ func (a *App) claim(st store.Store, key store.Key, now time.Time) (*store.Record
 		a.logger.Error("claiming a record for replay", zap.String("key", key.String()), zap.Error(err))
 		return nil, false
 	case parked:
-		a.metrics.parked.WithLabelValues(rec.Provider).Inc()
+		a.metrics.parked.WithLabelValues(key.Provider).Inc()
 		a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
-			zap.String("key", key.String()), zap.Int("attempts", rec.Attempts))
+			zap.String("key", key.String()), zap.Int("attempts", d.Attempts))
 		return nil, false
 	}
-	return rec, true
+	rec := *due
+	rec.SetDelivery(d)
+	return &rec, true
 }
 
 // drain waits for the forwards in flight, then frees the slots again for
@@ -201,7 +205,11 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 	}
 	now := a.now().UTC()
 	stuck := time.Duration(a.Replay.StuckAfter)
-	rec, err := st.Update(ctx, key, func(rec *store.Record) error {
+	rec, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	d, err := st.UpdateDelivery(ctx, key, func(rec *store.Delivery) error {
 		if rec.State == store.StateForwarding && rec.DueAt.After(now) {
 			return errInFlight
 		}
@@ -214,6 +222,7 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 	if err != nil {
 		return nil, err
 	}
+	rec.SetDelivery(d)
 	dctx, cancel := context.WithTimeout(ctx, stuck)
 	defer cancel()
 	out := a.dispatch(dctx, rec, "replay", rec.Attempts)

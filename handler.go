@@ -203,18 +203,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ack := newAckWriter()
 	timer := time.AfterFunc(time.Duration(h.AckTimeout), func() {
 		if stored {
-			ack.write(w, http.StatusOK, "OK")
+			ack.write(w, http.StatusOK, "OK", true)
 		} else {
-			ack.write(w, http.StatusServiceUnavailable, "result not stored")
+			ack.write(w, http.StatusServiceUnavailable, "result not stored", true)
 		}
 	})
 	out := forward(r.WithContext(fctx), next)
 	if timer.Stop() {
 		switch {
 		case stored, out.class == delivered:
-			ack.write(w, http.StatusOK, "OK")
+			ack.write(w, http.StatusOK, "OK", false)
 		default:
-			ack.write(w, http.StatusServiceUnavailable, "result not stored and not delivered")
+			ack.write(w, http.StatusServiceUnavailable, "result not stored and not delivered", false)
 		}
 	} else {
 		ack.wait()
@@ -263,12 +263,16 @@ type ackWriter struct {
 
 func newAckWriter() *ackWriter { return &ackWriter{done: make(chan struct{})} }
 
-func (a *ackWriter) write(w http.ResponseWriter, status int, body string) {
+// write answers the provider. With flush the answer is pushed out at once
+// (the timer's case: the forward may still take a while); without, it
+// leaves with the handler's return, in one write with the headers.
+func (a *ackWriter) write(w http.ResponseWriter, status int, body string, flush bool) {
 	a.once.Do(func() {
 		defer close(a.done)
 		_ = writeText(w, status, body)
-		// Push the answer out now: the forward may still take a while.
-		_ = http.NewResponseController(w).Flush()
+		if flush {
+			_ = http.NewResponseController(w).Flush()
+		}
 	})
 }
 

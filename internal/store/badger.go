@@ -18,13 +18,15 @@ import (
 
 // Key layout (keys sort bytewise):
 //
-//	r/<provider>/<id>                      → JSON Record
+//	r/<provider>/<id>                      → JSON Record, as first stored
+//	s/<provider>/<id>                      → JSON Delivery: the record's current delivery state
 //	q/<8-byte big-endian DueAt unix ns><provider>/<id> → empty; the due index
 //
 // Both carry the record's ExpiresAt as Badger TTL.
 const (
-	recordPrefix = "r/"
-	duePrefix    = "q/"
+	recordPrefix   = "r/"
+	deliveryPrefix = "s/"
+	duePrefix      = "q/"
 )
 
 // BadgerOptions configures OpenBadger.
@@ -225,6 +227,33 @@ func (b *Badger) Update(ctx context.Context, key Key, fn func(*Record) error) (*
 	return result, err
 }
 
+// UpdateDelivery implements Store.
+func (b *Badger) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
+	var result Delivery
+	o := &op{size: 512, apply: func(txn *badger.Txn) error {
+		item, err := txn.Get(deliveryKey(key))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		var old Delivery
+		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &old) }); err != nil {
+			return fmt.Errorf("decoding delivery of %s: %w", key, err)
+		}
+		result = old
+		cur := old
+		if err := fn(&cur); err != nil {
+			return err
+		}
+		result = cur
+		return writeDelivery(txn, key, &old, &cur, item.ExpiresAt())
+	}}
+	err := b.submit(ctx, o)
+	return result, err
+}
+
 // Due implements Store.
 func (b *Badger) Due(ctx context.Context, now time.Time, limit int) ([]*Record, error) {
 	var out []*Record
@@ -261,6 +290,9 @@ func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, erro
 			rec := new(Record)
 			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
 				return fmt.Errorf("decoding record %q: %w", it.Item().Key(), err)
+			}
+			if err := overlayDelivery(txn, rec); err != nil {
+				return err
 			}
 			if f.State == "" || rec.State == f.State {
 				out = append(out, rec)
@@ -457,27 +489,68 @@ func getRecord(txn *badger.Txn, key []byte) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decoding record %q: %w", key, err)
 	}
-	return rec, nil
+	return rec, overlayDelivery(txn, rec)
 }
+
+// overlayDelivery sets rec's delivery state from its s/ key, the current
+// one (the copy inside r/ is the state at insert).
+func overlayDelivery(txn *badger.Txn, rec *Record) error {
+	item, err := txn.Get(deliveryKey(rec.Key()))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var d Delivery
+	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+		return fmt.Errorf("decoding delivery of %s: %w", rec.Key(), err)
+	}
+	rec.SetDelivery(d)
+	return nil
+}
+
+func deliveryKey(k Key) []byte { return []byte(deliveryPrefix + k.Provider + "/" + k.ID) }
 
 // writeRecord stores rec (already encoded as val) and moves its due index
 // entry from old's DueAt to rec's.
 func writeRecord(txn *badger.Txn, old, rec *Record, val []byte) error {
 	exp := uint64(rec.ExpiresAt.Unix())
-	k := rec.Key()
-	if old != nil && !old.DueAt.IsZero() && !old.DueAt.Equal(rec.DueAt) {
+	var oldD *Delivery
+	if old != nil {
+		d := old.Delivery()
+		oldD = &d
+	}
+	d := rec.Delivery()
+	if err := writeDelivery(txn, rec.Key(), oldD, &d, exp); err != nil {
+		return err
+	}
+	e := badger.NewEntry(recordKey(rec.Key()), val)
+	e.ExpiresAt = exp
+	return txn.SetEntry(e)
+}
+
+// writeDelivery stores the delivery state d of key and moves its due index
+// entry from old's DueAt (old is nil for a new record). exp is the
+// record's expiry, Unix seconds.
+func writeDelivery(txn *badger.Txn, k Key, old, d *Delivery, exp uint64) error {
+	if old != nil && !old.DueAt.IsZero() && !old.DueAt.Equal(d.DueAt) {
 		if err := txn.Delete(dueKey(old.DueAt, k)); err != nil {
 			return err
 		}
 	}
-	if !rec.DueAt.IsZero() {
-		e := badger.NewEntry(dueKey(rec.DueAt, k), nil)
+	if !d.DueAt.IsZero() {
+		e := badger.NewEntry(dueKey(d.DueAt, k), nil)
 		e.ExpiresAt = exp
 		if err := txn.SetEntry(e); err != nil {
 			return err
 		}
 	}
-	e := badger.NewEntry(recordKey(k), val)
+	val, err := json.Marshal(d)
+	if err != nil {
+		return fmt.Errorf("encoding delivery: %w", err)
+	}
+	e := badger.NewEntry(deliveryKey(k), val)
 	e.ExpiresAt = exp
 	return txn.SetEntry(e)
 }

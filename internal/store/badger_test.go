@@ -525,3 +525,51 @@ func TestBadgerList(t *testing.T) {
 		}
 	}
 }
+
+func TestBadgerUpdateDelivery(t *testing.T) {
+	b := openTestBadger(t, t.TempDir())
+	ctx := context.Background()
+	r := testRecord("20", "CODE")
+	if _, err := b.Insert(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(time.Hour)
+	d, err := b.UpdateDelivery(ctx, key("20"), func(d *Delivery) error {
+		if d.State != StateForwarding || d.Attempts != 1 || !d.DueAt.Equal(t0.Add(time.Minute)) {
+			t.Errorf("fn saw %+v, want the inserted delivery state", *d)
+		}
+		d.State, d.Attempts, d.DueAt, d.LastStatus, d.LastError = StateFailed, 2, later, 503, "app answered 503"
+		return nil
+	})
+	if err != nil || d.State != StateFailed || d.Attempts != 2 {
+		t.Fatalf("UpdateDelivery = %+v, %v", d, err)
+	}
+	got, err := b.Get(ctx, key("20"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateFailed || got.Attempts != 2 || !got.DueAt.Equal(later) || got.LastStatus != 503 ||
+		got.Code != "CODE" || string(got.Request.Body) != string(r.Request.Body) {
+		t.Errorf("Get after UpdateDelivery = %+v", got)
+	}
+	if ids := dueIDs(t, b, t0.Add(30*time.Minute), 10); len(ids) != 0 {
+		t.Errorf("due before the new DueAt: %v, want none (the old index entry must be gone)", ids)
+	}
+	if ids := dueIDs(t, b, later, 10); !slices.Equal(ids, []string{"20"}) {
+		t.Errorf("due at the new DueAt: %v, want [20]", ids)
+	}
+	if recs, err := b.List(ctx, Filter{State: StateFailed}, 10); err != nil || len(recs) != 1 || recs[0].Attempts != 2 {
+		t.Errorf("List(failed) = %+v, %v; want the updated record", recs, err)
+	}
+
+	_, err = b.UpdateDelivery(ctx, key("20"), func(d *Delivery) error { d.Attempts = 99; return ErrSkip })
+	if !errors.Is(err, ErrSkip) {
+		t.Errorf("skip: err = %v", err)
+	}
+	if got, _ := b.Get(ctx, key("20")); got.Attempts != 2 {
+		t.Errorf("after a skipped update attempts = %d, want 2", got.Attempts)
+	}
+	if _, err := b.UpdateDelivery(ctx, key("404"), func(*Delivery) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown key: err = %v, want ErrNotFound", err)
+	}
+}

@@ -109,6 +109,29 @@ type Record struct {
 // Key returns the record's deduplication key.
 func (r *Record) Key() Key { return Key{Provider: r.Provider, ID: r.ID} }
 
+// Delivery is the part of a record that changes as its delivery goes on;
+// the rest of a record never changes once stored.
+type Delivery struct {
+	State      State     `json:"state"`
+	Attempts   int       `json:"attempts"`
+	DueAt      time.Time `json:"due_at,omitzero"`
+	LastStatus int       `json:"last_status,omitempty"`
+	LastError  string    `json:"last_error,omitempty"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// Delivery returns the record's delivery state.
+func (r *Record) Delivery() Delivery {
+	return Delivery{State: r.State, Attempts: r.Attempts, DueAt: r.DueAt,
+		LastStatus: r.LastStatus, LastError: r.LastError, UpdatedAt: r.UpdatedAt}
+}
+
+// SetDelivery sets the record's delivery state.
+func (r *Record) SetDelivery(d Delivery) {
+	r.State, r.Attempts, r.DueAt = d.State, d.Attempts, d.DueAt
+	r.LastStatus, r.LastError, r.UpdatedAt = d.LastStatus, d.LastError, d.UpdatedAt
+}
+
 // clone returns a deep copy of r. Keep it in step with Record's fields: all
 // but Request.Header and Request.Body are values.
 func (r *Record) clone() *Record {
@@ -143,6 +166,12 @@ type Store interface {
 	// together with the unchanged record. Returns ErrNotFound if there is
 	// no such record.
 	Update(ctx context.Context, key Key, fn func(*Record) error) (*Record, error)
+
+	// UpdateDelivery is Update for the delivery state alone: fn sees and
+	// changes only the Delivery part, and the stored request is neither
+	// read nor rewritten, which makes it the cheap path for recording
+	// outcomes and claiming replays. Errors as for Update.
+	UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error)
 
 	// Due returns up to limit records whose DueAt is at or before now,
 	// earliest first.
