@@ -56,8 +56,9 @@ func BenchmarkStore(b *testing.B) {
 					if !bc.outcome {
 						continue
 					}
-					_, err := st.Update(ctx, rec.Key(), func(r *store.Record) error {
-						r.State, r.DueAt, r.LastStatus, r.UpdatedAt = store.StateDelivered, time.Time{}, 200, time.Now().UTC()
+					// As the handler records an outcome (App.recordOutcome).
+					_, err := st.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
+						d.State, d.DueAt, d.LastStatus, d.UpdatedAt = store.StateDelivered, time.Time{}, 200, time.Now().UTC()
 						return nil
 					})
 					if err != nil {

@@ -160,6 +160,11 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding record: %w", err)
 	}
+	delivery := rec.Delivery()
+	encodedDelivery, err := json.Marshal(delivery)
+	if err != nil {
+		return nil, fmt.Errorf("encoding delivery: %w", err)
+	}
 	var existing *Record
 	o := &op{size: len(rec.Request.Body) + len(rec.Code) + 1024, apply: func(txn *badger.Txn) error {
 		existing = nil
@@ -180,7 +185,11 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 				return fmt.Errorf("encoding record: %w", err)
 			}
 		}
-		return writeRecord(txn, nil, rec, val)
+		exp := uint64(rec.ExpiresAt.Unix())
+		if err := writeDelivery(txn, rec.Key(), nil, &delivery, exp, encodedDelivery); err != nil {
+			return err
+		}
+		return setRecord(txn, rec.Key(), val, exp)
 	}}
 	if err := b.submit(ctx, o); err != nil {
 		return nil, err
@@ -248,7 +257,7 @@ func (b *Badger) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery)
 			return err
 		}
 		result = cur
-		return writeDelivery(txn, key, &old, &cur, item.ExpiresAt())
+		return writeDelivery(txn, key, &old, &cur, item.ExpiresAt(), nil)
 	}}
 	err := b.submit(ctx, o)
 	return result, err
@@ -522,18 +531,23 @@ func writeRecord(txn *badger.Txn, old, rec *Record, val []byte) error {
 		oldD = &d
 	}
 	d := rec.Delivery()
-	if err := writeDelivery(txn, rec.Key(), oldD, &d, exp); err != nil {
+	if err := writeDelivery(txn, rec.Key(), oldD, &d, exp, nil); err != nil {
 		return err
 	}
-	e := badger.NewEntry(recordKey(rec.Key()), val)
+	return setRecord(txn, rec.Key(), val, exp)
+}
+
+// setRecord stores the encoded record under its r/ key.
+func setRecord(txn *badger.Txn, k Key, val []byte, exp uint64) error {
+	e := badger.NewEntry(recordKey(k), val)
 	e.ExpiresAt = exp
 	return txn.SetEntry(e)
 }
 
-// writeDelivery stores the delivery state d of key and moves its due index
-// entry from old's DueAt (old is nil for a new record). exp is the
-// record's expiry, Unix seconds.
-func writeDelivery(txn *badger.Txn, k Key, old, d *Delivery, exp uint64) error {
+// writeDelivery stores the delivery state d of key (val: d already
+// encoded, or nil) and moves its due index entry from old's DueAt (old is nil
+// for a new record). exp is the record's expiry, Unix seconds.
+func writeDelivery(txn *badger.Txn, k Key, old, d *Delivery, exp uint64, val []byte) error {
 	if old != nil && !old.DueAt.IsZero() && !old.DueAt.Equal(d.DueAt) {
 		if err := txn.Delete(dueKey(old.DueAt, k)); err != nil {
 			return err
@@ -546,9 +560,11 @@ func writeDelivery(txn *badger.Txn, k Key, old, d *Delivery, exp uint64) error {
 			return err
 		}
 	}
-	val, err := json.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("encoding delivery: %w", err)
+	if val == nil {
+		var err error
+		if val, err = json.Marshal(d); err != nil {
+			return fmt.Errorf("encoding delivery: %w", err)
+		}
 	}
 	e := badger.NewEntry(deliveryKey(k), val)
 	e.ExpiresAt = exp
