@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -35,7 +37,7 @@ type dispatch struct {
 // and calls the server's ServeHTTP in-process, so the route's handlers and
 // the user's reverse_proxy run as they do for the provider's request.
 func (a *App) dispatch(ctx context.Context, rec *store.Record, source string, attempt int) outcome {
-	srv, err := a.server(rec.Server)
+	srv, err := a.serverFor(rec)
 	if err != nil {
 		return outcome{class: retryable, status: http.StatusBadGateway, err: err}
 	}
@@ -50,25 +52,87 @@ func (a *App) dispatch(ctx context.Context, rec *store.Record, source string, at
 	srv.ServeHTTP(discardWriter{h: make(http.Header)}, req)
 	if !d.reached {
 		return outcome{class: retryable, status: http.StatusBadGateway,
-			err: fmt.Errorf("no pingback handler took %s %s on server %q (route changed?)", rec.Request.Method, rec.Request.URI, rec.Server)}
+			err: fmt.Errorf("no pingback handler took %s %s on server %q (route changed?)", rec.Request.Method, uriPath(rec.Request.URI), rec.Server)}
 	}
 	return d.out
 }
 
-// server finds the http app's server by name.
-func (a *App) server(name string) (*caddyhttp.Server, error) {
+// httpApp returns the running config's http app.
+func (a *App) httpApp() (*caddyhttp.App, error) {
 	v, err := a.ctx.AppIfConfigured("http")
 	if err != nil {
 		return nil, fmt.Errorf("http app: %w", err)
 	}
-	httpApp, ok := v.(*caddyhttp.App)
+	app, ok := v.(*caddyhttp.App)
 	if !ok {
 		return nil, errors.New("http app has an unexpected type")
 	}
-	if srv := httpApp.Servers[name]; srv != nil {
+	return app, nil
+}
+
+// serverFor finds the server a stored record is dispatched through: the one
+// that received it, by name, if that server still listens on the port the
+// request came in on; otherwise the one listening on that port now. (The
+// Caddyfile adapter names servers srv0, srv1, ... in order, so adding a site
+// can move a name to another port.)
+func (a *App) serverFor(rec *store.Record) (*caddyhttp.Server, error) {
+	app, err := a.httpApp()
+	if err != nil {
+		return nil, err
+	}
+	port := addrPort(rec.Request.LocalAddr)
+	if srv := app.Servers[rec.Server]; srv != nil && (port == 0 || listensOn(srv, port)) {
 		return srv, nil
 	}
-	return nil, fmt.Errorf("no http server named %q in the running config", name)
+	if port != 0 {
+		if name := serverOnPort(app, port); name != "" {
+			return app.Servers[name], nil
+		}
+		return nil, fmt.Errorf("no http server listens on port %d, where this result was received", port)
+	}
+	return nil, fmt.Errorf("no http server named %q in the running config", rec.Server)
+}
+
+// serverOnPort names the server that listens on the TCP port, or "".
+func serverOnPort(app *caddyhttp.App, port uint) string {
+	names := make([]string, 0, len(app.Servers))
+	for name := range app.Servers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if listensOn(app.Servers[name], port) {
+			return name
+		}
+	}
+	return ""
+}
+
+// listensOn reports whether one of srv's TCP listeners covers port.
+func listensOn(srv *caddyhttp.Server, port uint) bool {
+	for _, l := range srv.Listen {
+		na, err := caddy.ParseNetworkAddress(l)
+		if err != nil || na.IsUnixNetwork() || na.IsFdNetwork() {
+			continue
+		}
+		if port >= na.StartPort && port <= na.EndPort {
+			return true
+		}
+	}
+	return false
+}
+
+// addrPort is the port of a host:port address, or 0.
+func addrPort(hostport string) uint {
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return 0
+	}
+	return uint(n)
 }
 
 // rebuildRequest builds a server-side request equal to the stored one.
@@ -117,6 +181,12 @@ func rebuildRequest(ctx context.Context, rec *store.Record) (*http.Request, erro
 	return req.WithContext(ctx), nil
 }
 
+// uriPath is a request URI without its query, which may hold a code.
+func uriPath(uri string) string {
+	path, _, _ := strings.Cut(uri, "?")
+	return path
+}
+
 func hostOnly(hostport string) string {
 	if u, err := url.Parse("//" + hostport); err == nil {
 		return u.Hostname()
@@ -124,45 +194,30 @@ func hostOnly(hostport string) string {
 	return hostport
 }
 
-// serverForURL names the http app's server that listens on u's port, where
-// a pingback to u would arrive. It fails if no server of this Caddy does.
-func (a *App) serverForURL(u *url.URL) (string, error) {
-	v, err := a.ctx.AppIfConfigured("http")
+// serverForURL finds the http app's server that listens on u's port, where
+// a pingback to u would arrive, and returns its name. It fails if no server
+// of this Caddy does.
+func (a *App) serverForURL(u *url.URL) (string, *caddyhttp.Server, error) {
+	app, err := a.httpApp()
 	if err != nil {
-		return "", fmt.Errorf("http app: %w", err)
+		return "", nil, err
 	}
-	httpApp, ok := v.(*caddyhttp.App)
-	if !ok {
-		return "", errors.New("http app has an unexpected type")
+	port := urlPort(u)
+	if name := serverOnPort(app, port); name != "" {
+		return name, app.Servers[name], nil
 	}
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
+	return "", nil, fmt.Errorf("no server of this Caddy listens on port %d, so it does not serve the pingback URL %s://%s%s", port, u.Scheme, u.Host, u.EscapedPath())
+}
+
+// urlPort is u's port, 80 or 443 by default.
+func urlPort(u *url.URL) uint {
+	if p := addrPort(u.Host); p != 0 {
+		return p
 	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return "", fmt.Errorf("pingback URL port %q: %w", port, err)
+	if u.Scheme == "https" {
+		return 443
 	}
-	names := make([]string, 0, len(httpApp.Servers))
-	for name := range httpApp.Servers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		for _, l := range httpApp.Servers[name].Listen {
-			na, err := caddy.ParseNetworkAddress(l)
-			if err != nil || na.IsUnixNetwork() || na.IsFdNetwork() {
-				continue
-			}
-			if uint(p) >= na.StartPort && uint(p) <= na.EndPort {
-				return name, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("no server of this Caddy listens on port %s, so it does not serve the pingback URL %s://%s%s", port, u.Scheme, u.Host, u.EscapedPath())
+	return 80
 }
 
 // probePingbackURL checks that a pingback to u, sent with method, would reach
@@ -170,12 +225,22 @@ func (a *App) serverForURL(u *url.URL) (string, error) {
 // and route that serve u, and the pingback handler reports without
 // forwarding anything to the app. Handlers placed before it on the route run
 // as for any request.
+//
+// The answer is cached for the life of the config: the routes cannot change
+// within it.
 func (a *App) probePingbackURL(ctx context.Context, u *url.URL, method string) error {
-	name, err := a.serverForURL(u)
-	if err != nil {
+	k := method + " " + u.String()
+	if v, ok := a.probes.Load(k); ok {
+		err, _ := v.(error)
 		return err
 	}
-	srv, err := a.server(name)
+	err := a.probe(ctx, u, method)
+	a.probes.Store(k, err)
+	return err
+}
+
+func (a *App) probe(ctx context.Context, u *url.URL, method string) error {
+	_, srv, err := a.serverForURL(u)
 	if err != nil {
 		return err
 	}

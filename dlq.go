@@ -59,6 +59,14 @@ func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outc
 	}
 }
 
+// forwardDeadline is when a forward of a record that is due again at dueAt
+// (the moment the replay loop would take it as stuck) must have ended: a
+// little before, so that a forward and the replay of the same attempt never
+// overlap.
+func forwardDeadline(dueAt time.Time, stuck time.Duration) time.Time {
+	return dueAt.Add(-min(time.Second, stuck/10))
+}
+
 // backoff is the delay before the retry that follows attempt n (n >= 1):
 // uniform in [min, cap] where cap = min(max, min·2^(n-1)) (exponential
 // backoff with jitter, kept at or above min).
@@ -127,7 +135,7 @@ func (a *App) replayDue(sem chan struct{}) {
 		}
 		go func() {
 			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.Replay.StuckAfter))
+			ctx, cancel := context.WithDeadline(a.ctx, forwardDeadline(claimed.DueAt, time.Duration(a.Replay.StuckAfter)))
 			defer cancel()
 			out := a.dispatch(ctx, claimed, "replay", claimed.Attempts)
 			a.metrics.forwards.WithLabelValues(claimed.Provider, "replay", out.class.String()).Inc()
@@ -223,7 +231,7 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 		return nil, err
 	}
 	rec.SetDelivery(d)
-	dctx, cancel := context.WithTimeout(ctx, stuck)
+	dctx, cancel := context.WithDeadline(ctx, forwardDeadline(d.DueAt, stuck))
 	defer cancel()
 	out := a.dispatch(dctx, rec, "replay", rec.Attempts)
 	a.metrics.forwards.WithLabelValues(rec.Provider, "replay", out.class.String()).Inc()

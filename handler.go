@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -122,6 +123,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 
+	start := time.Now() // ack_timeout counts from here
 	cb, err := readCallback(w, r, h.provider, h.MaxBody)
 	if err != nil {
 		var bad *badRequest
@@ -147,6 +149,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			Host:       r.Host,
 			Proto:      r.Proto,
 			RemoteAddr: r.RemoteAddr,
+			LocalAddr:  localAddr(r),
 			TLS:        r.TLS != nil,
 			Header:     r.Header.Clone(),
 			Body:       cb.body,
@@ -194,14 +197,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r.ContentLength = int64(len(cb.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
 	setDeliveryHeaders(r.Header, rec.Key(), "callback", 1)
-	fctx, cancel := context.WithTimeout(ctx, stuck)
+	fctx, cancel := context.WithDeadline(ctx, forwardDeadline(rec.DueAt, stuck))
 	defer cancel()
 
-	// Forward in this goroutine; if the app is slower than ack_timeout,
-	// answer the provider from the timer meanwhile. Only one of the two
-	// ever writes to w, and this goroutine waits for the timer's write.
+	// Forward in this goroutine; if the app is slower than what is left
+	// of ack_timeout, answer the provider from the timer meanwhile (at
+	// once if the commit itself took that long). Only one of the two ever
+	// writes to w, and this goroutine waits for the timer's write.
 	ack := newAckWriter()
-	timer := time.AfterFunc(time.Duration(h.AckTimeout), func() {
+	timer := time.AfterFunc(max(0, time.Duration(h.AckTimeout)-time.Since(start)), func() {
 		if stored {
 			ack.write(w, http.StatusOK, "OK", true)
 		} else {
@@ -229,9 +233,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	// The outcome is recorded in the background: the provider's answer
-	// does not wait for a second commit. If Caddy dies first, the record
-	// stays "forwarding" and is replayed after stuck_after.
-	go h.app.recordOutcome(st, rec.Key(), 1, out)
+	// does not wait for a second commit. The store is not closed before it
+	// is recorded; if Caddy dies first, the record stays "forwarding" and
+	// is replayed after stuck_after.
+	handle := h.app.handle
+	handle.outcomes.Add(1)
+	go func() {
+		defer handle.outcomes.Done()
+		h.app.recordOutcome(st, rec.Key(), 1, out)
+	}()
 	return nil
 }
 
@@ -289,6 +299,14 @@ func setDeliveryHeaders(h http.Header, k store.Key, source string, attempt int) 
 func serverName(r *http.Request) string {
 	if s, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && s != nil {
 		return s.Name()
+	}
+	return ""
+}
+
+// localAddr is the server address r came in on, or "".
+func localAddr(r *http.Request) string {
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && la != nil {
+		return la.String()
 	}
 	return ""
 }

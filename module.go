@@ -7,6 +7,7 @@
 package pingback
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -69,6 +70,8 @@ type App struct {
 	held   bool          // this config holds a pool reference (Cleanup releases it)
 
 	stop       chan struct{}
+	loopCtx    context.Context // ends at Stop: the poller's waits for its rate limiter
+	loopCancel context.CancelFunc
 	loopDone   chan struct{}   // closed when the replay loop has returned
 	pollDone   chan struct{}   // closed when the poll loop has returned
 	deliveries *sync.WaitGroup // polled results being delivered
@@ -76,6 +79,7 @@ type App struct {
 	// polled results together) to Replay.Concurrency.
 	inflight   chan struct{}
 	httpClient *http.Client // for res.php
+	probes     *sync.Map    // "<method> <pingback URL>" → probe result (error or nil)
 	metrics    *metrics
 
 	// now and jitter are the clock and random source of the replay loop;
@@ -122,6 +126,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ready = make(chan struct{})
 	a.stop = make(chan struct{})
 	a.deliveries = new(sync.WaitGroup)
+	a.probes = new(sync.Map)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -214,6 +219,7 @@ func (a *App) Start() error {
 	a.handle = v.(*storeHandle)
 	a.handle.join(a)
 	a.inflight = make(chan struct{}, a.Replay.Concurrency)
+	a.loopCtx, a.loopCancel = context.WithCancel(a.ctx)
 	a.loopDone = make(chan struct{})
 	a.pollDone = make(chan struct{})
 	go a.replayLoop()
@@ -230,6 +236,7 @@ func (a *App) Stop() error {
 		return nil
 	}
 	close(a.stop)
+	a.loopCancel()
 	a.handle.leave(a)
 	<-a.loopDone
 	<-a.pollDone
@@ -284,6 +291,7 @@ type storeHandle struct {
 	mu        sync.Mutex
 	apps      []*App                    // started apps, oldest first; the last one owns the loops
 	providers map[string]*providerState // the poller's state per provider
+	outcomes  sync.WaitGroup            // live forwards' outcomes being recorded
 }
 
 func openStoreHandle(dir string, logger *zap.Logger) (*storeHandle, error) {
@@ -326,6 +334,7 @@ func (h *storeHandle) owns(a *App) bool {
 
 // Destruct closes the store; called by the pool when its last user is gone.
 func (h *storeHandle) Destruct() error {
+	h.outcomes.Wait()
 	return h.store.Close()
 }
 

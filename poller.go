@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,9 @@ const (
 	// 2captcha's rule R > 20·C + 1200 (provider-protocol.md §1.6, ERROR:
 	// 1005), so the account stays well under it.
 	pollAllowance = 600
+
+	// resTimeout bounds one res.php request.
+	resTimeout = 15 * time.Second
 )
 
 // ProviderConfig is what the poller needs to ask one provider's res.php for
@@ -252,12 +256,14 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	ps.limiter.SetBurst(max(1, int(math.Ceil(a.Poll.Rate))))
 
 	ps.mu.Lock()
-	blocked := now.Before(ps.blockedUntil)
+	blockedUntil := ps.blockedUntil
+	blocked := now.Before(blockedUntil)
 	stopped := pc.key != "" && ps.stoppedKey == pc.key
 	noKey := pc.key == ""
 	logNoKey := noKey && !ps.noKeyLogged
 	ps.noKeyLogged = ps.noKeyLogged || noKey
-	overBudget := ps.polls >= 10*ps.tracked+pollAllowance
+	polls, tracked := ps.polls, ps.tracked
+	overBudget := polls >= 10*tracked+pollAllowance
 	logBudget := overBudget && !ps.budgetLogged
 	ps.budgetLogged = ps.budgetLogged || overBudget
 	ps.mu.Unlock()
@@ -268,17 +274,22 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	}
 	if logBudget {
 		a.logger.Warn("res.php budget reached: polling slowed to stay well under the provider's 20 requests per task",
-			zap.String("provider", name), zap.Int("polls", ps.polls), zap.Int("tasks", ps.tracked))
+			zap.String("provider", name), zap.Int("polls", polls), zap.Int("tasks", tracked))
 	}
 	if noKey || stopped || overBudget {
 		// Nothing to do now; look again next interval, not every tick.
 		for _, t := range tasks {
-			a.reschedule(t, now, false)
+			a.reschedule(t, now.Add(time.Duration(a.Poll.Interval)), false)
 		}
 		return
 	}
 	if blocked {
-		return // stay due; asked again once the provider's block ends
+		// Due again when the block ends: out of the scan meanwhile, so
+		// that other providers' tasks are not starved behind them.
+		for _, t := range tasks {
+			a.reschedule(t, blockedUntil, false)
+		}
+		return
 	}
 
 	var bulk, single []*store.Task
@@ -316,7 +327,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 	}
 	claimed := g[:0:0]
 	for _, t := range g {
-		if ct := a.reschedule(t, now, true); ct != nil {
+		if ct := a.reschedule(t, now.Add(time.Duration(a.Poll.Interval)), true); ct != nil {
 			claimed = append(claimed, ct)
 		}
 	}
@@ -331,7 +342,9 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 	ps.polls++
 	ps.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+	// Not cut short by Stop (a reload would then ask again): Stop waits
+	// for at most one request in flight.
+	ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
 	answers, err := c.get(ctx, ids)
 	cancel()
 	if err != nil {
@@ -366,14 +379,14 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 // pollSingleNow asks res.php for one already claimed task (the bulk
 // fallback), waiting for the rate limiter.
 func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *store.Task, now time.Time) bool {
-	if err := ps.limiter.Wait(a.ctx); err != nil {
+	if err := ps.limiter.Wait(a.loopCtx); err != nil {
 		return false
 	}
 	ps.mu.Lock()
 	ps.polls++
 	ps.mu.Unlock()
 	_, _ = a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
-	ctx, cancel := context.WithTimeout(a.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
 	answers, err := c.get(ctx, []string{t.ID})
 	cancel()
 	if err != nil || len(answers) != 1 {
@@ -439,11 +452,11 @@ func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans
 		zap.Int("consecutive", n), zap.Duration("wait", wait))
 }
 
-// reschedule moves a pending task's next poll to now + interval; with
-// claim, it also counts the poll about to be made. It returns the updated
-// task, or nil if the task is no longer pending.
-func (a *App) reschedule(t *store.Task, now time.Time, claim bool) *store.Task {
-	next := now.Add(time.Duration(a.Poll.Interval))
+// reschedule moves a pending task's next poll to next; with claim, it also
+// counts the poll about to be made. It returns the updated task, or nil if
+// the task is no longer pending.
+func (a *App) reschedule(t *store.Task, next time.Time, claim bool) *store.Task {
+	now := a.now().UTC()
 	scanned := t.NextPollAt
 	ut, err := a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error {
 		// A claim fails if another poll loop (the overlapping config of a
@@ -516,11 +529,33 @@ func (a *App) deliverPolled(t *store.Task, code string) {
 	a.deliveries.Add(1)
 	go func() {
 		defer a.deliveries.Done()
-		// Not abandoned on Stop: Stop waits for it, so a result fetched
-		// during a reload still reaches the app now, not after stuck_after.
-		a.inflight <- struct{}{}
-		defer func() { <-a.inflight }()
-		ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.Replay.StuckAfter))
+		select {
+		case a.inflight <- struct{}{}:
+			defer func() { <-a.inflight }()
+		case <-a.stop:
+			// Stored, not yet sent: the config that owns the loops next
+			// replays it once it is due (stuck_after), so Stop does not
+			// wait for queued deliveries.
+			return
+		}
+		// Waiting for a slot may have taken a while: take the record
+		// again for a full stuck_after, unless the replay loop already
+		// took it as stuck.
+		stuck := time.Duration(a.Replay.StuckAfter)
+		d, err := st.UpdateDelivery(a.ctx, rec.Key(), func(d *store.Delivery) error {
+			if d.State != store.StateForwarding || d.Attempts != 1 {
+				return store.ErrSkip
+			}
+			d.DueAt = a.now().UTC().Add(stuck)
+			return nil
+		})
+		if err != nil {
+			if !errors.Is(err, store.ErrSkip) {
+				a.logger.Error("claiming a polled result for delivery; it will be replayed", zap.String("key", rec.Key().String()), zap.Error(err))
+			}
+			return
+		}
+		ctx, cancel := context.WithDeadline(a.ctx, forwardDeadline(d.DueAt, stuck))
 		defer cancel()
 		out := a.dispatch(ctx, rec, "poll", 1)
 		a.metrics.forwards.WithLabelValues(rec.Provider, "poll", out.class.String()).Inc()
@@ -535,7 +570,7 @@ func (a *App) polledRecord(t *store.Task, code string, now time.Time) (*store.Re
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("task pingback URL %q is not an absolute URL", t.PingbackURL)
 	}
-	srv, err := a.serverForURL(u)
+	srv, _, err := a.serverForURL(u)
 	if err != nil {
 		return nil, err
 	}
@@ -545,6 +580,7 @@ func (a *App) polledRecord(t *store.Task, code string, now time.Time) (*store.Re
 		Host:       u.Host,
 		Proto:      "HTTP/1.1",
 		RemoteAddr: "127.0.0.1:0",
+		LocalAddr:  ":" + strconv.FormatUint(uint64(urlPort(u)), 10),
 		TLS:        u.Scheme == "https",
 		Header:     http.Header{"User-Agent": {"caddy-pingback poller"}},
 	}

@@ -49,7 +49,6 @@ var taskErrors = map[string]bool{
 	"ERROR_BAD_DUPLICATES":          true,
 	"ERROR_TOKEN_EXPIRED":           true,
 	"ERROR_PROXY_CONNECTION_FAILED": true,
-	"ERROR_EMPTY_ACTION":            true,
 }
 
 // backoffErrors are account and rate conditions with the block each one
@@ -155,7 +154,8 @@ func (c *resClient) get(ctx context.Context, ids []string) ([]answer, error) {
 func parseResAnswer(body []byte, n int) ([]answer, error) {
 	var ra resAnswer
 	if err := json.Unmarshal(body, &ra); err != nil || ra.Request == nil || string(ra.Request) == "null" {
-		return nil, fmt.Errorf("res.php: not a protocol answer: %q", truncate(string(body), 80))
+		// The body is not quoted: it may hold a result.
+		return nil, fmt.Errorf("res.php: not a protocol answer (%d bytes)", len(body))
 	}
 	text := requestText(ra.Request)
 	if ra.Status != 1 {

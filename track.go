@@ -199,10 +199,15 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	if !ok {
 		code, ok = parseTaskError(resBody)
 	}
+	if err := rec.WriteResponse(); err != nil {
+		return err
+	}
+	// Stored once the app has it (a failed write stores nothing, so a
+	// later pingback or poll still delivers it).
 	if ok && rec.Status() == http.StatusOK && st != nil {
 		t.storeSeenResult(st, key, code)
 	}
-	return rec.WriteResponse()
+	return nil
 }
 
 // parseTaskError reads a task-final error (ERROR_CAPTCHA_UNSOLVABLE and the

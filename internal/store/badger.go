@@ -75,8 +75,12 @@ type Badger struct {
 type op struct {
 	apply func(txn *badger.Txn) error
 	err   error // apply's own result
-	done  chan struct{}
-	size  int // approximate bytes written, for batching
+	// readOnly is set by apply when it wrote nothing: such an op does
+	// not learn of a failed commit (a duplicate insert's answer, the
+	// existing record, stands whatever happens to the batch).
+	readOnly bool
+	done     chan struct{}
+	size     int // approximate bytes written, for batching
 }
 
 // OpenBadger opens (or creates) the database in opts.Dir with memory-lean
@@ -166,11 +170,12 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 		return nil, fmt.Errorf("encoding delivery: %w", err)
 	}
 	var existing *Record
-	o := &op{size: len(rec.Request.Body) + len(rec.Code) + 1024, apply: func(txn *badger.Txn) error {
-		existing = nil
+	o := &op{size: len(rec.Request.Body) + len(rec.Code) + 1024}
+	o.apply = func(txn *badger.Txn) error {
+		existing, o.readOnly = nil, false
 		old, err := getRecord(txn, key)
 		if err == nil {
-			existing = old
+			existing, o.readOnly = old, true
 			return nil
 		}
 		if !errors.Is(err, ErrNotFound) {
@@ -190,7 +195,7 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
 			return err
 		}
 		return setRecord(txn, rec.Key(), val, exp)
-	}}
+	}
 	if err := b.submit(ctx, o); err != nil {
 		return nil, err
 	}
@@ -440,7 +445,7 @@ func (b *Badger) commit(ops []*op) {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
 		}
 		for _, o := range ops {
-			if o.err == nil {
+			if o.err == nil && !o.readOnly {
 				o.err = fmt.Errorf("commit: %w", err)
 			}
 		}

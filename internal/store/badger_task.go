@@ -23,11 +23,12 @@ const (
 func (b *Badger) AddTask(ctx context.Context, t *Task) (*Task, error) {
 	key := taskKey(t.Key())
 	var existing *Task
-	o := &op{size: 1024, apply: func(txn *badger.Txn) error {
-		existing = nil
+	o := &op{size: 1024}
+	o.apply = func(txn *badger.Txn) error {
+		existing, o.readOnly = nil, false
 		old, err := getTask(txn, key)
 		if err == nil {
-			existing = old
+			existing, o.readOnly = old, true
 			return nil
 		}
 		if !errors.Is(err, ErrNotFound) {
@@ -41,7 +42,7 @@ func (b *Badger) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			return err
 		}
 		return writeTask(txn, nil, &nt)
-	}}
+	}
 	if err := b.submit(ctx, o); err != nil {
 		return nil, err
 	}

@@ -64,14 +64,17 @@ const (
 // Request is the original HTTP request as the provider sent it, kept so that
 // a replay can rebuild it byte for byte.
 type Request struct {
-	Method     string      `json:"method"`
-	URI        string      `json:"uri"` // RequestURI: path and query as received
-	Host       string      `json:"host"`
-	Proto      string      `json:"proto,omitempty"`
-	RemoteAddr string      `json:"remote_addr,omitempty"`
-	TLS        bool        `json:"tls,omitempty"`
-	Header     http.Header `json:"header,omitempty"`
-	Body       []byte      `json:"body,omitempty"`
+	Method     string `json:"method"`
+	URI        string `json:"uri"` // RequestURI: path and query as received
+	Host       string `json:"host"`
+	Proto      string `json:"proto,omitempty"`
+	RemoteAddr string `json:"remote_addr,omitempty"`
+	// LocalAddr is the server address the request came in on; its port
+	// identifies the server a replay goes through.
+	LocalAddr string      `json:"local_addr,omitempty"`
+	TLS       bool        `json:"tls,omitempty"`
+	Header    http.Header `json:"header,omitempty"`
+	Body      []byte      `json:"body,omitempty"`
 }
 
 // Record is one result (a solved task or a task-final error code) and its
