@@ -298,28 +298,10 @@ func setBody(r *http.Request, body []byte) {
 // query fields, with form-body fields (urlencoded or multipart) winning.
 // Malformed bodies give just the query: the provider will judge them.
 func submitParams(r *http.Request, body []byte, limit int64) url.Values {
+	if fields, err := parseFields(r, body, limit); err == nil {
+		return fields
+	}
 	query, _ := url.ParseQuery(r.URL.RawQuery)
-	if r.Method != http.MethodPost || len(body) == 0 {
-		return query
-	}
-	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	shadow := &http.Request{
-		Method: http.MethodPost, URL: &url.URL{},
-		Header:        http.Header{"Content-Type": r.Header["Content-Type"]},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-	}
-	switch {
-	case ct == "application/x-www-form-urlencoded":
-		if shadow.ParseForm() == nil {
-			return mergeQuery(shadow.PostForm, query)
-		}
-	case ct == "multipart/form-data" && params["boundary"] != "":
-		if shadow.ParseMultipartForm(limit+1) == nil {
-			defer shadow.MultipartForm.RemoveAll()
-			return mergeQuery(shadow.MultipartForm.Value, query)
-		}
-	}
 	return query
 }
 
