@@ -53,9 +53,7 @@ func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outc
 		return
 	}
 	if rec.State == store.StateParked {
-		a.metrics.parked.WithLabelValues(key.Provider).Inc()
-		a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
-			zap.String("key", key.String()), zap.Int("attempts", rec.Attempts), zap.String("last_error", rec.LastError))
+		a.noteParked(key, rec)
 	}
 }
 
@@ -177,14 +175,19 @@ func (a *App) claim(st store.Store, due *store.Record, now time.Time) (*store.Re
 		a.logger.Error("claiming a record for replay", zap.String("key", key.String()), zap.Error(err))
 		return nil, false
 	case parked:
-		a.metrics.parked.WithLabelValues(key.Provider).Inc()
-		a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
-			zap.String("key", key.String()), zap.Int("attempts", d.Attempts))
+		a.noteParked(key, d)
 		return nil, false
 	}
 	rec := *due
 	rec.SetDelivery(d)
 	return &rec, true
+}
+
+// noteParked counts and logs a result that was just parked.
+func (a *App) noteParked(key store.Key, d store.Delivery) {
+	a.metrics.parked.WithLabelValues(key.Provider).Inc()
+	a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
+		zap.String("key", key.String()), zap.Int("attempts", d.Attempts), zap.String("last_error", d.LastError))
 }
 
 // drain waits for the forwards in flight, then frees the slots again for
