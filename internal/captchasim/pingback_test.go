@@ -156,6 +156,8 @@ func TestPingbackLate(t *testing.T) {
 	id := submit(t, base, "userrecaptcha", url.Values{"pingback": {rc.url}})
 	waitFor(t, 3*time.Second, "solved", func() bool { return s.Stats().TasksSolved == 1 })
 	waitFor(t, 3*time.Second, "late pingback", func() bool { return rc.count() == 1 })
+	// The receiver sees the call before the simulator counts it as sent.
+	waitFor(t, 3*time.Second, "the pingback counted as sent", func() bool { return s.Stats().PingbacksSent == 1 })
 	h := rc.got()[0]
 	if h.id != id {
 		t.Errorf("pingback for %q, want %q", h.id, id)
