@@ -1,9 +1,9 @@
 package pingback
 
 import (
+	"math"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -40,10 +40,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	pingback {
 //		storage_dir <path>
 //		retention <duration>
+//		min_free_space <size>
 //		replay {
 //			backoff <min> <max>
 //			max_attempts <n>
-//			stuck_after <duration>
+//			forward_timeout <duration>
 //			concurrency <n>
 //		}
 //		provider <name> {
@@ -61,7 +62,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //	}
 //
 // Every subdirective is optional and may appear once (provider once per
-// provider name).
+// provider name). The parser only parses: ranges are checked by Validate,
+// for the Caddyfile and JSON alike.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume option name
 	if d.NextArg() {
@@ -79,6 +81,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.Retention = dur
+		case "min_free_space":
+			size, err := sizeArg(d)
+			if err != nil {
+				return err
+			}
+			a.MinFreeSpace = size
 		case "replay":
 			if d.NextArg() {
 				return d.ArgErr()
@@ -141,24 +149,28 @@ func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return d.Errf("invalid backoff max '%s': %v", hi, err)
 			}
-			if minD <= 0 || maxD < minD {
-				return d.Errf("backoff needs 0 < min <= max, got %s %s", lo, hi)
-			}
 			r.BackoffMin, r.BackoffMax = caddy.Duration(minD), caddy.Duration(maxD)
 		case "max_attempts":
-			n, err := positiveIntArg(d)
+			n, err := intArg(d)
 			if err != nil {
 				return err
 			}
 			r.MaxAttempts = n
+		case "forward_timeout":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			r.ForwardTimeout = dur
 		case "stuck_after":
+			// Removed; parsed so that Validate can say what replaced it.
 			dur, err := durationArg(d)
 			if err != nil {
 				return err
 			}
 			r.StuckAfter = dur
 		case "concurrency":
-			n, err := positiveIntArg(d)
+			n, err := intArg(d)
 			if err != nil {
 				return err
 			}
@@ -185,9 +197,6 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &pc.CallbackMethod); err != nil {
 				return err
 			}
-			if m := pc.CallbackMethod; m != "get" && m != "post" {
-				return d.Errf("callback_method must be get or post, got '%s'", m)
-			}
 		default:
 			return d.Errf("unrecognized provider option '%s'", name)
 		}
@@ -208,17 +217,14 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return nil
 			}
 			dur, err := caddy.ParseDuration(v)
-			if err != nil || dur <= 0 {
-				return d.Errf("poll after must be auto or a positive duration, got '%s'", v)
+			if err != nil {
+				return d.Errf("poll after must be auto or a duration, got '%s'", v)
 			}
 			p.After = caddy.Duration(dur)
 		case "interval":
 			dur, err := durationArg(d)
 			if err != nil {
 				return err
-			}
-			if time.Duration(dur) < MinPollInterval {
-				return d.Errf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(dur))
 			}
 			p.Interval = dur
 		case "give_up":
@@ -228,7 +234,7 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			p.GiveUp = dur
 		case "batch":
-			n, err := positiveIntArg(d)
+			n, err := intArg(d)
 			if err != nil {
 				return err
 			}
@@ -239,8 +245,8 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			r, err := strconv.ParseFloat(s, 64)
-			if err != nil || r <= 0 || r > 1000 {
-				return d.Errf("poll rate must be a number of requests per second in (0, 1000], got '%s'", s)
+			if err != nil {
+				return d.Errf("poll rate must be a number of requests per second, got '%s'", s)
 			}
 			p.Rate = r
 		default:
@@ -393,7 +399,7 @@ func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	return nil
 }
 
-// durationArg reads exactly one positive duration.
+// durationArg reads exactly one duration (Go syntax, or d for days).
 func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 	name := d.Val()
 	var s string
@@ -404,13 +410,10 @@ func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 	if err != nil {
 		return 0, d.Errf("invalid %s '%s': %v", name, s, err)
 	}
-	if dur <= 0 {
-		return 0, d.Errf("%s must be positive, got %s", name, time.Duration(dur))
-	}
 	return caddy.Duration(dur), nil
 }
 
-// sizeArg reads exactly one byte size such as 64KiB, at most 1 GiB.
+// sizeArg reads exactly one byte size such as 64KiB.
 func sizeArg(d *caddyfile.Dispenser) (int64, error) {
 	name := d.Val()
 	var s string
@@ -418,22 +421,22 @@ func sizeArg(d *caddyfile.Dispenser) (int64, error) {
 		return 0, err
 	}
 	size, err := humanize.ParseBytes(s)
-	if err != nil || size == 0 || size > 1<<30 {
-		return 0, d.Errf("invalid %s '%s': want a size such as 64KiB (at most 1GiB)", name, s)
+	if err != nil || size > math.MaxInt64 {
+		return 0, d.Errf("invalid %s '%s': want a size such as 64KiB", name, s)
 	}
 	return int64(size), nil
 }
 
-// positiveIntArg reads exactly one integer >= 1.
-func positiveIntArg(d *caddyfile.Dispenser) (int, error) {
+// intArg reads exactly one whole number.
+func intArg(d *caddyfile.Dispenser) (int, error) {
 	name := d.Val()
 	var s string
 	if err := oneArg(d, &s); err != nil {
 		return 0, err
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return 0, d.Errf("%s must be a whole number of at least 1, got '%s'", name, s)
+	if err != nil {
+		return 0, d.Errf("%s must be a whole number, got '%s'", name, s)
 	}
 	return n, nil
 }

@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -131,11 +132,11 @@ func TestAdaptedJSONRoundTrip(t *testing.T) {
 		t.Errorf("app: storage_dir %q retention %s", app.StorageDir, time.Duration(app.Retention))
 	}
 	want := ReplayConfig{
-		BackoffMin:  caddy.Duration(2 * time.Second),
-		BackoffMax:  caddy.Duration(5 * time.Minute),
-		MaxAttempts: 10,
-		StuckAfter:  caddy.Duration(90 * time.Second),
-		Concurrency: 8,
+		BackoffMin:     caddy.Duration(2 * time.Second),
+		BackoffMax:     caddy.Duration(5 * time.Minute),
+		MaxAttempts:    10,
+		ForwardTimeout: caddy.Duration(90 * time.Second),
+		Concurrency:    8,
 	}
 	if app.Replay == nil || *app.Replay != want {
 		t.Errorf("replay: got %+v, want %+v", app.Replay, want)
@@ -159,13 +160,13 @@ func TestAdaptedJSONRoundTrip(t *testing.T) {
 // durations as strings, as elsewhere in Caddy.
 func TestAppJSONAcceptsDurationStrings(t *testing.T) {
 	var app App
-	err := json.Unmarshal([]byte(`{"retention":"36h","replay":{"backoff_min":"1s","backoff_max":"30s","stuck_after":"2m"}}`), &app)
+	err := json.Unmarshal([]byte(`{"retention":"36h","replay":{"backoff_min":"1s","backoff_max":"30s","forward_timeout":"2m"}}`), &app)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := app.Replay
 	if time.Duration(app.Retention) != 36*time.Hour || r == nil || time.Duration(r.BackoffMin) != time.Second ||
-		time.Duration(r.BackoffMax) != 30*time.Second || time.Duration(r.StuckAfter) != 2*time.Minute {
+		time.Duration(r.BackoffMax) != 30*time.Second || time.Duration(r.ForwardTimeout) != 2*time.Minute {
 		t.Errorf("got retention %s replay %+v", time.Duration(app.Retention), r)
 	}
 }
@@ -252,18 +253,10 @@ func TestHandlerCaddyfileErrors(t *testing.T) {
 			[]string{"wrong argument count", "'2captcha'", "Testfile:2"}},
 		{"bad ack_timeout", "pingback {\n\tprovider captchaai\n\tack_timeout soon\n}",
 			[]string{"invalid ack_timeout 'soon'", "Testfile:3"}},
-		{"zero ack_timeout", "pingback {\n\tprovider captchaai\n\tack_timeout 0s\n}",
-			[]string{"ack_timeout must be positive", "Testfile:3"}},
-		{"negative ack_timeout", "pingback {\n\tprovider captchaai\n\tack_timeout -2s\n}",
-			[]string{"ack_timeout must be positive, got -2s", "Testfile:3"}},
 		{"ack_timeout extra arg", "pingback {\n\tprovider captchaai\n\tack_timeout 1s 2s\n}",
 			[]string{"wrong argument count", "'2s'", "Testfile:3"}},
 		{"bad max_body", "pingback {\n\tprovider captchaai\n\tmax_body lots\n}",
 			[]string{"invalid max_body 'lots'", "Testfile:3"}},
-		{"zero max_body", "pingback {\n\tprovider captchaai\n\tmax_body 0\n}",
-			[]string{"invalid max_body '0'", "Testfile:3"}},
-		{"huge max_body", "pingback {\n\tprovider captchaai\n\tmax_body 2GiB\n}",
-			[]string{"invalid max_body '2GiB'", "Testfile:3"}},
 		{"negative max_body", "pingback {\n\tprovider captchaai\n\tmax_body -1\n}",
 			[]string{"invalid max_body '-1'", "Testfile:3"}},
 		{"extra args on directive", "pingback extra {\n\tprovider captchaai\n}",
@@ -284,9 +277,10 @@ func TestGlobalOptionUnmarshalCaddyfile(t *testing.T) {
 		replay {
 			backoff 500ms 1m
 			max_attempts 3
-			stuck_after 30s
+			forward_timeout 2m
 			concurrency 2
 		}
+		min_free_space 128MiB
 	}`)
 	v, err := parseGlobalOption(d, nil)
 	if err != nil {
@@ -301,13 +295,14 @@ func TestGlobalOptionUnmarshalCaddyfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ReplayConfig{
-		BackoffMin:  caddy.Duration(500 * time.Millisecond),
-		BackoffMax:  caddy.Duration(time.Minute),
-		MaxAttempts: 3,
-		StuckAfter:  caddy.Duration(30 * time.Second),
-		Concurrency: 2,
+		BackoffMin:     caddy.Duration(500 * time.Millisecond),
+		BackoffMax:     caddy.Duration(time.Minute),
+		MaxAttempts:    3,
+		ForwardTimeout: caddy.Duration(2 * time.Minute),
+		Concurrency:    2,
 	}
-	if app.StorageDir != "/srv/pingback" || time.Duration(app.Retention) != 72*time.Hour || app.Replay == nil || *app.Replay != want {
+	if app.StorageDir != "/srv/pingback" || time.Duration(app.Retention) != 72*time.Hour || app.MinFreeSpace != 128<<20 ||
+		app.Replay == nil || *app.Replay != want {
 		t.Errorf("got %+v replay %+v", app, app.Replay)
 	}
 
@@ -342,28 +337,20 @@ func TestGlobalOptionCaddyfileErrors(t *testing.T) {
 			[]string{"replay max_attempts specified more than once", "Testfile:4"}},
 		{"bad retention", "pingback {\n\tretention forever\n}",
 			[]string{"invalid retention 'forever'", "Testfile:2"}},
-		{"zero retention", "pingback {\n\tretention 0s\n}",
-			[]string{"retention must be positive", "Testfile:2"}},
-		{"bad stuck_after", "pingback {\n\treplay {\n\t\tstuck_after 1x\n\t}\n}",
-			[]string{"invalid stuck_after '1x'", "Testfile:3"}},
 		{"backoff with one arg", "pingback {\n\treplay {\n\t\tbackoff 5s\n\t}\n}",
 			[]string{"backoff takes exactly two durations", "Testfile:3"}},
 		{"backoff with three args", "pingback {\n\treplay {\n\t\tbackoff 1s 2s 3s\n\t}\n}",
 			[]string{"backoff takes exactly two durations", "Testfile:3"}},
-		{"backoff min above max", "pingback {\n\treplay {\n\t\tbackoff 10m 1m\n\t}\n}",
-			[]string{"backoff needs 0 < min <= max, got 10m 1m", "Testfile:3"}},
-		{"backoff zero min", "pingback {\n\treplay {\n\t\tbackoff 0s 1m\n\t}\n}",
-			[]string{"backoff needs 0 < min <= max, got 0s 1m", "Testfile:3"}},
 		{"backoff bad min", "pingback {\n\treplay {\n\t\tbackoff quick 1m\n\t}\n}",
 			[]string{"invalid backoff min 'quick'", "Testfile:3"}},
 		{"backoff bad max", "pingback {\n\treplay {\n\t\tbackoff 1s slow\n\t}\n}",
 			[]string{"invalid backoff max 'slow'", "Testfile:3"}},
-		{"max_attempts 0", "pingback {\n\treplay {\n\t\tmax_attempts 0\n\t}\n}",
-			[]string{"max_attempts must be a whole number of at least 1, got '0'", "Testfile:3"}},
 		{"max_attempts not a number", "pingback {\n\treplay {\n\t\tmax_attempts many\n\t}\n}",
-			[]string{"max_attempts must be a whole number of at least 1, got 'many'", "Testfile:3"}},
-		{"concurrency -1", "pingback {\n\treplay {\n\t\tconcurrency -1\n\t}\n}",
-			[]string{"concurrency must be a whole number of at least 1, got '-1'", "Testfile:3"}},
+			[]string{"max_attempts must be a whole number, got 'many'", "Testfile:3"}},
+		{"bad forward_timeout", "pingback {\n\treplay {\n\t\tforward_timeout 1x\n\t}\n}",
+			[]string{"invalid forward_timeout '1x'", "Testfile:3"}},
+		{"bad min_free_space", "pingback {\n\tmin_free_space lots\n}",
+			[]string{"invalid min_free_space 'lots'", "Testfile:2"}},
 		{"concurrency without value", "pingback {\n\treplay {\n\t\tconcurrency\n\t}\n}",
 			[]string{"wrong argument count", "'concurrency'", "Testfile:3"}},
 		{"extra args on option", "pingback extra {\n\tretention 1h\n}",
@@ -397,14 +384,59 @@ func TestCaddyfileErrorsNameTheLine(t *testing.T) {
 			[]string{"max_body specified more than once", "Caddyfile:6"}},
 		{"handler with matcher", ":8080 {\n\tpingback /cb/* {\n\t\tprovider\n\t}\n}",
 			[]string{"wrong argument count", "'provider'", "Caddyfile:3"}},
-		{"global", "{\n\tpingback {\n\t\treplay {\n\t\t\tconcurrency -1\n\t\t}\n\t}\n}\n:8080 {\n\trespond 200\n}",
-			[]string{"concurrency must be a whole number of at least 1, got '-1'", "Caddyfile:4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(tc.input), nil)
 			assertErrHas(t, err, tc.want...)
 		})
 	}
+}
+
+// TestConfigValidateErrors: range and cross-field checks live in Validate,
+// so a Caddyfile and the JSON it adapts to are refused alike, when the
+// config is loaded (caddy validate, caddy run, /load).
+func TestConfigValidateErrors(t *testing.T) {
+	site := ":8080 {\n\tpingback {\n\t\tprovider captchaai\n%s\t}\n\trespond 200\n}\n"
+	for _, tc := range []struct {
+		name, global, handler string
+		want                  string
+	}{
+		{"negative ack_timeout", "", "\t\tack_timeout -2s\n", "ack_timeout must be positive, got -2s"},
+		{"max_body above what the store keeps", "", "\t\tmax_body 1MiB\n", "max_body must be between 1 and 524288 bytes"},
+		{"negative retention", "retention -1h", "", "retention must be positive"},
+		{"backoff min above max", "replay {\n\t\tbackoff 10m 1m\n\t}", "", "replay backoff: need 0 < min <= max, got 10m0s and 1m0s"},
+		{"max_attempts 0", "replay {\n\t\tmax_attempts -1\n\t}", "", "replay max_attempts must be at least 1, got -1"},
+		{"concurrency -1", "replay {\n\t\tconcurrency -1\n\t}", "", "replay concurrency must be at least 1, got -1"},
+		{"negative forward_timeout", "replay {\n\t\tforward_timeout -1s\n\t}", "", "replay forward_timeout must be positive, got -1s"},
+		{"stuck_after is gone", "replay {\n\t\tstuck_after 30s\n\t}", "", "replay stuck_after was removed: use forward_timeout"},
+		{"poll interval below 5s", "poll {\n\t\tinterval 1s\n\t}", "", "poll interval must be at least 5s, got 1s"},
+		{"poll rate above 1000", "poll {\n\t\trate 5000\n\t}", "", "poll rate must be a number of requests per second in (0, 1000], got 5000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			caddyfileText := fmt.Sprintf(site, tc.handler)
+			if tc.global != "" {
+				caddyfileText = "{\n\tpingback {\n\t" + tc.global + "\n\t}\n}\n" + caddyfileText
+			}
+			cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileText), nil)
+			if err != nil {
+				t.Fatalf("the parser refused what only Validate should: %v", err)
+			}
+			var cfg caddy.Config
+			if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			assertErrHas(t, caddy.Validate(&cfg), tc.want)
+		})
+	}
+
+	t.Run("stuck_after in JSON", func(t *testing.T) {
+		cfgJSON := `{"apps": {"pingback": {"replay": {"stuck_after": "1m"}}}}`
+		var cfg caddy.Config
+		if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		assertErrHas(t, caddy.Validate(&cfg), "replay stuck_after was removed: use forward_timeout", "crash recovery is now immediate")
+	})
 }
 
 func assertErrHas(t *testing.T, err error, want ...string) {

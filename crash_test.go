@@ -34,7 +34,6 @@ func TestCrashAfterAckDeliversEachOnce(t *testing.T) {
 	dir := t.TempDir()
 	caddyfile := childCaddyfile(dir, `replay {
 			backoff 50ms 200ms
-			stuck_after 1s
 		}`, childPingbackSite("127.0.0.1:"+appPort))
 
 	first := startChildCaddy(t, caddyfile)

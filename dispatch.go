@@ -36,7 +36,7 @@ type dispatch struct {
 // and route as a live callback: it rebuilds the original request, marks it,
 // and calls the server's ServeHTTP in-process, so the route's handlers and
 // the user's reverse_proxy run as they do for the provider's request.
-func (a *App) dispatch(ctx context.Context, rec *store.Record, source string, attempt int) outcome {
+func (a *App) dispatch(ctx context.Context, rec *store.Record, source store.Source, attempt int) outcome {
 	srv, err := a.serverFor(rec)
 	if err != nil {
 		return outcome{class: retryable, status: http.StatusBadGateway, err: err}
@@ -180,6 +180,10 @@ func rebuildRequest(ctx context.Context, rec *store.Record) (*http.Request, erro
 	}
 	return req.WithContext(ctx), nil
 }
+
+// routeOf names a route for logs: host and path, without the query
+// (which may hold a code).
+func routeOf(host, uri string) string { return host + uriPath(uri) }
 
 // uriPath is a request URI without its query, which may hold a code.
 func uriPath(uri string) string {

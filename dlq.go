@@ -13,59 +13,16 @@ import (
 
 // The dead-letter queue is the set of records in state failed (retried
 // here with backoff), rejected or parked (kept, visible, not retried), plus
-// records stuck in state forwarding after a crash (replayed here). Every
-// replay reaches the app through dispatch: the same server, route and next
-// handler as a live callback.
+// records whose forward was cut (a crash, a reload: replayed here at once)
+// and polled results waiting for their first forward (queued). Every
+// replay reaches the app through deliver and dispatch: the same server,
+// route and next handler as a live callback.
 
-// recordOutcome stores the outcome of forward number attempt. It is a no-op
-// if the record has moved on to a later attempt meanwhile.
-func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outcome) {
-	now := a.now().UTC()
-	r := a.Replay
-	rec, err := st.UpdateDelivery(context.Background(), key, func(rec *store.Delivery) error {
-		if rec.Attempts != attempt {
-			return store.ErrSkip
-		}
-		rec.LastStatus = out.status
-		rec.LastError = out.errorText()
-		rec.UpdatedAt = now
-		rec.DueAt = time.Time{}
-		switch {
-		case out.class == delivered:
-			rec.State = store.StateDelivered
-		case out.class == rejected:
-			rec.State = store.StateRejected
-		case rec.Attempts >= r.MaxAttempts:
-			rec.State = store.StateParked
-		default:
-			rec.State = store.StateFailed
-			rec.DueAt = now.Add(a.backoff(rec.Attempts))
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, store.ErrSkip):
-		return
-	case err != nil:
-		// The record stays "forwarding" and is replayed after stuck_after.
-		a.logger.Error("recording forward outcome failed; the result will be replayed",
-			zap.String("key", key.String()), zap.Int("attempt", attempt), zap.Error(err))
-		return
-	}
-	if rec.State == store.StateParked {
-		a.noteParked(key, rec)
-	}
-}
+// housekeepingEvery is the period of the replay loop's slow chores: the
+// expiry sweep, the aggregate failure lines, the availability gauge.
+const housekeepingEvery = time.Minute
 
-// forwardDeadline is when a forward of a record that is due again at dueAt
-// (the moment the replay loop would take it as stuck) must have ended: a
-// little before, so that a forward and the replay of the same attempt never
-// overlap.
-func forwardDeadline(dueAt time.Time, stuck time.Duration) time.Time {
-	return dueAt.Add(-min(time.Second, stuck/10))
-}
-
-// backoff is the delay before the retry that follows attempt n (n >= 1):
+// backoff is the delay before the retry that follows failure n (n >= 1):
 // uniform in [min, cap] where cap = min(max, min·2^(n-1)) (exponential
 // backoff with jitter, kept at or above min).
 func (a *App) backoff(n int) time.Duration {
@@ -82,7 +39,9 @@ func (a *App) backoff(n int) time.Duration {
 	return lo + time.Duration(a.jitter(int64(capd-lo)+1))
 }
 
-// replayLoop retries due records while this app owns the store's loops.
+// replayLoop claims and forwards due records while this app owns the
+// store's loops: at start (a forward cut by a crash is replayed at once),
+// every tick, and whenever a forward ends or a polled result is queued.
 func (a *App) replayLoop() {
 	defer close(a.loopDone)
 	defer func() {
@@ -93,153 +52,159 @@ func (a *App) replayLoop() {
 	tick := min(max(time.Duration(a.Replay.BackoffMin)/4, 20*time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	sem := a.inflight
+	chores := time.NewTicker(housekeepingEvery)
+	defer chores.Stop()
 	for {
+		if a.handle.owns(a) {
+			a.replayDue()
+		}
 		select {
 		case <-a.stop:
-			a.drain(sem)
 			return
 		case <-t.C:
+		case <-a.handle.kick:
+		case <-chores.C:
+			if a.handle.owns(a) {
+				a.housekeeping()
+			}
 		}
-		if !a.handle.owns(a) {
-			continue
-		}
-		a.replayDue(sem)
 	}
 }
 
-// replayDue claims the records due now and dispatches them, at most
-// Concurrency at once.
-func (a *App) replayDue(sem chan struct{}) {
+// replayDue claims as many due records as there are free forward slots,
+// in one atomic claim made after the slots are known to be free (so no
+// claimed record waits, and no attempt is counted without a forward), and
+// forwards each in its own goroutine.
+func (a *App) replayDue() {
 	st := a.handle.store
+	free := cap(a.inflight) - len(a.inflight)
+	if free <= 0 || !st.Available() {
+		return
+	}
 	now := a.now().UTC()
-	due, err := st.Due(a.ctx, now, 4*cap(sem))
+	claimed, err := st.Claim(a.loopCtx, store.ClaimRequest{
+		Now: now, Limit: free, Lease: a.leaseFor(st), Decide: decide(now),
+	})
 	if err != nil {
-		if !errors.Is(err, context.Canceled) {
-			a.logger.Error("scanning the dead-letter queue", zap.Error(err))
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
+			a.logger.Error("claiming due results for replay", zap.Error(err))
 		}
 		return
 	}
-	for _, rec := range due {
-		select {
-		case sem <- struct{}{}:
-		case <-a.stop:
-			return
-		}
-		claimed, ok := a.claim(st, rec, now)
-		if !ok {
-			<-sem
+	for _, rec := range claimed {
+		if rec.State != store.StateForwarding {
+			if rec.State == store.StateParked {
+				a.noteParked(rec.Key(), rec.Delivery)
+			}
 			continue
 		}
+		a.inflight <- struct{}{} // never blocks: only this goroutine takes slots
 		go func() {
-			defer func() { <-sem }()
-			ctx, cancel := context.WithDeadline(a.ctx, forwardDeadline(claimed.DueAt, time.Duration(a.Replay.StuckAfter)))
-			defer cancel()
-			out := a.dispatch(ctx, claimed, "replay", claimed.Attempts)
-			a.metrics.forwards.WithLabelValues(claimed.Provider, "replay", out.class.String()).Inc()
-			a.recordOutcome(st, claimed.Key(), claimed.Attempts, out)
+			defer func() {
+				<-a.inflight
+				a.handle.wake()
+			}()
+			a.deliverStored(st, rec, sourceOf(rec))
 		}()
 	}
 }
 
-// claim takes a due record (as Due read it) for one more attempt: state
-// forwarding, attempt count up, due again after stuck_after in case this
-// replay never reports. A stuck record that has used all its attempts is
-// parked instead. It returns the record with its new delivery state.
-func (a *App) claim(st store.Store, due *store.Record, now time.Time) (*store.Record, bool) {
-	key := due.Key()
-	var parked bool
-	d, err := st.UpdateDelivery(a.ctx, key, func(rec *store.Delivery) error {
-		if rec.DueAt.IsZero() || rec.DueAt.After(now) {
-			return store.ErrSkip
-		}
-		rec.UpdatedAt = now
-		if rec.Attempts >= a.Replay.MaxAttempts {
-			parked = true
-			rec.State = store.StateParked
-			rec.DueAt = time.Time{}
-			if rec.LastError == "" {
-				rec.LastError = "forward did not finish"
-			}
-			return nil
-		}
-		rec.State = store.StateForwarding
-		rec.Attempts++
-		rec.DueAt = now.Add(time.Duration(a.Replay.StuckAfter))
-		return nil
+// deliverStored forwards a claimed record through the server and route it
+// came in on and records the outcome.
+func (a *App) deliverStored(st store.Store, rec *store.Record, src store.Source) outcome {
+	return a.deliver(context.Background(), delivery{
+		st:    st,
+		rec:   rec,
+		src:   src,
+		route: routeOf(rec.Request.Host, rec.Request.URI),
+		send: func(ctx context.Context) outcome {
+			return a.dispatch(ctx, rec, src, rec.Attempts)
+		},
 	})
-	switch {
-	case errors.Is(err, store.ErrSkip):
-		return nil, false
-	case err != nil:
-		a.logger.Error("claiming a record for replay", zap.String("key", key.String()), zap.Error(err))
-		return nil, false
-	case parked:
-		a.noteParked(key, d)
-		return nil, false
+}
+
+// housekeeping runs the replay loop's slow chores.
+func (a *App) housekeeping() {
+	st := a.handle.store
+	a.metrics.storeAvailable.Set(boolGauge(st.Available()))
+	a.handle.failures.flush(a.logger, zap.WarnLevel, "route")
+	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
+	a.expireUndelivered(st)
+}
+
+// expireUndelivered counts and logs the results whose retention ended
+// before they were delivered: expiry is never silent.
+func (a *App) expireUndelivered(st store.Store) {
+	for {
+		gone, err := st.Expire(a.loopCtx, a.now().UTC(), 1000)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
+				a.logger.Error("sweeping expired results", zap.Error(err))
+			}
+			return
+		}
+		for _, e := range gone {
+			a.metrics.expiredUndelivered.WithLabelValues(e.Key.Provider, string(e.State)).Inc()
+			a.logger.Warn("result expired at retention without having been delivered",
+				zap.String("key", e.Key.String()), zap.String("state", string(e.State)))
+		}
+		if len(gone) < 1000 {
+			return
+		}
 	}
-	rec := *due
-	rec.SetDelivery(d)
-	return &rec, true
 }
 
 // noteParked counts and logs a result that was just parked.
 func (a *App) noteParked(key store.Key, d store.Delivery) {
 	a.metrics.parked.WithLabelValues(key.Provider).Inc()
-	a.logger.Warn("result parked after max_attempts; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
-		zap.String("key", key.String()), zap.Int("attempts", d.Attempts), zap.String("last_error", d.LastError))
+	a.logger.Warn("result parked; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
+		zap.String("key", key.String()), zap.Int("attempts", d.Attempts), zap.Int("failures", d.Failures),
+		zap.String("last_error", d.LastError))
 }
 
-// drain waits for the forwards in flight, then frees the slots again for
-// polled results still being delivered while the app stops.
-func (a *App) drain(sem chan struct{}) {
-	for range cap(sem) {
-		sem <- struct{}{}
-	}
-	for range cap(sem) {
-		<-sem
-	}
-}
-
-// errInFlight means a record's forward is under way and not yet stuck.
+// errInFlight means a record's forward is under way (its lease holds).
 var errInFlight = errors.New("a forward of this result is in flight")
 
 // redrive replays one record now, by hand, whatever its state (parked,
 // rejected, failed, even delivered), through the same path as the replay
 // loop, and returns the record after the attempt. A retryable failure of a
-// record past max_attempts parks it again. It fails with errInFlight while a
-// forward is under way, and store.ErrNotFound for an unknown key.
+// record past max_attempts parks it again. It fails with errInFlight while
+// a forward is under way, and store.ErrNotFound for an unknown key.
 func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error) {
 	st := a.store(time.Second)
 	if st == nil {
 		return nil, errStoreUnavailable
 	}
 	now := a.now().UTC()
-	stuck := time.Duration(a.Replay.StuckAfter)
-	rec, err := st.Get(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	d, err := st.UpdateDelivery(ctx, key, func(rec *store.Delivery) error {
-		if rec.State == store.StateForwarding && rec.DueAt.After(now) {
-			return errInFlight
-		}
-		rec.State = store.StateForwarding
-		rec.Attempts++
-		rec.DueAt = now.Add(stuck)
-		rec.UpdatedAt = now
-		return nil
+	claimed, err := st.Claim(ctx, store.ClaimRequest{
+		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
+		Decide: func(d *store.Delivery, lapsed bool) {
+			if lapsed {
+				d.Interrupts++
+			}
+			d.State, d.UpdatedAt = store.StateForwarding, now
+			d.Attempts++
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	rec.SetDelivery(d)
-	dctx, cancel := context.WithDeadline(ctx, forwardDeadline(d.DueAt, stuck))
-	defer cancel()
-	out := a.dispatch(dctx, rec, "replay", rec.Attempts)
-	a.metrics.forwards.WithLabelValues(rec.Provider, "replay", out.class.String()).Inc()
-	a.recordOutcome(st, key, rec.Attempts, out)
+	if len(claimed) == 0 {
+		if _, err := st.Get(ctx, key); err != nil {
+			return nil, err
+		}
+		return nil, errInFlight
+	}
+	rec := claimed[0]
+	out := a.deliverStored(st, rec, store.SourceReplay)
 	a.logger.Info("result replayed by hand", zap.String("key", key.String()),
 		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
 	return st.Get(ctx, key)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,21 +74,38 @@ func storedCallback(t *testing.T, id string, state store.State, attempts int, du
 				"Accept-Encoding": {"gzip"},
 			},
 		},
-		State:      state,
-		Attempts:   attempts,
-		DueAt:      dueAt.UTC(),
-		LastStatus: 503,
-		UpdatedAt:  now.Add(-time.Minute),
-		ExpiresAt:  now.Add(time.Hour),
+		Delivery:  storedDelivery(state, attempts, dueAt, now),
+		ExpiresAt: now.Add(time.Hour),
 	}
+}
+
+// storedDelivery is a delivery state as the replay loop leaves it: failed
+// ones failed every attempt; a forwarding one holds the lease of a process
+// that is gone (a crash), so it is claimable at once.
+func storedDelivery(state store.State, attempts int, dueAt, now time.Time) store.Delivery {
+	d := store.Delivery{State: state, Attempts: attempts, LastStatus: 503, UpdatedAt: now.Add(-time.Minute)}
+	switch state {
+	case store.StateFailed, store.StateParked:
+		d.Failures = attempts
+		d.DueAt = dueAt.UTC()
+	case store.StateQueued:
+		d.DueAt = dueAt.UTC()
+	case store.StateForwarding:
+		d.LastStatus = 0
+		d.Lease = store.Lease{Owner: "badger:0", Until: dueAt.UTC()}
+	}
+	if state == store.StateParked {
+		d.DueAt = time.Time{}
+	}
+	return d
 }
 
 // insertRecord writes rec into the running config's store.
 func insertRecord(t *testing.T, rec *store.Record) {
 	t.Helper()
-	existing, err := runningApp(t).store(time.Second).Insert(context.Background(), rec)
-	if err != nil || existing != nil {
-		t.Fatalf("inserting %s: existing %v, error %v", rec.Key(), existing, err)
+	res, err := runningApp(t).store(time.Second).Insert(context.Background(), rec)
+	if err != nil || res.Existing != nil {
+		t.Fatalf("inserting %s: existing %v, error %v", rec.Key(), res.Existing, err)
 	}
 }
 
@@ -221,15 +239,29 @@ func TestReplayRecoversStuck(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tmax_attempts 3\n}", pingbackSite("captchaai", "", app))
 
-	stuck := storedCallback(t, "14001", store.StateForwarding, 1, time.Now().Add(-time.Second))
-	stuck.LastStatus = 0
+	// Both were cut by a crash (their lease's owner is gone). The cut
+	// attempts are no failures: with max_attempts 3, a record cut on its
+	// third attempt is still replayed; one cut maxInterrupts times in a
+	// row is parked without another forward.
+	stuck := storedCallback(t, "14001", store.StateForwarding, 3, time.Now().Add(time.Hour))
 	insertRecord(t, stuck)
-	exhausted := storedCallback(t, "14002", store.StateForwarding, 3, time.Now().Add(-time.Second))
-	insertRecord(t, exhausted)
+	poison := storedCallback(t, "14002", store.StateForwarding, 6, time.Now().Add(time.Hour))
+	poison.Interrupts = maxInterrupts - 1
+	insertRecord(t, poison)
+	// Insert leased them to the running store; hand the leases to a gone
+	// owner, as a crash leaves them.
+	for _, id := range []string{"14001", "14002"} {
+		_, err := runningApp(t).store(time.Second).UpdateDelivery(context.Background(), store.Key{Provider: "captchaai", ID: id},
+			func(d *store.Delivery) error { d.Lease.Owner = "badger:0"; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	runningApp(t).handle.wake()
 
 	rec := waitForState(t, "captchaai", "14001", store.StateDelivered)
-	if rec.Attempts != 2 || rec.LastStatus != 200 {
-		t.Errorf("record: attempts %d, last status %d; want 2, 200", rec.Attempts, rec.LastStatus)
+	if rec.Attempts != 4 || rec.Failures != 0 || rec.LastStatus != 200 {
+		t.Errorf("record: attempts %d, failures %d, last status %d; want 4, 0, 200", rec.Attempts, rec.Failures, rec.LastStatus)
 	}
 	seen := app.withKey("captchaai:14001")
 	if len(seen) != 1 {
@@ -238,17 +270,19 @@ func TestReplayRecoversStuck(t *testing.T) {
 	r := seen[0]
 	if r.Method != http.MethodGet || r.URI != stuck.Request.URI || r.Host != stuck.Request.Host ||
 		r.Header.Get("User-Agent") != "CaptchaAI-Pingback/1.0" ||
-		r.Header.Get(HeaderSource) != "replay" || r.Header.Get(HeaderAttempt) != "2" {
-		t.Errorf("app saw %s %s Host %s UA %q source %q attempt %q; want the stored request as replay 2",
+		r.Header.Get(HeaderSource) != "replay" || r.Header.Get(HeaderAttempt) != "4" {
+		t.Errorf("app saw %s %s Host %s UA %q source %q attempt %q; want the stored request as replay 4",
 			r.Method, r.URI, r.Host, r.Header.Get("User-Agent"), r.Header.Get(HeaderSource), r.Header.Get(HeaderAttempt))
 	}
 
 	rec = waitForState(t, "captchaai", "14002", store.StateParked)
-	if rec.Attempts != 3 || !rec.DueAt.IsZero() {
-		t.Errorf("exhausted record: attempts %d, due %s; want 3, never", rec.Attempts, rec.DueAt)
+	if rec.Attempts != 6 || rec.Interrupts != maxInterrupts || !rec.DueAt.IsZero() ||
+		!strings.Contains(rec.LastError, "forwards in a row were interrupted") {
+		t.Errorf("poison record: attempts %d, interrupts %d, due %s, last error %q; want 6, %d, never, interrupted in a row",
+			rec.Attempts, rec.Interrupts, rec.DueAt, rec.LastError, maxInterrupts)
 	}
 	if n := app.count("captchaai:14002"); n != 0 {
-		t.Errorf("the app received the exhausted record %d times, want never", n)
+		t.Errorf("the app received the poison record %d times, want never", n)
 	}
 }
 

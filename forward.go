@@ -20,24 +20,62 @@ const (
 	retryable
 	// rejected: any other 4xx; kept, not retried automatically.
 	rejected
+	// timedOut: the app did not answer within forward_timeout; a failure
+	// like retryable.
+	timedOut
+	// interrupted: the forward was cut before it ended (the config
+	// stopped, or the lease was lost); not a failure, replayed at once.
+	interrupted
 )
 
+// String is the class as the forwards_total metric's outcome label.
 func (c outcomeClass) String() string {
 	switch c {
 	case delivered:
 		return "delivered"
 	case retryable:
 		return "failed"
+	case timedOut:
+		return "timeout"
+	case interrupted:
+		return "interrupted"
 	default:
 		return "rejected"
 	}
 }
 
+// failed reports whether the class is an attempt that failed and counts
+// toward max_attempts.
+func (c outcomeClass) failed() bool { return c == retryable || c == timedOut }
+
 // outcome is the result of one forward to the app.
 type outcome struct {
 	class  outcomeClass
-	status int   // the app's status, or the handler error's status
+	status int   // the app's status, or the handler error's status; 0 if the app gave none
 	err    error // the handler chain's error, if any
+}
+
+// Why a forward's context ended early (context.Cause).
+var (
+	errForwardTimeout = errors.New("app did not answer within forward_timeout")
+	errCut            = errors.New("interrupted: Caddy stopped or reloaded its config while the forward ran")
+	errLeaseLost      = errors.New("interrupted: the lease of this forward could not be renewed")
+)
+
+// cutShort turns the outcome of a forward whose context ended early (cause
+// is context.Cause of it) into a timeout or an interruption, with no app
+// status. A delivery stands: the app took the result.
+func cutShort(out outcome, cause error) outcome {
+	if out.class == delivered || cause == nil {
+		return out
+	}
+	switch {
+	case errors.Is(cause, errForwardTimeout):
+		return outcome{class: timedOut, err: cause}
+	case errors.Is(cause, errCut), errors.Is(cause, errLeaseLost):
+		return outcome{class: interrupted, err: cause}
+	}
+	return out
 }
 
 // forward runs next on r with a response writer that keeps the app's answer
@@ -87,6 +125,8 @@ func classOf(status int) outcomeClass {
 // errorText summarises an outcome for the record's last_error.
 func (o outcome) errorText() string {
 	switch {
+	case o.class == timedOut:
+		return errForwardTimeout.Error()
 	case o.err != nil:
 		return o.err.Error()
 	case o.class != delivered:

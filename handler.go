@@ -34,8 +34,9 @@ const (
 	// HeaderIdempotencyKey is "<provider>:<task id>", the same for every
 	// delivery of one result.
 	HeaderIdempotencyKey = "Idempotency-Key"
-	// HeaderSource is "callback" for a live pingback, "replay" for a
-	// redelivery from the dead-letter queue.
+	// HeaderSource is "callback" for a live pingback, "poll" for the first
+	// delivery of a result the poller fetched, "replay" for every
+	// redelivery (retries, recovery after a crash or reload, by hand).
 	HeaderSource = "X-Pingback-Source"
 	// HeaderAttempt is the forward's 1-based attempt number.
 	HeaderAttempt = "X-Pingback-Attempt"
@@ -69,7 +70,8 @@ type Handler struct {
 	AckTimeout caddy.Duration `json:"ack_timeout,omitempty"`
 
 	// Largest accepted request body, in bytes; larger ones get 413.
-	// Default: 65536 (64 KiB).
+	// At most 524288 (512 KiB), what every store can keep with the
+	// request's headers. Default: 65536 (64 KiB).
 	MaxBody int64 `json:"max_body,omitempty"`
 
 	app      *App
@@ -104,8 +106,8 @@ func (h *Handler) Validate() error {
 	if h.AckTimeout <= 0 {
 		return fmt.Errorf("ack_timeout must be positive, got %s", time.Duration(h.AckTimeout))
 	}
-	if h.MaxBody <= 0 {
-		return fmt.Errorf("max_body must be positive, got %d", h.MaxBody)
+	if h.MaxBody <= 0 || h.MaxBody > store.MaxBodySize {
+		return fmt.Errorf("max_body must be between 1 and %d bytes (what the store can always keep), got %d", store.MaxBodySize, h.MaxBody)
 	}
 	return nil
 }
@@ -135,12 +137,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	now := h.app.now().UTC()
-	stuck := time.Duration(h.app.Replay.StuckAfter)
 	rec := &store.Record{
 		Provider:   h.Provider,
 		ID:         cb.id,
 		Code:       cb.code,
-		Source:     "callback",
+		Source:     store.SourceCallback,
 		ReceivedAt: now,
 		Server:     serverName(r),
 		Request: store.Request{
@@ -154,29 +155,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			Header:     r.Header.Clone(),
 			Body:       cb.body,
 		},
-		State:     store.StateForwarding,
-		Attempts:  1,
-		DueAt:     now.Add(stuck),
-		UpdatedAt: now,
+		Delivery: store.Delivery{
+			State:     store.StateForwarding,
+			Attempts:  1,
+			UpdatedAt: now,
+		},
 		ExpiresAt: now.Add(time.Duration(h.app.Retention)),
 	}
 
 	// The provider may hang up; the result is valid and is stored anyway.
 	ctx := context.WithoutCancel(r.Context())
 	st := h.app.store(time.Duration(h.AckTimeout))
-	var existing *store.Record
+	var res store.InsertResult
 	err = errStoreUnavailable
 	if st != nil {
-		existing, err = st.Insert(ctx, rec)
+		rec.Lease.Until = h.app.leaseUntil(st, now)
+		res, err = st.Insert(ctx, rec)
 	}
 	switch {
+	case errors.Is(err, store.ErrTooLarge):
+		// Valid, but no store could keep it: the provider is told, and
+		// nothing reaches the app.
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
+		h.logger.Warn("pingback too large to store (headers and body)",
+			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
+		return writeText(w, http.StatusRequestEntityTooLarge, "request too large to store")
 	case err != nil:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
-		h.logger.Error("result NOT stored: forwarding without durability",
-			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
-	case existing != nil:
+		if h.app.handle == nil || h.app.handle.storeErrors.allow(h.Provider) {
+			h.logger.Error("result NOT stored: forwarding without durability (further ones are counted in a summary line each minute)",
+				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
+		}
+	case res.Existing != nil:
 		result := "duplicate"
-		if existing.Code != cb.code {
+		if res.Existing.Code != cb.code {
 			result = "conflict"
 			h.logger.Warn("re-delivery with a different code; keeping the first one",
 				zap.String("provider", h.Provider), zap.String("id", cb.id))
@@ -185,9 +197,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return writeText(w, http.StatusOK, "OK")
 	default:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
-		if !rec.SubmittedAt.IsZero() {
+		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
-			h.app.handle.provider(h.Provider).latencies.observe(now.Sub(rec.SubmittedAt))
+			h.app.handle.provider(h.Provider).latencies.observe(now.Sub(res.SubmittedAt))
 		}
 	}
 	stored := err == nil
@@ -196,9 +208,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r.Body = io.NopCloser(bytes.NewReader(cb.body))
 	r.ContentLength = int64(len(cb.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
-	setDeliveryHeaders(r.Header, rec.Key(), "callback", 1)
-	fctx, cancel := context.WithDeadline(ctx, forwardDeadline(rec.DueAt, stuck))
-	defer cancel()
+	setDeliveryHeaders(r.Header, rec.Key(), store.SourceCallback, 1)
 
 	// Forward in this goroutine; if the app is slower than what is left
 	// of ack_timeout, answer the provider from the timer meanwhile (at
@@ -212,7 +222,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			ack.write(w, http.StatusServiceUnavailable, "result not stored", true)
 		}
 	})
-	out := forward(r.WithContext(fctx), next)
+	d := delivery{
+		rec:        rec,
+		src:        store.SourceCallback,
+		route:      routeOf(r.Host, r.RequestURI),
+		background: true,
+		send: func(fctx context.Context) outcome {
+			return forward(r.WithContext(fctx), next)
+		},
+	}
+	if stored {
+		d.st = st
+	}
+	out := h.app.deliver(ctx, d)
 	if timer.Stop() {
 		switch {
 		case stored, out.class == delivered:
@@ -223,25 +245,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	} else {
 		ack.wait()
 	}
-	h.app.metrics.forwards.WithLabelValues(h.Provider, "callback", out.class.String()).Inc()
-	if !stored {
-		if out.class != delivered {
-			h.logger.Error("result neither stored nor delivered; the provider was answered 503",
-				zap.String("provider", h.Provider), zap.String("id", cb.id),
-				zap.Int("status", out.status), zap.Error(out.err))
-		}
-		return nil
+	if !stored && out.class != delivered {
+		h.logger.Error("result neither stored nor delivered; the provider was answered 503",
+			zap.String("provider", h.Provider), zap.String("id", cb.id),
+			zap.Int("status", out.status), zap.Error(out.err))
 	}
-	// The outcome is recorded in the background: the provider's answer
-	// does not wait for a second commit. The store is not closed before it
-	// is recorded; if Caddy dies first, the record stays "forwarding" and
-	// is replayed after stuck_after.
-	handle := h.app.handle
-	handle.outcomes.Add(1)
-	go func() {
-		defer handle.outcomes.Done()
-		h.app.recordOutcome(st, rec.Key(), 1, out)
-	}()
 	return nil
 }
 
@@ -289,9 +297,9 @@ func (a *ackWriter) write(w http.ResponseWriter, status int, body string, flush 
 func (a *ackWriter) wait() { <-a.done }
 
 // setDeliveryHeaders sets the headers the app sees on every delivery.
-func setDeliveryHeaders(h http.Header, k store.Key, source string, attempt int) {
+func setDeliveryHeaders(h http.Header, k store.Key, source store.Source, attempt int) {
 	h.Set(HeaderIdempotencyKey, k.String())
-	h.Set(HeaderSource, source)
+	h.Set(HeaderSource, string(source))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 }
 

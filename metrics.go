@@ -16,7 +16,8 @@ type metrics struct {
 	// invalid, store_error; poll_stored and poll_duplicate for polled ones.
 	callbacks *prometheus.CounterVec
 	// forwards counts forwards to the app by provider, source (callback,
-	// replay, poll) and outcome (delivered, failed, rejected).
+	// replay, poll) and outcome (delivered, failed, timeout, rejected,
+	// interrupted).
 	forwards *prometheus.CounterVec
 	// tasks counts tracked tasks by provider and event: tracked,
 	// recovered (result found by polling), expired.
@@ -26,6 +27,12 @@ type metrics struct {
 	// resphp counts the poller's res.php requests by provider and result:
 	// ok, error, bulk_mismatch.
 	resphp *prometheus.CounterVec
+	// expiredUndelivered counts results whose retention ended before they
+	// were delivered, by provider and the state they ended in.
+	expiredUndelivered *prometheus.CounterVec
+	// storeAvailable is 1 while the store accepts writes, 0 while it
+	// refuses them (free space below min_free_space, or closed).
+	storeAvailable prometheus.Gauge
 }
 
 var (
@@ -42,7 +49,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
-				Help: "Forwards to the app, by provider, source (callback, replay, poll) and outcome (delivered, failed, rejected).",
+				Help: "Forwards to the app, by provider, source (callback, replay, poll) and outcome (delivered, failed, timeout, rejected, interrupted).",
 			}, []string{"provider", "source", "outcome"}),
 			tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_total",
@@ -56,12 +63,20 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Namespace: "caddy", Subsystem: "pingback", Name: "resphp_requests_total",
 				Help: "Requests the poller sent to res.php, by provider and result (ok, error, bulk_mismatch).",
 			}, []string{"provider", "result"}),
+			expiredUndelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "expired_undelivered_total",
+				Help: "Results whose retention ended before they were delivered, by provider and state (queued, failed, rejected, parked).",
+			}, []string{"provider", "state"}),
+			storeAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "store_available",
+				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space).",
+			}),
 		}
 	})
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp} {
+	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

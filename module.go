@@ -8,6 +8,7 @@ package pingback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -28,12 +29,12 @@ func init() {
 
 // Defaults of the app's configuration.
 const (
-	DefaultRetention   = 24 * time.Hour
-	DefaultBackoffMin  = 5 * time.Second
-	DefaultBackoffMax  = 10 * time.Minute
-	DefaultMaxAttempts = 20
-	DefaultStuckAfter  = time.Minute
-	DefaultConcurrency = 4
+	DefaultRetention      = 24 * time.Hour
+	DefaultBackoffMin     = 5 * time.Second
+	DefaultBackoffMax     = 10 * time.Minute
+	DefaultMaxAttempts    = 20
+	DefaultForwardTimeout = time.Minute
+	DefaultConcurrency    = 4
 )
 
 // App is the pingback app: it owns the durable store (one Badger database
@@ -48,8 +49,17 @@ type App struct {
 	StorageDir string `json:"storage_dir,omitempty"`
 
 	// How long a result is kept after it was received, whatever its state
-	// (parked entries included). Default: 24h.
+	// (parked entries included). A result that expires undelivered is
+	// counted in caddy_pingback_expired_undelivered_total and logged.
+	// Default: 24h.
 	Retention caddy.Duration `json:"retention,omitempty"`
+
+	// Free space, in bytes, below which the store stops taking new results
+	// (they are then forwarded without durability: the provider gets 200
+	// only if the app accepted, else 503) until space returns; this keeps
+	// a full disk from crashing Caddy. Storing resumes by itself within a
+	// few seconds of space coming back. Default: store.DefaultMinFreeSpace.
+	MinFreeSpace int64 `json:"min_free_space,omitempty"`
 
 	// How failed forwards are replayed.
 	Replay *ReplayConfig `json:"replay,omitempty"`
@@ -70,13 +80,16 @@ type App struct {
 	held   bool          // this config holds a pool reference (Cleanup releases it)
 
 	stop       chan struct{}
-	loopCtx    context.Context // ends at Stop: the poller's waits for its rate limiter
+	loopCtx    context.Context // ends at Stop: the loops' store calls and the poller's waits
 	loopCancel context.CancelFunc
-	loopDone   chan struct{}   // closed when the replay loop has returned
-	pollDone   chan struct{}   // closed when the poll loop has returned
-	deliveries *sync.WaitGroup // polled results being delivered
-	// inflight bounds the forwards the loops have in flight (replays and
-	// polled results together) to Replay.Concurrency.
+	loopDone   chan struct{} // closed when the replay loop has returned
+	pollDone   chan struct{} // closed when the poll loop has returned
+	// cutCtx ends cutAfter after Stop begins: every forward of this config
+	// still running then is cut and recorded as interrupted.
+	cutCtx    context.Context
+	cutCancel context.CancelFunc
+	// inflight bounds the forwards the replay loop has in flight (replays
+	// and polled results together) to Replay.Concurrency.
 	inflight   chan struct{}
 	httpClient *http.Client // for res.php
 	probes     *sync.Map    // "<method> <pingback URL>" → probe result (error or nil)
@@ -96,17 +109,24 @@ type ReplayConfig struct {
 	BackoffMin caddy.Duration `json:"backoff_min,omitempty"`
 	// Largest delay between two attempts. Default: 10m.
 	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
-	// Forwards attempted (the live one included) before a retryable
-	// failure is parked: kept and visible but no longer retried.
-	// Default: 20.
+	// Attempts that may end in a retryable failure or a timeout (the live
+	// forward included) before the result is parked: kept and visible but
+	// no longer retried. Forwards cut by a crash or a reload do not count;
+	// five cut in a row park the result too. Default: 20.
 	MaxAttempts int `json:"max_attempts,omitempty"`
-	// A record still "forwarding" this long after its forward started
-	// (for example because Caddy crashed mid-forward) is replayed. It is
-	// also the upper bound of one forward. Default: 1m.
-	StuckAfter caddy.Duration `json:"stuck_after,omitempty"`
+	// The longest one forward (live, replay or polled delivery) may take;
+	// then it is cancelled, recorded as a failed attempt ("app did not
+	// answer within forward_timeout") and retried with backoff. While it
+	// runs, the forward holds a lease on the result: nothing else delivers
+	// it, however long the app takes. Default: 1m.
+	ForwardTimeout caddy.Duration `json:"forward_timeout,omitempty"`
 	// Replays in flight at most, so a recovering app is not stampeded.
 	// Default: 4.
 	Concurrency int `json:"concurrency,omitempty"`
+
+	// Removed: a config that sets it fails to load. Use ForwardTimeout;
+	// crash recovery no longer waits for a timer.
+	StuckAfter caddy.Duration `json:"stuck_after,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -125,7 +145,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.ready = make(chan struct{})
 	a.stop = make(chan struct{})
-	a.deliveries = new(sync.WaitGroup)
+	a.cutCtx, a.cutCancel = context.WithCancel(context.Background())
 	a.probes = new(sync.Map)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
@@ -152,8 +172,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if r.MaxAttempts == 0 {
 		r.MaxAttempts = DefaultMaxAttempts
 	}
-	if r.StuckAfter == 0 {
-		r.StuckAfter = caddy.Duration(DefaultStuckAfter)
+	if r.ForwardTimeout == 0 {
+		r.ForwardTimeout = caddy.Duration(DefaultForwardTimeout)
+	}
+	if a.MinFreeSpace == 0 {
+		a.MinFreeSpace = store.DefaultMinFreeSpace
 	}
 	if r.Concurrency == 0 {
 		r.Concurrency = DefaultConcurrency
@@ -185,22 +208,27 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// Validate checks the configuration.
+// Validate checks the configuration: every range and cross-field check of
+// the app, for JSON and Caddyfile alike.
 func (a *App) Validate() error {
 	r := a.Replay
 	switch {
-	case a.Retention < 0:
+	case r.StuckAfter != 0:
+		return errors.New("replay stuck_after was removed: use forward_timeout, the longest one forward may take (default 1m); crash recovery is now immediate: a forward cut by a crash is replayed as soon as Caddy opens the store again")
+	case a.Retention <= 0:
 		return fmt.Errorf("retention must be positive, got %s", time.Duration(a.Retention))
-	case r.BackoffMin < 0 || r.BackoffMax < r.BackoffMin:
+	case r.BackoffMin <= 0 || r.BackoffMax < r.BackoffMin:
 		return fmt.Errorf("replay backoff: need 0 < min <= max, got %s and %s", time.Duration(r.BackoffMin), time.Duration(r.BackoffMax))
 	case r.MaxAttempts < 1:
 		return fmt.Errorf("replay max_attempts must be at least 1, got %d", r.MaxAttempts)
-	case r.StuckAfter < 0:
-		return fmt.Errorf("replay stuck_after must be positive, got %s", time.Duration(r.StuckAfter))
+	case r.ForwardTimeout <= 0:
+		return fmt.Errorf("replay forward_timeout must be positive, got %s", time.Duration(r.ForwardTimeout))
 	case r.Concurrency < 1:
 		return fmt.Errorf("replay concurrency must be at least 1, got %d", r.Concurrency)
+	case a.MinFreeSpace < 0:
+		return fmt.Errorf("min_free_space must not be negative, got %d", a.MinFreeSpace)
 	}
-	return nil
+	return a.Poll.validate()
 }
 
 // Start opens the store (or takes another reference to the one a running
@@ -210,7 +238,7 @@ func (a *App) Validate() error {
 func (a *App) Start() error {
 	defer close(a.ready)
 	v, _, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
-		return openStoreHandle(a.dir, a.logger)
+		return openStoreHandle(a.dir, a.MinFreeSpace, a.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("pingback storage: %w", err)
@@ -222,15 +250,20 @@ func (a *App) Start() error {
 	a.loopCtx, a.loopCancel = context.WithCancel(a.ctx)
 	a.loopDone = make(chan struct{})
 	a.pollDone = make(chan struct{})
+	a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
 	go a.replayLoop()
 	go a.pollLoop()
 	a.logger.Info("pingback store ready", zap.String("storage_dir", a.dir))
 	return nil
 }
 
-// Stop stops this config's replay loop and hands loop ownership to a
-// config that is still running. The store stays open until Cleanup so that
-// requests finishing during the HTTP server's grace period are still stored.
+// Stop stops this config's loops and hands loop ownership to a config that
+// is still running; it does not wait for forwards. Forwards of this config
+// still running cutAfter later are cut and recorded as interrupted, so the
+// new config replays them at once and an app that hangs never holds a
+// reload. The store stays open until Cleanup (and until those outcomes are
+// recorded) so that requests finishing during the HTTP server's grace
+// period are still stored.
 func (a *App) Stop() error {
 	if a.handle == nil {
 		return nil
@@ -240,6 +273,8 @@ func (a *App) Stop() error {
 	a.handle.leave(a)
 	<-a.loopDone
 	<-a.pollDone
+	time.AfterFunc(cutAfter, a.cutCancel)
+	a.handle.wake() // the new owner's loop takes over at once
 	return nil
 }
 
@@ -287,26 +322,66 @@ var stores = caddy.NewUsagePool()
 // old and a new config overlap during a reload.
 type storeHandle struct {
 	store store.Store
+	kick  chan struct{} // wakes the replay loop: a slot is free, or a result is queued
+
+	// Throttled logs, shared by every config on this store and flushed by
+	// the loop owner's housekeeping.
+	failures    *throttledLog // failed forwards, by route
+	storeErrors *throttledLog // results not stored, by provider
 
 	mu        sync.Mutex
 	apps      []*App                    // started apps, oldest first; the last one owns the loops
 	providers map[string]*providerState // the poller's state per provider
-	outcomes  sync.WaitGroup            // live forwards' outcomes being recorded
+	closing   bool                      // Destruct began: no new outcomes
+	outcomes  sync.WaitGroup            // forwards' outcomes being recorded in the background
 }
 
-func openStoreHandle(dir string, logger *zap.Logger) (*storeHandle, error) {
+func openStoreHandle(dir string, minFree int64, logger *zap.Logger) (*storeHandle, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", dir, err)
 	}
 	s, err := store.OpenBadger(store.BadgerOptions{
-		Dir:    dir,
-		Logger: logger.Named("badger"),
+		Dir:          dir,
+		Logger:       logger.Named("badger"),
+		MinFreeSpace: minFree,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &storeHandle{store: s}, nil
+	return &storeHandle{
+		store:       s,
+		kick:        make(chan struct{}, 1),
+		failures:    newThrottledLog(failureLinesPerWindow, "forwards to this route failed in the last minute"),
+		storeErrors: newThrottledLog(1, "results NOT stored in the last minute (forwarded without durability)"),
+	}, nil
 }
+
+// failureLinesPerWindow is how many failed forwards a minute get a log
+// line of their own; the rest are only counted in the minute's summary.
+const failureLinesPerWindow = 20
+
+// wake makes the replay loop look for due records now.
+func (h *storeHandle) wake() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// track counts an outcome about to be recorded in the background; it
+// returns false once the store is being closed (then nothing is recorded,
+// and the lease lapses with the store).
+func (h *storeHandle) track() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return false
+	}
+	h.outcomes.Add(1)
+	return true
+}
+
+func (h *storeHandle) untrack() { h.outcomes.Done() }
 
 func (h *storeHandle) join(a *App) {
 	h.mu.Lock()
@@ -332,8 +407,12 @@ func (h *storeHandle) owns(a *App) bool {
 	return len(h.apps) > 0 && h.apps[len(h.apps)-1] == a
 }
 
-// Destruct closes the store; called by the pool when its last user is gone.
+// Destruct closes the store once the outcomes being recorded are; called
+// by the pool when its last user is gone.
 func (h *storeHandle) Destruct() error {
+	h.mu.Lock()
+	h.closing = true
+	h.mu.Unlock()
 	h.outcomes.Wait()
 	return h.store.Close()
 }

@@ -106,19 +106,6 @@ func (a *App) provisionPolling() error {
 	if p.Rate == 0 {
 		p.Rate = DefaultPollRate
 	}
-	switch {
-	case time.Duration(p.Interval) < MinPollInterval:
-		return fmt.Errorf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(p.Interval))
-	case p.After < 0:
-		return fmt.Errorf("poll after must be positive, got %s", time.Duration(p.After))
-	case p.GiveUp <= p.After:
-		return fmt.Errorf("poll give_up (%s) must be longer than after (%s)", time.Duration(p.GiveUp), time.Duration(p.After))
-	case p.Batch < 1:
-		return fmt.Errorf("poll batch must be at least 1, got %d", p.Batch)
-	case p.Rate <= 0 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate):
-		return fmt.Errorf("poll rate must be positive, got %v", p.Rate)
-	}
-
 	repl := caddy.NewReplacer()
 	for name, pc := range a.Providers {
 		prov, err := lookupProvider(name)
@@ -147,6 +134,23 @@ func (a *App) provisionPolling() error {
 		default:
 			return fmt.Errorf("provider %s: callback_method must be get or post, got %q", name, pc.CallbackMethod)
 		}
+	}
+	return nil
+}
+
+// validate checks the poll settings' ranges.
+func (p *PollConfig) validate() error {
+	switch {
+	case time.Duration(p.Interval) < MinPollInterval:
+		return fmt.Errorf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(p.Interval))
+	case p.After < 0:
+		return fmt.Errorf("poll after must be positive, got %s", time.Duration(p.After))
+	case p.GiveUp <= p.After:
+		return fmt.Errorf("poll give_up (%s) must be longer than after (%s)", time.Duration(p.GiveUp), time.Duration(p.After))
+	case p.Batch < 1:
+		return fmt.Errorf("poll batch must be at least 1, got %d", p.Batch)
+	case p.Rate <= 0 || p.Rate > 1000 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate):
+		return fmt.Errorf("poll rate must be a number of requests per second in (0, 1000], got %v", p.Rate)
 	}
 	return nil
 }
@@ -213,7 +217,6 @@ func (a *App) pollLoop() {
 	for {
 		select {
 		case <-a.stop:
-			a.deliveries.Wait()
 			return
 		case <-t.C:
 		}
@@ -501,9 +504,10 @@ func (a *App) expireTask(t *store.Task, why string) {
 }
 
 // deliverPolled stores a polled result like a pingback (durable, deduplicated:
-// if the pingback was stored first this is a duplicate and stops here) and
-// delivers it to the task's pingback URL in-process, in the provider's
-// pingback format, with X-Pingback-Source: poll.
+// if the pingback was stored first this is a duplicate and stops here),
+// queued for its first forward, and wakes the replay loop, which delivers it
+// to the task's pingback URL in-process, in the provider's pingback format,
+// with X-Pingback-Source: poll, as soon as a forward slot is free.
 func (a *App) deliverPolled(t *store.Task, code string) {
 	now := a.now().UTC()
 	rec, err := a.polledRecord(t, code, now)
@@ -512,55 +516,22 @@ func (a *App) deliverPolled(t *store.Task, code string) {
 		a.expireTask(t, err.Error())
 		return
 	}
-	st := a.handle.store
-	existing, err := st.Insert(a.ctx, rec)
+	// Not loopCtx: a result fetched while the config stops is stored all
+	// the same (else it would cost another res.php request).
+	res, err := a.handle.store.Insert(context.Background(), rec)
 	switch {
 	case err != nil:
 		// The task stays pending: polled again next interval.
 		a.logger.Error("storing polled result failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
 		return
-	case existing != nil:
+	case res.Existing != nil:
 		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
 		return
 	}
 	a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
 	a.metrics.tasks.WithLabelValues(t.Provider, "recovered").Inc()
 	a.logger.Info("result recovered by polling", zap.String("key", t.Key().String()))
-	a.deliveries.Add(1)
-	go func() {
-		defer a.deliveries.Done()
-		select {
-		case a.inflight <- struct{}{}:
-			defer func() { <-a.inflight }()
-		case <-a.stop:
-			// Stored, not yet sent: the config that owns the loops next
-			// replays it once it is due (stuck_after), so Stop does not
-			// wait for queued deliveries.
-			return
-		}
-		// Waiting for a slot may have taken a while: take the record
-		// again for a full stuck_after, unless the replay loop already
-		// took it as stuck.
-		stuck := time.Duration(a.Replay.StuckAfter)
-		d, err := st.UpdateDelivery(a.ctx, rec.Key(), func(d *store.Delivery) error {
-			if d.State != store.StateForwarding || d.Attempts != 1 {
-				return store.ErrSkip
-			}
-			d.DueAt = a.now().UTC().Add(stuck)
-			return nil
-		})
-		if err != nil {
-			if !errors.Is(err, store.ErrSkip) {
-				a.logger.Error("claiming a polled result for delivery; it will be replayed", zap.String("key", rec.Key().String()), zap.Error(err))
-			}
-			return
-		}
-		ctx, cancel := context.WithDeadline(a.ctx, forwardDeadline(d.DueAt, stuck))
-		defer cancel()
-		out := a.dispatch(ctx, rec, "poll", 1)
-		a.metrics.forwards.WithLabelValues(rec.Provider, "poll", out.class.String()).Inc()
-		a.recordOutcome(st, rec.Key(), 1, out)
-	}()
+	a.handle.wake()
 }
 
 // polledRecord builds the record of a polled result: the request is the
@@ -605,14 +576,11 @@ func (a *App) polledRecord(t *store.Task, code string, now time.Time) (*store.Re
 		Provider:   t.Provider,
 		ID:         t.ID,
 		Code:       code,
-		Source:     "poll",
+		Source:     store.SourcePoll,
 		ReceivedAt: now,
 		Server:     srv,
 		Request:    req,
-		State:      store.StateForwarding,
-		Attempts:   1,
-		DueAt:      now.Add(time.Duration(a.Replay.StuckAfter)),
-		UpdatedAt:  now,
+		Delivery:   store.Delivery{State: store.StateQueued, DueAt: now, UpdatedAt: now},
 		ExpiresAt:  now.Add(time.Duration(a.Retention)),
 	}, nil
 }

@@ -1045,7 +1045,8 @@ func TestPollerAfterSIGKILL(t *testing.T) {
 // res.php is slow (the old config is mid-round when the new one starts)
 // neither deliver a task twice nor ask res.php twice for it: one poll loop
 // per store. A result the old config fetched while it was stopping is
-// stored and delivered by the new one (replayed once stuck_after passes).
+// stored and delivered by the new one (a forward the old one had in flight is
+// cut and replayed by the new one at once).
 func TestPollerOneLoopAcrossReloads(t *testing.T) {
 	// Solved at once, pingbacks lost: one res.php request per task is
 	// all it takes, and only the poller delivers.
@@ -1054,7 +1055,7 @@ func TestPollerOneLoopAcrossReloads(t *testing.T) {
 	app := newAppStub(t)
 	routes := []pollerRoute{{provider: "2captcha", sim: sim}}
 	gen := func(i int) string {
-		return pollBlock("after 1s", "interval 5s") + fmt.Sprintf("\n\t\treplay {\n\t\t\tstuck_after 2s\n\t\t}\n\t\tretention %dh", 24+i)
+		return pollBlock("after 1s", "interval 5s") + fmt.Sprintf("\n\t\tretention %dh", 24+i)
 	}
 	env := startPollerCaddy(t, gen(0), app, routes...)
 	handle := runningApp(t).handle

@@ -240,15 +240,14 @@ func (t *Tracker) storeSeenResult(st store.Store, key store.Key, code string) {
 		Provider:   key.Provider,
 		ID:         key.ID,
 		Code:       code,
-		Source:     "poll",
+		Source:     store.SourcePoll,
 		ReceivedAt: now,
-		State:      store.StateDelivered,
-		UpdatedAt:  now,
+		Delivery:   store.Delivery{State: store.StateDelivered, UpdatedAt: now},
 		ExpiresAt:  now.Add(time.Duration(a.Retention)),
 	}
 	if task, err := st.GetTask(context.Background(), key); err == nil {
 		if full, err := a.polledRecord(task, code, now); err == nil {
-			full.State, full.DueAt, full.Attempts = store.StateDelivered, time.Time{}, 0
+			full.Delivery = store.Delivery{State: store.StateDelivered, UpdatedAt: now}
 			rec = full
 		}
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,25 +15,12 @@ import (
 	"go.uber.org/zap"
 )
 
-// Key layout (keys sort bytewise):
-//
-//	r/<provider>/<id>                      → JSON Record, as first stored
-//	s/<provider>/<id>                      → JSON Delivery: the record's current delivery state
-//	q/<8-byte big-endian DueAt unix ns><provider>/<id> → empty; the due index
-//
-// Both carry the record's ExpiresAt as Badger TTL.
-const (
-	recordPrefix   = "r/"
-	deliveryPrefix = "s/"
-	duePrefix      = "q/"
-)
-
 // BadgerOptions configures OpenBadger.
 type BadgerOptions struct {
 	// Dir is the database directory; created if missing. Required.
 	Dir string
-	// Logger receives Badger's own log lines (Info is demoted to Debug).
-	// Nil discards them.
+	// Logger receives Badger's own log lines (Info is demoted to Debug)
+	// and the store's. Nil discards them.
 	Logger *zap.Logger
 	// MaxBatch caps how many operations one group commit carries.
 	// Default 512.
@@ -45,6 +31,20 @@ type BadgerOptions struct {
 	LockWait time.Duration
 	// GCInterval is the period of value-log garbage collection. Default 5m.
 	GCInterval time.Duration
+	// LeaseTerm, if positive, asks lease holders to renew every third of
+	// it (what a shared store does); tests use it to exercise renewals on
+	// Badger. Default 0: no renewals; a lease lapses when the store is
+	// reopened, or at its Until, which its holder sets beyond the longest
+	// forward (a safety net for an outcome that could not be recorded).
+	LeaseTerm time.Duration
+	// MinFreeSpace is the free space, in bytes, below which the store
+	// refuses writes with ErrUnavailable. Zero means DefaultMinFreeSpace;
+	// negative disables the check.
+	MinFreeSpace int64
+	// BeforeCommit, if set, runs before each group commit with the
+	// commit's sequence number (1, 2, ...); an error fails that commit as
+	// if Badger had refused it. For fault-injection tests.
+	BeforeCommit func(n uint64) error
 }
 
 // Badger is the single-node Store on Badger v4, opened with SyncWrites so a
@@ -52,10 +52,19 @@ type BadgerOptions struct {
 // writes are group-committed: one committer goroutine gathers every waiting
 // operation into one transaction, commits it once and then releases all
 // their callers with the commit's result.
+//
+// Each open is a new lease owner (an epoch counted in the store), so every
+// lease of an earlier process lapses at open: a forward cut by a crash is
+// claimable as soon as the store is open again. A lease of this open lapses
+// at its Until.
 type Badger struct {
-	db       *badger.DB
-	log      *zap.Logger
-	maxBatch int
+	db        *badger.DB
+	log       *zap.Logger
+	maxBatch  int
+	epoch     uint64
+	owner     string
+	leaseTerm time.Duration
+	hook      func(n uint64) error
 
 	ops      chan *op
 	mu       sync.RWMutex // guards closed; held for reading while submitting
@@ -66,27 +75,27 @@ type Badger struct {
 	gcDone   chan struct{}
 	closeErr error
 	once     sync.Once
+	attempts atomic.Uint64 // commits attempted, for BeforeCommit
 	commits  atomic.Uint64 // transactions committed successfully
 }
 
-// op is one unit of work for the committer. apply runs inside the batch's
-// transaction and must be re-runnable: it may be called again on a fresh
-// transaction if the batch has to be split.
+// op is one unit of work for the committer. apply reads through the batch
+// (which sees every earlier operation's writes) and buffers its writes
+// there; they reach the transaction only if apply succeeds. apply may run
+// again on a fresh transaction if the batch has to be retried, so it must
+// reset whatever it reports and have no other side effects.
 type op struct {
-	apply func(txn *badger.Txn) error
-	err   error // apply's own result
-	// readOnly is set by apply when it wrote nothing: such an op does
-	// not learn of a failed commit (a duplicate insert's answer, the
-	// existing record, stands whatever happens to the batch).
-	readOnly bool
-	done     chan struct{}
-	size     int // approximate bytes written, for batching
+	apply func(w *batch) error
+	err   error // apply's own result, or the commit's
+	done  chan struct{}
+	size  int // approximate bytes written, for batching
 }
 
 // OpenBadger opens (or creates) the database in opts.Dir with memory-lean
-// options (see badger-and-distributed-stores.md §3 and §6) and starts its
-// committer. A directory locked by another process is retried for
-// opts.LockWait, then reported with guidance.
+// options (see badger-and-distributed-stores.md §3 and §6), upgrades its
+// stored format if it was written by an earlier version, takes a new lease
+// epoch and starts the committer. A directory locked by another process is
+// retried for opts.LockWait, then reported with guidance.
 func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("badger: no directory")
@@ -112,6 +121,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(16 << 20).
+		WithValueThreshold(1 << 20).
 		WithValueLogFileSize(64 << 20).
 		WithNumCompactors(2)
 
@@ -139,67 +149,99 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if logger == nil {
 		logger = zap.NewNop()
 	}
+	epoch, err := openFormat(db, logger)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
+	}
 	b := &Badger{
-		db:       db,
-		log:      logger,
-		maxBatch: opts.MaxBatch,
-		ops:      make(chan *op, opts.MaxBatch),
-		done:     make(chan struct{}),
-		stopGC:   make(chan struct{}),
-		gcDone:   make(chan struct{}),
+		db:        db,
+		log:       logger,
+		maxBatch:  opts.MaxBatch,
+		epoch:     epoch,
+		owner:     ownerName(epoch),
+		leaseTerm: max(opts.LeaseTerm, 0),
+		hook:      opts.BeforeCommit,
+		ops:       make(chan *op, opts.MaxBatch),
+		done:      make(chan struct{}),
+		stopGC:    make(chan struct{}),
+		gcDone:    make(chan struct{}),
 	}
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
 	return b, nil
 }
 
+// Owner implements Store: "badger:<epoch>".
+func (b *Badger) Owner() string { return b.owner }
+
+// LeaseTerm implements Store.
+func (b *Badger) LeaseTerm() time.Duration { return b.leaseTerm }
+
+// Available implements Store: false once closed.
+func (b *Badger) Available() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return !b.closed
+}
+
 // Insert implements Store.
-func (b *Badger) Insert(ctx context.Context, rec *Record) (*Record, error) {
-	key := recordKey(rec.Key())
+func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) {
+	k := rec.Key()
+	c := *rec
+	if c.State == StateForwarding {
+		c.Lease.Owner = b.owner
+	} else {
+		c.Lease = Lease{}
+	}
 	// Encode here, in the caller's goroutine, not in the committer's
-	// serial section; only a tracked task (completeTask fills in
-	// SubmittedAt) needs a second encoding there.
-	encodedSub := rec.SubmittedAt
-	encoded, err := json.Marshal(rec)
+	// serial section; only a tracked task (its submission time goes into
+	// the record) needs a second encoding there.
+	encoded, err := json.Marshal(&c)
 	if err != nil {
-		return nil, fmt.Errorf("encoding record: %w", err)
+		return InsertResult{}, fmt.Errorf("encoding record: %w", err)
 	}
-	delivery := rec.Delivery()
-	encodedDelivery, err := json.Marshal(delivery)
+	if len(encoded) > MaxRecordSize {
+		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
+	}
+	encodedDelivery, err := json.Marshal(&c.Delivery)
 	if err != nil {
-		return nil, fmt.Errorf("encoding delivery: %w", err)
+		return InsertResult{}, fmt.Errorf("encoding delivery: %w", err)
 	}
-	var existing *Record
-	o := &op{size: len(rec.Request.Body) + len(rec.Code) + 1024}
-	o.apply = func(txn *badger.Txn) error {
-		existing, o.readOnly = nil, false
-		old, err := getRecord(txn, key)
+	var res InsertResult
+	o := &op{size: len(encoded) + 256}
+	o.apply = func(w *batch) error {
+		res = InsertResult{}
+		old, err := w.record(k)
 		if err == nil {
-			existing, o.readOnly = old, true
+			res.Existing = old
 			return nil
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		if err := completeTask(txn, rec); err != nil {
+		sub, err := completeTask(w, k, c.ReceivedAt)
+		if err != nil {
 			return err
 		}
 		val := encoded
-		if !rec.SubmittedAt.Equal(encodedSub) {
-			if val, err = json.Marshal(rec); err != nil {
+		if !sub.IsZero() {
+			tracked := c
+			tracked.SubmittedAt = sub
+			if val, err = json.Marshal(&tracked); err != nil {
 				return fmt.Errorf("encoding record: %w", err)
 			}
 		}
-		exp := uint64(rec.ExpiresAt.Unix())
-		if err := writeDelivery(txn, rec.Key(), nil, &delivery, exp, encodedDelivery); err != nil {
-			return err
-		}
-		return setRecord(txn, rec.Key(), val, exp)
+		exp := expiry(c.ExpiresAt)
+		w.writeDelivery(k, nil, &c.Delivery, exp, encodedDelivery)
+		w.set(recordKey(k), val, exp)
+		res.SubmittedAt = sub
+		return nil
 	}
 	if err := b.submit(ctx, o); err != nil {
-		return nil, err
+		return InsertResult{}, err
 	}
-	return existing, nil
+	return res, nil
 }
 
 // Get implements Store.
@@ -207,84 +249,265 @@ func (b *Badger) Get(ctx context.Context, key Key) (*Record, error) {
 	var rec *Record
 	err := b.view(func(txn *badger.Txn) error {
 		var err error
-		rec, err = getRecord(txn, recordKey(key))
+		rec, err = (&batch{txn: txn}).record(key)
 		return err
 	})
 	return rec, err
 }
 
-// Update implements Store.
-func (b *Badger) Update(ctx context.Context, key Key, fn func(*Record) error) (*Record, error) {
-	k := recordKey(key)
-	var result *Record
-	o := &op{size: 4096, apply: func(txn *badger.Txn) error {
-		result = nil
-		old, err := getRecord(txn, k)
-		if err != nil {
-			return err
-		}
-		// A private copy for fn to change: cheaper than decoding the
-		// record twice in the committer's serial section.
-		cur := old.clone()
-		if err := fn(cur); err != nil {
-			result = old
-			return err
-		}
-		val, err := json.Marshal(cur)
-		if err != nil {
-			return fmt.Errorf("encoding record: %w", err)
-		}
-		result = cur
-		return writeRecord(txn, old, cur, val)
-	}}
-	err := b.submit(ctx, o)
-	return result, err
-}
-
 // UpdateDelivery implements Store.
 func (b *Badger) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
-	o := &op{size: 512, apply: func(txn *badger.Txn) error {
-		item, err := txn.Get(deliveryKey(key))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return ErrNotFound
-		}
+	o := &op{size: 512, apply: func(w *batch) error {
+		old, exp, err := w.delivery(key)
 		if err != nil {
 			return err
-		}
-		var old Delivery
-		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &old) }); err != nil {
-			return fmt.Errorf("decoding delivery of %s: %w", key, err)
 		}
 		result = old
 		cur := old
 		if err := fn(&cur); err != nil {
 			return err
 		}
+		b.ownLease(&cur)
 		result = cur
-		return writeDelivery(txn, key, &old, &cur, item.ExpiresAt(), nil)
+		w.writeDelivery(key, &old, &cur, exp, nil)
+		return nil
 	}}
 	err := b.submit(ctx, o)
 	return result, err
 }
 
-// Due implements Store.
-func (b *Badger) Due(ctx context.Context, now time.Time, limit int) ([]*Record, error) {
+// ownLease keeps the lease invariant of d: set (to this handle, if no
+// owner is named) while forwarding, empty otherwise.
+func (b *Badger) ownLease(d *Delivery) {
+	if d.State != StateForwarding {
+		d.Lease = Lease{}
+		return
+	}
+	if d.Lease.Owner == "" {
+		d.Lease.Owner = b.owner
+	}
+	d.DueAt = time.Time{}
+}
+
+// Claim implements Store.
+func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error) {
+	if req.Limit < 1 || req.Decide == nil {
+		return nil, errors.New("claim: need a positive limit and a decide function")
+	}
 	var out []*Record
-	err := b.view(func(txn *badger.Txn) error {
-		return scanIndex(ctx, txn, duePrefix, now, limit, func(tail []byte) error {
-			rec, err := getRecord(txn, append([]byte(recordPrefix), tail...))
+	o := &op{size: 512 * req.Limit, apply: func(w *batch) error {
+		out = nil
+		cands, err := b.claimable(w, req)
+		if err != nil {
+			return err
+		}
+		for _, c := range cands {
+			old, exp, err := w.delivery(c.key)
 			if errors.Is(err, ErrNotFound) {
-				return nil // expired with its index entry racing behind
+				continue
 			}
 			if err != nil {
 				return err
 			}
+			lapsed, ok := b.stillClaimable(&old, c, req)
+			if !ok {
+				continue
+			}
+			rec, err := w.recordOnly(c.key)
+			if errors.Is(err, ErrNotFound) {
+				continue // expired with its index entries racing behind
+			}
+			if err != nil {
+				return err
+			}
+			cur := old
+			if lapsed != "" {
+				cur.LastStatus, cur.LastError = 0, lapsed
+				cur.Lease = Lease{}
+			}
+			req.Decide(&cur, lapsed != "")
+			if cur.State == StateForwarding {
+				cur.Lease = Lease{Owner: b.owner, Until: req.Now.Add(req.Lease)}
+			}
+			b.ownLease(&cur)
+			w.writeDelivery(c.key, &old, &cur, exp, nil)
+			rec.Delivery = cur
 			out = append(out, rec)
-			return nil
-		})
+		}
+		return nil
+	}}
+	if err := b.submit(ctx, o); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// candidate is a record an index says may be claimable.
+type candidate struct {
+	key   Key
+	lapse string // why its lease lapsed, "" for a due record
+}
+
+// Reasons a lease lapsed, as last_error.
+const (
+	lapseRestart = "interrupted by restart"
+	lapseExpired = "interrupted: lease expired before the forward reported"
+)
+
+// claimable lists the candidates of a claim: req.Keys, or the leases of
+// earlier epochs, then this epoch's expired leases, then the due records.
+func (b *Badger) claimable(w *batch, req ClaimRequest) ([]candidate, error) {
+	if len(req.Keys) > 0 {
+		// Each record once, however often it is named: a claim that
+		// returned a record twice would forward it twice.
+		out := make([]candidate, 0, min(len(req.Keys), req.Limit))
+		named := make(map[Key]bool, len(req.Keys))
+		for _, k := range req.Keys {
+			if len(out) == req.Limit {
+				break
+			}
+			if !named[k] {
+				named[k] = true
+				out = append(out, candidate{key: k})
+			}
+		}
+		return out, nil
+	}
+	var out []candidate
+	seen := make(map[Key]bool)
+	add := func(k Key, lapse string) bool {
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, candidate{key: k, lapse: lapse})
+		}
+		return len(out) < req.Limit
+	}
+	// Leases: l/<epoch><until><provider>/<id>; earlier epochs sort first.
+	err := w.scan(leasePrefix, func(k []byte) bool {
+		epoch, until, key, ok := parseLeaseKey(k)
+		switch {
+		case !ok:
+			return true
+		case epoch < b.epoch:
+			return add(key, lapseRestart)
+		case epoch == b.epoch && !until.After(req.Now):
+			return add(key, lapseExpired)
+		}
+		return false
+	})
+	if err != nil || len(out) >= req.Limit {
+		return out, err
+	}
+	err = w.scan(duePrefix, func(k []byte) bool {
+		at, key, ok := parseTimeKey(duePrefix, k)
+		if !ok {
+			return true
+		}
+		if at.After(req.Now) {
+			return false
+		}
+		return add(key, "")
 	})
 	return out, err
+}
+
+// stillClaimable checks the delivery state behind a candidate (an index
+// entry may be stale) and returns why its lease lapsed ("" if it had none).
+func (b *Badger) stillClaimable(d *Delivery, c candidate, req ClaimRequest) (lapse string, ok bool) {
+	if d.State == StateForwarding {
+		epoch := ownerEpoch(d.Lease.Owner)
+		switch {
+		case epoch < b.epoch:
+			return lapseRestart, true
+		case !d.Lease.Until.After(req.Now):
+			return lapseExpired, true
+		}
+		return "", false // its lease holds
+	}
+	if len(req.Keys) > 0 {
+		return "", true
+	}
+	due := d.State == StateQueued || d.State == StateFailed
+	return "", due && !d.DueAt.IsZero() && !d.DueAt.After(req.Now)
+}
+
+// Renew implements Store.
+func (b *Badger) Renew(ctx context.Context, key Key, attempt int, until time.Time) error {
+	o := &op{size: 256, apply: func(w *batch) error {
+		old, exp, err := w.delivery(key)
+		if errors.Is(err, ErrNotFound) {
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		if old.State != StateForwarding || old.Attempts != attempt || old.Lease.Owner != b.owner {
+			return ErrLeaseLost
+		}
+		cur := old
+		cur.Lease.Until = until
+		w.writeDelivery(key, &old, &cur, exp, nil)
+		return nil
+	}}
+	return b.submit(ctx, o)
+}
+
+// Expire implements Store: it walks the expiry watch (x/), written for
+// every record that was ever left undelivered, and removes what is left
+// of each record whose retention ended.
+func (b *Badger) Expire(ctx context.Context, now time.Time, limit int) ([]Expired, error) {
+	var out []Expired
+	o := &op{size: 256 * limit, apply: func(w *batch) error {
+		out = nil
+		var keys [][]byte
+		err := w.scan(expiryPrefix, func(k []byte) bool {
+			at, _, ok := parseTimeKey(expiryPrefix, k)
+			if ok && at.After(now) {
+				return false
+			}
+			keys = append(keys, append([]byte(nil), k...))
+			return len(keys) < limit
+		})
+		if err != nil {
+			return err
+		}
+		for _, ik := range keys {
+			at, key, ok := parseTimeKey(expiryPrefix, ik)
+			if !ok {
+				w.del(ik)
+				continue
+			}
+			d, exp, err := w.delivery(key)
+			if errors.Is(err, ErrNotFound) {
+				w.del(ik)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if exp != uint64(at.Unix()) {
+				w.del(ik) // the watch of an earlier record under the key
+				continue
+			}
+			if rec, err := w.recordOnly(key); err == nil && rec.ExpiresAt.After(now) {
+				// The watch is kept to the second: this retention ends
+				// later within it. Keep watching.
+				continue
+			}
+			w.del(ik)
+			if d.State != StateDelivered {
+				out = append(out, Expired{Key: key, State: d.State})
+			}
+			w.dropDelivery(key, &d, exp)
+			w.del(recordKey(key))
+		}
+		return nil
+	}}
+	if err := b.submit(ctx, o); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // List implements Store.
@@ -295,6 +518,7 @@ func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, erro
 	}
 	var out []*Record
 	err := b.view(func(txn *badger.Txn) error {
+		w := &batch{txn: txn}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true, PrefetchSize: 100})
 		defer it.Close()
 		for it.Rewind(); it.Valid() && len(out) < limit; it.Next() {
@@ -305,7 +529,7 @@ func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, erro
 			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
 				return fmt.Errorf("decoding record %q: %w", it.Item().Key(), err)
 			}
-			if err := overlayDelivery(txn, rec); err != nil {
+			if err := w.overlayDelivery(rec); err != nil {
 				return err
 			}
 			if f.State == "" || rec.State == f.State {
@@ -315,31 +539,6 @@ func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, erro
 		return nil
 	})
 	return out, err
-}
-
-// scanIndex calls fn with the "<provider>/<id>" tail of each entry of the
-// time index under prefix whose time is at or before now, earliest first,
-// until limit calls.
-func scanIndex(ctx context.Context, txn *badger.Txn, prefix string, now time.Time, limit int, fn func(tail []byte) error) error {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
-	defer it.Close()
-	for it.Rewind(); it.Valid() && limit > 0; it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		k := it.Item().Key()
-		if len(k) < len(prefix)+8 {
-			continue
-		}
-		if int64(binary.BigEndian.Uint64(k[len(prefix):])) > now.UnixNano() {
-			break
-		}
-		if err := fn(k[len(prefix)+8:]); err != nil {
-			return err
-		}
-		limit--
-	}
-	return nil
 }
 
 // Close implements Store: it refuses new operations, lets the committer
@@ -421,31 +620,51 @@ func (b *Badger) commitLoop() {
 	}
 }
 
-// commit runs ops in one transaction and commits it, setting each op's err.
-// If the transaction grows too big it is discarded and the batch is split
-// in halves, each committed on its own.
+// commit runs ops in one transaction and commits it, setting each op's
+// err. An op whose apply fails writes nothing. If the transaction grows too
+// big it is discarded and the batch is split in halves, each committed on
+// its own; if an op's writes fail half-way, the batch is run again without
+// it. If the commit fails, every op of the batch fails with it: none of
+// their answers is committed.
 func (b *Badger) commit(ops []*op) {
+	if len(ops) == 0 {
+		return
+	}
 	txn := b.db.NewTransaction(true)
 	defer txn.Discard()
-	for _, o := range ops {
-		o.err = o.apply(txn)
-		if errors.Is(o.err, badger.ErrTxnTooBig) {
-			if len(ops) == 1 {
-				return // a single op too big for a txn: report it as is
-			}
+	for i, o := range ops {
+		w := &batch{txn: txn}
+		if o.err = o.apply(w); o.err != nil {
+			continue
+		}
+		if err := w.flush(); err != nil {
 			txn.Discard()
-			mid := len(ops) / 2
-			b.commit(ops[:mid])
-			b.commit(ops[mid:])
+			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
+				mid := len(ops) / 2
+				b.commit(ops[:mid])
+				b.commit(ops[mid:])
+				return
+			}
+			o.err = fmt.Errorf("writing: %w", err)
+			rest := append(append(make([]*op, 0, len(ops)-1), ops[:i]...), ops[i+1:]...)
+			b.commit(rest)
 			return
 		}
 	}
-	if err := txn.Commit(); err != nil {
+	n := b.attempts.Add(1)
+	var err error
+	if b.hook != nil {
+		err = b.hook(n)
+	}
+	if err == nil {
+		err = txn.Commit()
+	}
+	if err != nil {
 		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
 		}
 		for _, o := range ops {
-			if o.err == nil && !o.readOnly {
+			if o.err == nil {
 				o.err = fmt.Errorf("commit: %w", err)
 			}
 		}
@@ -473,107 +692,6 @@ func (b *Badger) gcLoop(every time.Duration) {
 			}
 		}
 	}
-}
-
-func recordKey(k Key) []byte {
-	return []byte(recordPrefix + k.Provider + "/" + k.ID)
-}
-
-func dueKey(at time.Time, k Key) []byte { return indexKey(duePrefix, at, k) }
-
-// indexKey is prefix, at as 8 big-endian bytes of Unix nanoseconds (so keys
-// sort by time), then "<provider>/<id>".
-func indexKey(prefix string, at time.Time, k Key) []byte {
-	b := make([]byte, 0, len(prefix)+8+len(k.Provider)+1+len(k.ID))
-	b = append(b, prefix...)
-	b = binary.BigEndian.AppendUint64(b, uint64(at.UnixNano()))
-	return append(b, k.Provider+"/"+k.ID...)
-}
-
-func getRecord(txn *badger.Txn, key []byte) (*Record, error) {
-	item, err := txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	rec := new(Record)
-	err = item.Value(func(v []byte) error { return json.Unmarshal(v, rec) })
-	if err != nil {
-		return nil, fmt.Errorf("decoding record %q: %w", key, err)
-	}
-	return rec, overlayDelivery(txn, rec)
-}
-
-// overlayDelivery sets rec's delivery state from its s/ key, the current
-// one (the copy inside r/ is the state at insert).
-func overlayDelivery(txn *badger.Txn, rec *Record) error {
-	item, err := txn.Get(deliveryKey(rec.Key()))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var d Delivery
-	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
-		return fmt.Errorf("decoding delivery of %s: %w", rec.Key(), err)
-	}
-	rec.SetDelivery(d)
-	return nil
-}
-
-func deliveryKey(k Key) []byte { return []byte(deliveryPrefix + k.Provider + "/" + k.ID) }
-
-// writeRecord stores rec (already encoded as val) and moves its due index
-// entry from old's DueAt to rec's.
-func writeRecord(txn *badger.Txn, old, rec *Record, val []byte) error {
-	exp := uint64(rec.ExpiresAt.Unix())
-	var oldD *Delivery
-	if old != nil {
-		d := old.Delivery()
-		oldD = &d
-	}
-	d := rec.Delivery()
-	if err := writeDelivery(txn, rec.Key(), oldD, &d, exp, nil); err != nil {
-		return err
-	}
-	return setRecord(txn, rec.Key(), val, exp)
-}
-
-// setRecord stores the encoded record under its r/ key.
-func setRecord(txn *badger.Txn, k Key, val []byte, exp uint64) error {
-	e := badger.NewEntry(recordKey(k), val)
-	e.ExpiresAt = exp
-	return txn.SetEntry(e)
-}
-
-// writeDelivery stores the delivery state d of key (val: d already
-// encoded, or nil) and moves its due index entry from old's DueAt (old is nil
-// for a new record). exp is the record's expiry, Unix seconds.
-func writeDelivery(txn *badger.Txn, k Key, old, d *Delivery, exp uint64, val []byte) error {
-	if old != nil && !old.DueAt.IsZero() && !old.DueAt.Equal(d.DueAt) {
-		if err := txn.Delete(dueKey(old.DueAt, k)); err != nil {
-			return err
-		}
-	}
-	if !d.DueAt.IsZero() {
-		e := badger.NewEntry(dueKey(d.DueAt, k), nil)
-		e.ExpiresAt = exp
-		if err := txn.SetEntry(e); err != nil {
-			return err
-		}
-	}
-	if val == nil {
-		var err error
-		if val, err = json.Marshal(d); err != nil {
-			return fmt.Errorf("encoding delivery: %w", err)
-		}
-	}
-	e := badger.NewEntry(deliveryKey(k), val)
-	e.ExpiresAt = exp
-	return txn.SetEntry(e)
 }
 
 // Interface guards

@@ -21,27 +21,27 @@ const (
 
 // AddTask implements TaskStore.
 func (b *Badger) AddTask(ctx context.Context, t *Task) (*Task, error) {
-	key := taskKey(t.Key())
+	k := t.Key()
 	var existing *Task
 	o := &op{size: 1024}
-	o.apply = func(txn *badger.Txn) error {
-		existing, o.readOnly = nil, false
-		old, err := getTask(txn, key)
+	o.apply = func(w *batch) error {
+		existing = nil
+		old, err := w.task(k)
 		if err == nil {
-			existing, o.readOnly = old, true
+			existing = old
 			return nil
 		}
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
 		nt := *t
-		switch _, err := getRecord(txn, recordKey(t.Key())); {
+		switch _, err := w.get(recordKey(k)); {
 		case err == nil:
 			nt.State, nt.NextPollAt = TaskDone, time.Time{}
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}
-		return writeTask(txn, nil, &nt)
+		return w.writeTask(nil, &nt)
 	}
 	if err := b.submit(ctx, o); err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func (b *Badger) GetTask(ctx context.Context, key Key) (*Task, error) {
 	var t *Task
 	err := b.view(func(txn *badger.Txn) error {
 		var err error
-		t, err = getTask(txn, taskKey(key))
+		t, err = (&batch{txn: txn}).task(key)
 		return err
 	})
 	return t, err
@@ -62,21 +62,20 @@ func (b *Badger) GetTask(ctx context.Context, key Key) (*Task, error) {
 
 // UpdateTask implements TaskStore.
 func (b *Badger) UpdateTask(ctx context.Context, key Key, fn func(*Task) error) (*Task, error) {
-	k := taskKey(key)
 	var result *Task
-	o := &op{size: 1024, apply: func(txn *badger.Txn) error {
+	o := &op{size: 1024, apply: func(w *batch) error {
 		result = nil
-		old, err := getTask(txn, k)
+		old, err := w.task(key)
 		if err != nil {
 			return err
 		}
+		result = old
 		cur := *old
 		if err := fn(&cur); err != nil {
-			result = old
 			return err
 		}
 		result = &cur
-		return writeTask(txn, old, &cur)
+		return w.writeTask(old, &cur)
 	}}
 	err := b.submit(ctx, o)
 	return result, err
@@ -86,79 +85,90 @@ func (b *Badger) UpdateTask(ctx context.Context, key Key, fn func(*Task) error) 
 func (b *Badger) DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error) {
 	var out []*Task
 	err := b.view(func(txn *badger.Txn) error {
-		return scanIndex(ctx, txn, pollPrefix, now, limit, func(tail []byte) error {
-			t, err := getTask(txn, append([]byte(taskPrefix), tail...))
+		w := &batch{txn: txn}
+		var keys []Key
+		err := w.scan(pollPrefix, func(k []byte) bool {
+			at, key, ok := parseTimeKey(pollPrefix, k)
+			if !ok {
+				return true
+			}
+			if at.After(now) || ctx.Err() != nil {
+				return false
+			}
+			keys = append(keys, key)
+			return len(keys) < limit
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			t, err := w.task(k)
 			if errors.Is(err, ErrNotFound) {
-				return nil
+				continue
 			}
 			if err != nil {
 				return err
 			}
+			if t.State != TaskPending {
+				continue // a poll entry written before writeTask kept only pending ones
+			}
 			out = append(out, t)
-			return nil
-		})
+		}
+		return ctx.Err()
 	})
 	return out, err
 }
 
-// completeTask marks the pending task of rec's key done, in the
-// transaction that stores rec, and copies its submission time into rec.
-func completeTask(txn *badger.Txn, rec *Record) error {
-	k := taskKey(rec.Key())
-	old, err := getTask(txn, k)
+// completeTask marks the pending task under k done at now, in the batch
+// that stores its result, and returns the task's submission time (zero if
+// the task is not tracked).
+func completeTask(w *batch, k Key, now time.Time) (time.Time, error) {
+	old, err := w.task(k)
 	if errors.Is(err, ErrNotFound) {
-		return nil
+		return time.Time{}, nil
 	}
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
-	rec.SubmittedAt = old.SubmittedAt
 	if old.State != TaskPending {
-		return nil
+		return old.SubmittedAt, nil
 	}
 	t := *old
-	t.State, t.NextPollAt, t.UpdatedAt = TaskDone, time.Time{}, rec.ReceivedAt
-	return writeTask(txn, old, &t)
+	t.State, t.NextPollAt, t.UpdatedAt = TaskDone, time.Time{}, now
+	return old.SubmittedAt, w.writeTask(old, &t)
 }
 
 func taskKey(k Key) []byte { return []byte(taskPrefix + k.Provider + "/" + k.ID) }
 
-func getTask(txn *badger.Txn, key []byte) (*Task, error) {
-	item, err := txn.Get(key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, ErrNotFound
-	}
+// task returns the task under k, or ErrNotFound.
+func (w *batch) task(k Key) (*Task, error) {
+	item, err := w.get(taskKey(k))
 	if err != nil {
 		return nil, err
 	}
 	t := new(Task)
 	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, t) }); err != nil {
-		return nil, fmt.Errorf("decoding task %q: %w", key, err)
+		return nil, fmt.Errorf("decoding task %s: %w", k, err)
 	}
 	return t, nil
 }
 
 // writeTask stores t and moves its poll index entry from old's NextPollAt.
-func writeTask(txn *badger.Txn, old, t *Task) error {
+func (w *batch) writeTask(old, t *Task) error {
 	val, err := json.Marshal(t)
 	if err != nil {
 		return fmt.Errorf("encoding task: %w", err)
 	}
-	exp := uint64(t.ExpiresAt.Unix())
+	exp := expiry(t.ExpiresAt)
 	k := t.Key()
-	if old != nil && !old.NextPollAt.IsZero() && !old.NextPollAt.Equal(t.NextPollAt) {
-		if err := txn.Delete(indexKey(pollPrefix, old.NextPollAt, k)); err != nil {
-			return err
-		}
+	// Only a pending task is polled, whatever poll time it was left with.
+	polled := t.State == TaskPending && !t.NextPollAt.IsZero()
+	if old != nil && !old.NextPollAt.IsZero() && (!polled || !old.NextPollAt.Equal(t.NextPollAt)) {
+		w.del(timeKey(pollPrefix, old.NextPollAt, k))
 	}
-	if !t.NextPollAt.IsZero() {
-		e := badger.NewEntry(indexKey(pollPrefix, t.NextPollAt, k), nil)
-		e.ExpiresAt = exp
-		if err := txn.SetEntry(e); err != nil {
-			return err
-		}
+	if polled {
+		w.set(timeKey(pollPrefix, t.NextPollAt, k), nil, exp)
 	}
-	e := badger.NewEntry(taskKey(k), val)
-	e.ExpiresAt = exp
-	return txn.SetEntry(e)
+	w.set(taskKey(k), val, exp)
+	return nil
 }

@@ -1,12 +1,20 @@
 // Package store defines the durable storage behind the pingback plugin and
 // its single-node implementation on Badger.
 //
-// The Store interface is deliberately small so that a distributed backend
-// (see ../shared/reference/badger-and-distributed-stores.md §5) can implement
-// the same contract: a write returns success only after it is durably
-// committed, deduplication is atomic with the write of the record, and the
-// due index (what the replay loop scans) is updated in the same transaction
-// as the record it points to.
+// The Store interface is the contract every backend meets (and that a
+// store shared by several Caddy instances can meet too): a write returns
+// success only after it is durably committed; an answer ("stored",
+// "duplicate", the record after an update) is given only if what it speaks
+// of is committed; deduplication is atomic with the write of the record;
+// and the indexes the loops scan (due retries, leases, poll times, expiry
+// watch) change in the same transaction as the records they point to.
+//
+// Ownership of a delivery is a lease: a record in state forwarding names
+// the store handle (the owner) whose process forwards it and until when.
+// While the lease holds, nothing else starts a delivery of the record.
+// A lease lapses when its owner is gone (on Badger: the process that opened
+// the store before this one; on a shared store: when it is not renewed in
+// time) and the record is then claimable at once.
 package store
 
 import (
@@ -23,10 +31,27 @@ var (
 	ErrNotFound = errors.New("record not found")
 	// ErrClosed means the store was closed; nothing was written.
 	ErrClosed = errors.New("store closed")
-	// ErrSkip may be returned by an Update function to leave the record
-	// unchanged; Update then returns the current record and ErrSkip.
+	// ErrSkip may be returned by an update function to leave the record
+	// unchanged; the update then returns the current state and ErrSkip.
 	ErrSkip = errors.New("update skipped")
+	// ErrLeaseLost means the caller no longer holds the lease it tried to
+	// renew: the record moved on (another attempt, another owner).
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrTooLarge means a record is larger than MaxRecordSize; nothing
+	// was written.
+	ErrTooLarge = errors.New("record too large to store")
 )
+
+// MaxRecordSize is the largest record, in bytes of its stored encoding
+// (request body in base64, headers, code), that every Store can always
+// commit. Sizes that reach the store (the pingback handler's max_body) are
+// validated against it; see MaxBodySize.
+const MaxRecordSize = 1 << 20
+
+// MaxBodySize is the largest request body a record may carry so that the
+// record stays within MaxRecordSize with room for headers: 512 KiB, whose
+// base64 form is 683 KiB.
+const MaxBodySize = 512 << 10
 
 // Key identifies a result: the provider's name and its task id. It is the
 // deduplication key and, as "<provider>:<id>", the idempotency key the app sees.
@@ -41,24 +66,46 @@ func (k Key) String() string { return k.Provider + ":" + k.ID }
 // State is where a record stands in its delivery to the app.
 type State string
 
-// The states of a record. Only StateForwarding and StateFailed records carry
-// a due time (DueAt); the others are final until the record expires.
+// The states of a record.
 const (
-	// StateForwarding: stored, a forward to the app is (or was, before a
-	// crash) in flight. If it is still forwarding at DueAt, the replay loop
-	// takes it as stuck and replays it.
+	// StateQueued: stored, waiting for its next forward from DueAt on: a
+	// polled result waiting for a free forward slot, or a forward cut by a
+	// config reload (not counted as a failure).
+	StateQueued State = "queued"
+	// StateForwarding: a forward to the app is in flight under Lease.
 	StateForwarding State = "forwarding"
 	// StateDelivered: the app answered 2xx or 3xx.
 	StateDelivered State = "delivered"
 	// StateFailed: the last forward failed in a retryable way (transport
-	// error, 5xx, 408, 429); the replay loop retries it at DueAt.
+	// error, 5xx, 408, 429, forward_timeout); retried from DueAt on.
 	StateFailed State = "failed"
 	// StateRejected: the app answered another 4xx; kept in the dead-letter
 	// queue, never retried automatically.
 	StateRejected State = "rejected"
-	// StateParked: retryable failures exhausted max_attempts; kept and
-	// visible, never retried automatically.
+	// StateParked: retryable failures reached max_attempts, or forwards
+	// were interrupted too often in a row; kept and visible, never retried
+	// automatically.
 	StateParked State = "parked"
+)
+
+// States lists every state, in the order of a delivery's life.
+var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, StateRejected, StateParked}
+
+// Source says how a result reached the plugin (Record.Source: callback or
+// poll) and how a forward reaches the app (the X-Pingback-Source header:
+// callback, replay or poll).
+type Source string
+
+// The sources.
+const (
+	// SourceCallback: the provider's pingback, live.
+	SourceCallback Source = "callback"
+	// SourceReplay: a redelivery of a stored result (retry, recovery after
+	// a crash or reload, or a replay by hand).
+	SourceReplay Source = "replay"
+	// SourcePoll: a result the fallback poller fetched from res.php, on its
+	// first delivery.
+	SourcePoll Source = "poll"
 )
 
 // Request is the original HTTP request as the provider sent it, kept so that
@@ -77,6 +124,15 @@ type Request struct {
 	Body      []byte      `json:"body,omitempty"`
 }
 
+// Lease is the ownership of a record's forward in flight.
+type Lease struct {
+	// Owner names the store handle that holds the lease (Store.Owner);
+	// the store fills it in.
+	Owner string `json:"owner"`
+	// Until is when the lease lapses unless renewed.
+	Until time.Time `json:"until"`
+}
+
 // Record is one result (a solved task or a task-final error code) and its
 // delivery state. Times are UTC wall-clock times.
 type Record struct {
@@ -85,26 +141,19 @@ type Record struct {
 	// Code is the result as the provider sent it; it may be an error
 	// string such as ERROR_CAPTCHA_UNSOLVABLE. Never log it.
 	Code string `json:"code"`
-	// Source is how the result arrived: "callback" or "poll".
-	Source     string    `json:"source"`
+	// Source is how the result arrived: SourceCallback or SourcePoll.
+	Source     Source    `json:"source"`
 	ReceivedAt time.Time `json:"received_at"`
-	// SubmittedAt is when the task was submitted, if it was tracked; Insert
-	// fills it in (and marks the task done) in the same transaction.
+	// SubmittedAt is when the task was submitted, if it was tracked (set
+	// from InsertResult.SubmittedAt when read back).
 	SubmittedAt time.Time `json:"submitted_at,omitzero"`
 	// Server is the name of the http app's server that received the
 	// request; replays are dispatched through it.
 	Server  string  `json:"server,omitempty"`
 	Request Request `json:"request"`
 
-	State State `json:"state"`
-	// Attempts counts forwards started, the first live one included.
-	Attempts int `json:"attempts"`
-	// DueAt is when the replay loop should look at the record again
-	// (retry, or recover a stuck forward); zero means never.
-	DueAt      time.Time `json:"due_at,omitzero"`
-	LastStatus int       `json:"last_status,omitempty"`
-	LastError  string    `json:"last_error,omitempty"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	Delivery
+
 	// ExpiresAt is when the store forgets the record (retention).
 	ExpiresAt time.Time `json:"expires_at"`
 }
@@ -115,24 +164,28 @@ func (r *Record) Key() Key { return Key{Provider: r.Provider, ID: r.ID} }
 // Delivery is the part of a record that changes as its delivery goes on;
 // the rest of a record never changes once stored.
 type Delivery struct {
-	State      State     `json:"state"`
-	Attempts   int       `json:"attempts"`
-	DueAt      time.Time `json:"due_at,omitzero"`
-	LastStatus int       `json:"last_status,omitempty"`
-	LastError  string    `json:"last_error,omitempty"`
-	UpdatedAt  time.Time `json:"updated_at"`
-}
-
-// Delivery returns the record's delivery state.
-func (r *Record) Delivery() Delivery {
-	return Delivery{State: r.State, Attempts: r.Attempts, DueAt: r.DueAt,
-		LastStatus: r.LastStatus, LastError: r.LastError, UpdatedAt: r.UpdatedAt}
-}
-
-// SetDelivery sets the record's delivery state.
-func (r *Record) SetDelivery(d Delivery) {
-	r.State, r.Attempts, r.DueAt = d.State, d.Attempts, d.DueAt
-	r.LastStatus, r.LastError, r.UpdatedAt = d.LastStatus, d.LastError, d.UpdatedAt
+	State State `json:"state"`
+	// Attempts counts forwards started, the first live one included: what
+	// X-Pingback-Attempt carries.
+	Attempts int `json:"attempts"`
+	// Failures counts attempts that ended in a retryable failure or a
+	// timeout; max_attempts bounds it.
+	Failures int `json:"failures"`
+	// Interrupts counts the forwards in a row that were cut (by a crash or
+	// a reload) before they ended; an attempt that ends resets it.
+	Interrupts int `json:"interrupts,omitempty"`
+	// DueAt is when a queued or failed record is forwarded next; zero in
+	// the other states.
+	DueAt time.Time `json:"due_at,omitzero"`
+	// Lease is set while State is StateForwarding, and only then.
+	Lease Lease `json:"lease,omitzero"`
+	// LastStatus is the app's HTTP status of the last attempt that ended,
+	// 0 when the app gave none (refused, timed out, interrupted).
+	LastStatus int `json:"last_status,omitempty"`
+	// LastError says what happened to the last attempt, if it was not a
+	// delivery.
+	LastError string    `json:"last_error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // clone returns a deep copy of r. Keep it in step with Record's fields: all
@@ -150,40 +203,107 @@ type Filter struct {
 	State    State
 }
 
-// Store is the durable store. Implementations must be safe for concurrent use.
+// InsertResult is what Insert learned.
+type InsertResult struct {
+	// Existing is the record already stored under the key (the insert was
+	// a duplicate and wrote nothing), or nil if the record was stored.
+	Existing *Record
+	// SubmittedAt is the submission time of the tracked task the insert
+	// marked done, zero if the result's task was not tracked.
+	SubmittedAt time.Time
+}
+
+// ClaimRequest asks Claim for records to forward.
+type ClaimRequest struct {
+	// Now is the time the claim is made at: queued and failed records are
+	// due when DueAt is at or before it, and the lease runs from it. A
+	// shared store may measure leases by its own clock instead.
+	Now time.Time
+	// Limit is the most records to claim (at least 1).
+	Limit int
+	// Keys, if set, claims these records whatever their state or due time
+	// (a replay by hand), except those whose lease still holds.
+	Keys []Key
+	// Lease is how long the lease of a claimed record lasts.
+	Lease time.Duration
+	// Decide sees each claimable record's delivery state and changes it:
+	// to StateForwarding to claim it (the store then sets the lease), or
+	// to another state (parked, say) to leave it unclaimed. lapsed reports
+	// a record whose lease lapsed (its forward was cut); the store has then
+	// already set LastStatus to 0 and LastError to the reason.
+	//
+	// Decide runs inside the store's transaction and may run more than
+	// once if the transaction is retried: it must be pure (no side effects
+	// beyond d).
+	Decide func(d *Delivery, lapsed bool)
+}
+
+// Expired is a result whose retention ended before it was delivered.
+type Expired struct {
+	Key   Key
+	State State
+}
+
+// Store is the durable store. Implementations must be safe for concurrent
+// use. Functions passed to it (Decide, update functions) run inside its
+// transactions and may run more than once when a transaction is retried, so
+// they must be pure.
 type Store interface {
+	// Owner names this store handle as a lease owner: unique among every
+	// handle that ever opened the same data.
+	Owner() string
+
 	// Insert durably stores rec unless a record with the same key exists.
-	// A pending task under the same key is marked done in the same
-	// transaction, and its submission time copied to rec.SubmittedAt.
-	// It returns (nil, nil) once rec is committed, (existing, nil) if the
-	// key was already stored (rec is not written), or (nil, err) if the
-	// commit failed, in which case nothing can be assumed stored.
-	Insert(ctx context.Context, rec *Record) (existing *Record, err error)
+	// If rec is in StateForwarding, the store sets rec.Lease.Owner to
+	// Owner() (the caller sets Lease.Until): the lease is written in the
+	// insert's own transaction. A pending task under the same key is marked
+	// done in the same transaction. Insert does not change rec.
+	//
+	// It returns once the commit is durable; Existing is set for a
+	// duplicate (nothing written). On error nothing can be assumed stored:
+	// ErrTooLarge for a record over MaxRecordSize, ErrUnavailable when the
+	// store refuses writes (no space), others from the commit.
+	Insert(ctx context.Context, rec *Record) (InsertResult, error)
 
 	// Get returns the record under key, or ErrNotFound.
 	Get(ctx context.Context, key Key) (*Record, error)
 
-	// Update atomically applies fn to the record under key and durably
-	// stores the result, keeping the due index in step with DueAt. If fn
-	// returns an error nothing is written and that error is returned
-	// together with the unchanged record. Returns ErrNotFound if there is
-	// no such record.
-	Update(ctx context.Context, key Key, fn func(*Record) error) (*Record, error)
-
-	// UpdateDelivery is Update for the delivery state alone: fn sees and
-	// changes only the Delivery part, and the stored request is neither
-	// read nor rewritten, which makes it the cheap path for recording
-	// outcomes and claiming replays. Errors as for Update.
+	// UpdateDelivery atomically applies fn to the delivery state of the
+	// record under key and durably stores the result, keeping the indexes
+	// in step; the stored request is neither read nor rewritten. If fn
+	// returns an error nothing is written and that error is returned with
+	// the unchanged state. A Lease whose Owner fn leaves empty while the
+	// state is StateForwarding is given to this handle. Returns
+	// ErrNotFound if there is no such record.
 	UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error)
 
-	// Due returns up to limit records whose DueAt is at or before now,
-	// earliest first.
-	Due(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+	// Claim leases up to req.Limit records to this handle in one atomic
+	// operation: queued and failed records that are due, and forwarding
+	// records whose lease lapsed, earliest first (or req.Keys). It returns
+	// every record Decide changed, with its new delivery state; those in
+	// StateForwarding are the caller's to forward.
+	Claim(ctx context.Context, req ClaimRequest) ([]*Record, error)
+
+	// Renew extends the lease of the record's forward number attempt to
+	// until, or fails with ErrLeaseLost if this handle no longer holds it.
+	Renew(ctx context.Context, key Key, attempt int, until time.Time) error
+
+	// LeaseTerm is how long a lease may last before it must be renewed; 0
+	// means leases are never renewed (they lapse only with their owner), so
+	// a lease's Until is only a safety net.
+	LeaseTerm() time.Duration
+
+	// Expire reports up to limit results whose retention ended at or
+	// before now without having been delivered, and forgets them.
+	Expire(ctx context.Context, now time.Time, limit int) ([]Expired, error)
 
 	// List returns up to limit records matching the filter, ordered by
 	// provider and id. It scans the stored records: meant for operators,
 	// not for hot paths.
 	List(ctx context.Context, f Filter, limit int) ([]*Record, error)
+
+	// Available reports whether the store currently accepts writes.
+	Available() bool
 
 	// Close waits for pending writes and releases the store. It is safe
 	// to call more than once; later operations return ErrClosed.
@@ -191,3 +311,11 @@ type Store interface {
 
 	TaskStore
 }
+
+// ErrUnavailable means the store refuses writes for now (its filesystem is
+// short of space); nothing was written. It clears by itself.
+var ErrUnavailable = errors.New("storage unavailable")
+
+// DefaultMinFreeSpace is the default free space below which a Badger store
+// refuses writes: 256 MiB.
+const DefaultMinFreeSpace = 256 << 20

@@ -1,0 +1,238 @@
+package pingback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// Every forward of a result to the app, live or from the loops, is one
+// call of deliver: the record is leased to this process (by the insert of a
+// live callback, or by a claim), the forward runs under forward_timeout and
+// is cut 2 s after its config begins to stop, the lease is renewed while it
+// runs if the store wants renewals, and the outcome is recorded and counted.
+
+const (
+	// leaseGrace is how much longer than forward_timeout a lease that is
+	// never renewed lasts: the forward has surely ended by then, so a lease
+	// still held is one whose outcome could not be recorded.
+	leaseGrace = 10 * time.Second
+	// cutAfter is how long the forwards of a config that stops may still
+	// run before they are cut and recorded as interrupted.
+	cutAfter = 2 * time.Second
+	// maxInterrupts is how many forwards of one result may be cut in a row
+	// (a result that crashes Caddy, say) before it is parked.
+	maxInterrupts = 5
+	// outcomeRetries bounds the tries to record one outcome.
+	outcomeRetries = 5
+)
+
+// delivery is one forward of a leased record.
+type delivery struct {
+	st  store.Store // nil: the record is not stored (commit failed); nothing to record
+	rec *store.Record
+	src store.Source
+	// send forwards the record with ctx and classifies the app's answer.
+	send func(ctx context.Context) outcome
+	// route names where the forward goes (host and path), for logs.
+	route string
+	// background records the outcome in the background (the live path:
+	// the provider's connection is not held for a second commit).
+	background bool
+}
+
+// deliver forwards d.rec once and records the outcome; it returns the
+// outcome as soon as the forward has ended.
+func (a *App) deliver(ctx context.Context, d delivery) outcome {
+	attempt := d.rec.Attempts
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	fctx, cancelTimeout := context.WithTimeoutCause(fctx, time.Duration(a.Replay.ForwardTimeout), errForwardTimeout)
+	defer cancelTimeout()
+	stopCut := context.AfterFunc(a.cutCtx, func() { cancel(errCut) })
+	defer stopCut()
+	if d.st != nil {
+		if term := d.st.LeaseTerm(); term > 0 {
+			stopRenew := a.renewWhileRunning(fctx, cancel, d.st, d.rec.Key(), attempt, term)
+			defer stopRenew()
+		}
+	}
+
+	out := cutShort(d.send(fctx), context.Cause(fctx))
+	a.metrics.forwards.WithLabelValues(d.rec.Provider, string(d.src), out.class.String()).Inc()
+	if out.class.failed() && a.handle != nil && a.handle.failures.allow(d.route) {
+		a.logger.Warn("forward to the app failed (further ones are counted in a summary line each minute)",
+			zap.String("key", d.rec.Key().String()), zap.Int("attempt", attempt), zap.String("route", d.route),
+			zap.Int("status", out.status), zap.String("reason", out.errorText()))
+	}
+	if d.st == nil {
+		return out
+	}
+	if !d.background {
+		a.recordOutcome(d.st, d.rec.Key(), attempt, out)
+		return out
+	}
+	if !a.handle.track() {
+		// The store is being closed: the lease lapses with it and the
+		// next open replays the result.
+		return out
+	}
+	go func() {
+		defer a.handle.untrack()
+		a.recordOutcome(d.st, d.rec.Key(), attempt, out)
+	}()
+	return out
+}
+
+// renewWhileRunning renews the lease of a forward every third of term
+// until ctx ends; a renewal that fails cuts the forward (before the lease
+// lapses, so two owners never forward at once).
+func (a *App) renewWhileRunning(ctx context.Context, cancel context.CancelCauseFunc, st store.Store, key store.Key, attempt int, term time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(term / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, term/3)
+			err := st.Renew(rctx, key, attempt, a.now().UTC().Add(term))
+			rcancel()
+			if err != nil && ctx.Err() == nil {
+				a.logger.Warn("lease renewal failed; cutting the forward so that no other owner overlaps it",
+					zap.String("key", key.String()), zap.Int("attempt", attempt), zap.Error(err))
+				cancel(errLeaseLost)
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// leaseUntil is when a lease taken at now lapses unless renewed.
+func (a *App) leaseUntil(st store.Store, now time.Time) time.Time {
+	return now.Add(a.leaseFor(st))
+}
+
+// leaseFor is the length of a lease on st.
+func (a *App) leaseFor(st store.Store) time.Duration {
+	if term := st.LeaseTerm(); term > 0 {
+		return term
+	}
+	return time.Duration(a.Replay.ForwardTimeout) + leaseGrace
+}
+
+// recordOutcome stores the outcome of forward number attempt, if the
+// record is still leased to this handle for that attempt. A store that
+// cannot take the write is tried again a few times; if it never does, the
+// record keeps its lease, which lapses (at the lease's end, or when the
+// store is opened again) and the result is replayed.
+func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outcome) {
+	var d store.Delivery
+	var err error
+	for try := 1; ; try++ {
+		now := a.now().UTC()
+		d, err = st.UpdateDelivery(context.Background(), key, func(d *store.Delivery) error {
+			if d.State != store.StateForwarding || d.Attempts != attempt || d.Lease.Owner != st.Owner() {
+				return store.ErrSkip
+			}
+			a.applyOutcome(d, out, now)
+			return nil
+		})
+		if err == nil || errors.Is(err, store.ErrSkip) || errors.Is(err, store.ErrNotFound) ||
+			errors.Is(err, store.ErrClosed) || try == outcomeRetries {
+			break
+		}
+		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+	}
+	switch {
+	case err == nil:
+		if d.State == store.StateParked {
+			a.noteParked(key, d)
+		}
+	case errors.Is(err, store.ErrSkip), errors.Is(err, store.ErrNotFound):
+	default:
+		a.logger.Error("recording a forward's outcome failed; the result stays leased and is replayed when its lease lapses",
+			zap.String("key", key.String()), zap.Int("attempt", attempt),
+			zap.String("outcome", out.class.String()), zap.Error(err))
+	}
+}
+
+// applyOutcome moves a forwarding delivery to the state its outcome
+// calls for.
+func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
+	d.UpdatedAt = now
+	d.LastStatus, d.LastError = out.status, out.errorText()
+	d.DueAt, d.Lease = time.Time{}, store.Lease{}
+	if out.class != interrupted {
+		d.Interrupts = 0
+	}
+	switch {
+	case out.class == delivered:
+		d.State = store.StateDelivered
+	case out.class == rejected:
+		d.State = store.StateRejected
+	case out.class == interrupted:
+		d.LastStatus = 0
+		d.Interrupts++
+		if d.Interrupts >= maxInterrupts {
+			park(d, interruptsReason(d))
+			return
+		}
+		d.State, d.DueAt = store.StateQueued, now
+	default: // failed or timed out
+		d.Failures++
+		if d.Failures >= a.Replay.MaxAttempts {
+			d.State = store.StateParked
+			return
+		}
+		d.State, d.DueAt = store.StateFailed, now.Add(a.backoff(d.Failures))
+	}
+}
+
+// decide is the replay loop's claim policy (store.ClaimRequest.Decide): a
+// due record, or one whose forward was cut, is leased for one more attempt,
+// unless its forwards were cut maxInterrupts times in a row. It is pure.
+func decide(now time.Time) func(d *store.Delivery, lapsed bool) {
+	return func(d *store.Delivery, lapsed bool) {
+		d.UpdatedAt = now
+		if lapsed {
+			d.Interrupts++
+			if d.Interrupts >= maxInterrupts {
+				park(d, interruptsReason(d))
+				return
+			}
+		}
+		d.State = store.StateForwarding
+		d.Attempts++
+	}
+}
+
+// park parks d, saying why in its last error.
+func park(d *store.Delivery, why string) {
+	d.State, d.DueAt, d.Lease = store.StateParked, time.Time{}, store.Lease{}
+	d.LastError = why
+}
+
+func interruptsReason(d *store.Delivery) string {
+	return fmt.Sprintf("parked: %d forwards in a row were interrupted before they ended (last: %s); does this result crash Caddy?", d.Interrupts, d.LastError)
+}
+
+// sourceOf is the X-Pingback-Source of a claimed record's forward: poll for
+// the first forward of a polled result, replay for every other.
+func sourceOf(rec *store.Record) store.Source {
+	if rec.Source == store.SourcePoll && rec.Attempts == 1 {
+		return store.SourcePoll
+	}
+	return store.SourceReplay
+}

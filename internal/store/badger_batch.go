@@ -1,0 +1,299 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Key layout (keys sort bytewise; times are 8 big-endian bytes of Unix
+// nanoseconds, so keys sort by time):
+//
+//	m/format                                  → format version, decimal ("2")
+//	m/epoch                                   → 8-byte big-endian lease epoch of the last open
+//	r/<provider>/<id>                         → JSON Record, as first stored
+//	s/<provider>/<id>                         → JSON Delivery: the record's current delivery state
+//	q/<DueAt><provider>/<id>                  → empty; queued and failed records by due time
+//	l/<epoch><Lease.Until><provider>/<id>     → empty; forwarding records by lease
+//	x/<ExpiresAt><provider>/<id>              → empty; the expiry watch of records ever left undelivered
+//
+// r/, q/ and l/ carry the record's ExpiresAt as Badger TTL; s/ and x/
+// outlive it by expiryGrace so that Expire can still tell what was never
+// delivered.
+const (
+	metaFormatKey  = "m/format"
+	metaEpochKey   = "m/epoch"
+	recordPrefix   = "r/"
+	deliveryPrefix = "s/"
+	duePrefix      = "q/"
+	leasePrefix    = "l/"
+	expiryPrefix   = "x/"
+
+	expiryGrace = time.Hour
+)
+
+// batch is one operation's view of the group commit's transaction: reads
+// see the transaction (so every earlier operation of the batch), writes are
+// buffered and reach the transaction only through flush, once the operation
+// has succeeded. An operation does not read its own writes.
+type batch struct {
+	txn    *badger.Txn
+	writes []*badger.Entry
+	dels   map[int]bool // indexes into writes that are deletions
+}
+
+func (w *batch) set(key, val []byte, exp uint64) {
+	e := badger.NewEntry(key, val)
+	e.ExpiresAt = exp
+	w.writes = append(w.writes, e)
+}
+
+func (w *batch) del(key []byte) {
+	if w.dels == nil {
+		w.dels = make(map[int]bool)
+	}
+	w.dels[len(w.writes)] = true
+	w.writes = append(w.writes, badger.NewEntry(key, nil))
+}
+
+// flush writes the buffered writes into the transaction, in order.
+func (w *batch) flush() error {
+	for i, e := range w.writes {
+		var err error
+		if w.dels[i] {
+			err = w.txn.Delete(e.Key)
+		} else {
+			err = w.txn.SetEntry(e)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scan calls fn with each key under prefix, in order, while fn returns
+// true. The key is only valid during the call.
+func (w *batch) scan(prefix string, fn func(k []byte) bool) error {
+	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		if !fn(it.Item().Key()) {
+			break
+		}
+	}
+	return nil
+}
+
+// get returns the item under key, or ErrNotFound.
+func (w *batch) get(key []byte) (*badger.Item, error) {
+	item, err := w.txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	return item, err
+}
+
+// recordOnly returns the record under k as first stored, without its
+// current delivery state.
+func (w *batch) recordOnly(k Key) (*Record, error) {
+	item, err := w.get(recordKey(k))
+	if err != nil {
+		return nil, err
+	}
+	rec := new(Record)
+	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
+		return nil, fmt.Errorf("decoding record %s: %w", k, err)
+	}
+	return rec, nil
+}
+
+// record returns the record under k with its current delivery state.
+func (w *batch) record(k Key) (*Record, error) {
+	rec, err := w.recordOnly(k)
+	if err != nil {
+		return nil, err
+	}
+	return rec, w.overlayDelivery(rec)
+}
+
+// overlayDelivery sets rec's delivery state from its s/ key, the current
+// one (the copy inside r/ is the state at insert).
+func (w *batch) overlayDelivery(rec *Record) error {
+	d, _, err := w.delivery(rec.Key())
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec.Delivery = d
+	return nil
+}
+
+// delivery returns the delivery state under k and the record's expiry
+// (Unix seconds), or ErrNotFound.
+func (w *batch) delivery(k Key) (Delivery, uint64, error) {
+	var d Delivery
+	item, err := w.get(deliveryKey(k))
+	if err != nil {
+		return d, 0, err
+	}
+	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+		return d, 0, fmt.Errorf("decoding delivery of %s: %w", k, err)
+	}
+	exp := item.ExpiresAt()
+	if exp > 0 {
+		exp -= uint64(expiryGrace / time.Second)
+	}
+	return d, exp, nil
+}
+
+// writeDelivery stores the delivery state d of k (val: d already encoded,
+// or nil) and moves its index entries from old's (nil for a new record).
+// exp is the record's expiry, Unix seconds.
+func (w *batch) writeDelivery(k Key, old, d *Delivery, exp uint64, val []byte) {
+	w.moveIndexes(k, old, d, exp)
+	if val == nil {
+		val, _ = json.Marshal(d) // a Delivery always encodes
+	}
+	w.set(deliveryKey(k), val, graced(exp))
+}
+
+// dropDelivery deletes the delivery state of k and its index entries.
+func (w *batch) dropDelivery(k Key, old *Delivery, exp uint64) {
+	w.moveIndexes(k, old, &Delivery{State: StateDelivered}, exp)
+	w.del(deliveryKey(k))
+}
+
+// moveIndexes deletes old's due and lease entries that d no longer has and
+// writes d's; a record left undelivered joins the expiry watch.
+func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
+	var oldDue, oldLease []byte
+	if old != nil {
+		oldDue, oldLease = dueIndexKey(k, old), leaseIndexKey(k, old)
+	}
+	newDue, newLease := dueIndexKey(k, d), leaseIndexKey(k, d)
+	if oldDue != nil && string(oldDue) != string(newDue) {
+		w.del(oldDue)
+	}
+	if oldLease != nil && string(oldLease) != string(newLease) {
+		w.del(oldLease)
+	}
+	if newDue != nil {
+		w.set(newDue, nil, exp)
+	}
+	if newLease != nil {
+		w.set(newLease, nil, exp)
+	}
+	if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
+		w.set(timeKey(expiryPrefix, time.Unix(int64(exp), 0), k), nil, graced(exp))
+	}
+}
+
+// dueIndexKey is the q/ entry of a queued or failed delivery, else nil.
+func dueIndexKey(k Key, d *Delivery) []byte {
+	if (d.State != StateQueued && d.State != StateFailed) || d.DueAt.IsZero() {
+		return nil
+	}
+	return timeKey(duePrefix, d.DueAt, k)
+}
+
+// leaseIndexKey is the l/ entry of a forwarding delivery, else nil.
+func leaseIndexKey(k Key, d *Delivery) []byte {
+	if d.State != StateForwarding {
+		return nil
+	}
+	b := make([]byte, 0, len(leasePrefix)+16+len(k.Provider)+1+len(k.ID))
+	b = append(b, leasePrefix...)
+	b = binary.BigEndian.AppendUint64(b, ownerEpoch(d.Lease.Owner))
+	b = binary.BigEndian.AppendUint64(b, unixNano(d.Lease.Until))
+	return append(b, k.Provider+"/"+k.ID...)
+}
+
+// parseLeaseKey splits an l/ key.
+func parseLeaseKey(k []byte) (epoch uint64, until time.Time, key Key, ok bool) {
+	n := len(leasePrefix)
+	if len(k) < n+16 {
+		return 0, time.Time{}, Key{}, false
+	}
+	epoch = binary.BigEndian.Uint64(k[n:])
+	until = time.Unix(0, int64(binary.BigEndian.Uint64(k[n+8:]))).UTC()
+	key, ok = parseTail(k[n+16:])
+	return epoch, until, key, ok
+}
+
+// timeKey is prefix, at, then "<provider>/<id>".
+func timeKey(prefix string, at time.Time, k Key) []byte {
+	b := make([]byte, 0, len(prefix)+8+len(k.Provider)+1+len(k.ID))
+	b = append(b, prefix...)
+	b = binary.BigEndian.AppendUint64(b, unixNano(at))
+	return append(b, k.Provider+"/"+k.ID...)
+}
+
+// parseTimeKey splits a key made by timeKey.
+func parseTimeKey(prefix string, k []byte) (time.Time, Key, bool) {
+	if len(k) < len(prefix)+8 {
+		return time.Time{}, Key{}, false
+	}
+	at := time.Unix(0, int64(binary.BigEndian.Uint64(k[len(prefix):]))).UTC()
+	key, ok := parseTail(k[len(prefix)+8:])
+	return at, key, ok
+}
+
+// parseTail splits "<provider>/<id>".
+func parseTail(tail []byte) (Key, bool) {
+	p, id, ok := strings.Cut(string(tail), "/")
+	return Key{Provider: p, ID: id}, ok
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time or any time
+// before 1970.
+func unixNano(t time.Time) uint64 {
+	if t.IsZero() || t.Before(time.Unix(0, 0)) {
+		return 0
+	}
+	return uint64(t.UnixNano())
+}
+
+func recordKey(k Key) []byte   { return []byte(recordPrefix + k.Provider + "/" + k.ID) }
+func deliveryKey(k Key) []byte { return []byte(deliveryPrefix + k.Provider + "/" + k.ID) }
+
+// expiry is a record's ExpiresAt as Badger TTL (Unix seconds).
+func expiry(t time.Time) uint64 {
+	if t.IsZero() {
+		return 0
+	}
+	return uint64(t.Unix())
+}
+
+// graced is exp plus expiryGrace (0 stays 0: no TTL).
+func graced(exp uint64) uint64 {
+	if exp == 0 {
+		return 0
+	}
+	return exp + uint64(expiryGrace/time.Second)
+}
+
+// ownerName is the lease owner name of a Badger epoch.
+func ownerName(epoch uint64) string { return "badger:" + strconv.FormatUint(epoch, 10) }
+
+// ownerEpoch is the epoch in a Badger owner name, 0 (older than any open)
+// for anything else.
+func ownerEpoch(owner string) uint64 {
+	s, ok := strings.CutPrefix(owner, "badger:")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}

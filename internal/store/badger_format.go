@@ -1,0 +1,157 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
+)
+
+// formatVersion is the stored format this code writes. History:
+//
+//	1 (no m/format key): delivery states without failures or leases; a
+//	  forwarding record sat in q/ at the time it would count as stuck.
+//	2: failures and interrupts counted apart from attempts, leases in l/
+//	  by owner epoch, queued state, expiry watch x/, s/ outliving r/.
+const formatVersion = 2
+
+// openFormat brings the database to formatVersion and takes the next lease
+// epoch, durably, before the store serves anything. It returns the epoch.
+func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
+	version, err := storedFormat(db)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case version > formatVersion:
+		return 0, fmt.Errorf("stored format %d is newer than this plugin's (%d): upgrade the plugin", version, formatVersion)
+	case version == 1:
+		n, err := migrateFormat1(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format 1 to %d: %w", formatVersion, err)
+		}
+		log.Info("upgraded the stored format", zap.Int("from", 1), zap.Int("to", formatVersion), zap.Int("records", n))
+	}
+	var epoch uint64
+	err = db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(metaEpochKey))
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			if err := item.Value(func(v []byte) error {
+				if len(v) != 8 {
+					return fmt.Errorf("lease epoch of %d bytes", len(v))
+				}
+				epoch = binary.BigEndian.Uint64(v)
+				return nil
+			}); err != nil {
+				return err
+			}
+		}
+		epoch++
+		if err := txn.Set([]byte(metaEpochKey), binary.BigEndian.AppendUint64(nil, epoch)); err != nil {
+			return err
+		}
+		return txn.Set([]byte(metaFormatKey), []byte(strconv.Itoa(formatVersion)))
+	})
+	return epoch, err
+}
+
+// storedFormat reads m/format: 0 for an empty database, 1 for a database
+// with records but no format key.
+func storedFormat(db *badger.DB) (int, error) {
+	version := 0
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(metaFormatKey))
+		if err == nil {
+			return item.Value(func(v []byte) error {
+				n, err := strconv.Atoi(string(v))
+				if err != nil {
+					return fmt.Errorf("format key %q: %w", v, err)
+				}
+				version = n
+				return nil
+			})
+		}
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{})
+		defer it.Close()
+		if it.Rewind(); it.Valid() {
+			version = 1
+		}
+		return nil
+	})
+	return version, err
+}
+
+// migrateFormat1 rewrites every delivery state of format 1: failures are
+// taken to be the attempts of records that failed or were parked (every
+// ended attempt of theirs failed), and a forwarding record, whose forward
+// was cut by the stop that preceded this open, moves from q/ to a lapsed
+// lease (epoch 0) so that the first claim recovers it. Each batch of
+// records is rewritten in one transaction; running it again is harmless.
+func migrateFormat1(db *badger.DB) (int, error) {
+	type entry struct {
+		key Key
+		d   Delivery
+		exp uint64
+	}
+	var all []entry
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(deliveryPrefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k, ok := parseTail(item.Key()[len(deliveryPrefix):])
+			if !ok {
+				continue
+			}
+			var d Delivery
+			if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+				return fmt.Errorf("decoding delivery of %s: %w", k, err)
+			}
+			all = append(all, entry{k, d, item.ExpiresAt()})
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	const chunk = 500
+	for start := 0; start < len(all); start += chunk {
+		err := db.Update(func(txn *badger.Txn) error {
+			w := &batch{txn: txn}
+			for _, e := range all[start:min(start+chunk, len(all))] {
+				old, cur := e.d, e.d
+				switch cur.State {
+				case StateFailed, StateParked:
+					if cur.Failures == 0 {
+						cur.Failures = cur.Attempts
+					}
+				case StateForwarding:
+					// Format 1 kept it in q/ at its stuck time; format 2
+					// keeps it in l/ under the lapsed epoch 0.
+					if !old.DueAt.IsZero() {
+						w.del(timeKey(duePrefix, old.DueAt, e.key))
+					}
+					cur.DueAt, cur.Lease = time.Time{}, Lease{}
+				}
+				w.writeDelivery(e.key, &old, &cur, e.exp, nil)
+			}
+			return w.flush()
+		})
+		if err != nil {
+			return start, err
+		}
+	}
+	return len(all), nil
+}
