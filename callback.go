@@ -25,14 +25,19 @@ type badRequest struct {
 
 func (e *badRequest) Error() string { return e.reason }
 
-// readCallback reads and parses a legacy pingback (provider-protocol.md
-// §2.1, §2.2): GET with query fields id and code (CaptchaAI), or POST with
-// the same fields form-encoded (2captcha, rucaptcha) as
+// readCallback reads and parses a legacy pingback: GET with query fields id
+// and code (CaptchaAI: YOUR_URL?id=TASK_ID&code=TOKEN, per its blog
+// https://blog.captchaai.com/captchaai-pingback-task-notification-patterns),
+// or POST with the same fields form-encoded (2captcha, rucaptcha: body
+// id=51555263943&code=ANSWER, https://2captcha.com/2captcha-api#pingback) as
 // application/x-www-form-urlencoded or multipart/form-data. In a POST, body
-// fields win over query fields of the same name. The body is read whole, up
-// to maxBody bytes. Errors are *badRequest: 405 for other methods, 413 for a
+// fields win over query fields of the same name. Query and urlencoded body
+// are read as parseURLEncoded reads them: split on '&' only, so a ';' in a
+// code is data. The body is read whole, up to maxBody bytes, and returned
+// exactly as sent. Errors are *badRequest: 405 for other methods, 413 for a
 // body over maxBody, 415 for a body of another content type, 400 for a
-// missing, repeated or malformed field.
+// missing or repeated field, a malformed id, a malformed Content-Type or
+// multipart body.
 func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody int64) (callback, error) {
 	var cb callback
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
@@ -72,12 +77,12 @@ func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody in
 }
 
 // parseFields returns the request's fields: the query for GET; for POST the
-// form body (if any) merged over the query.
+// form body (if any) merged over the query. The query and an urlencoded body
+// never fail to parse (parseURLEncoded); multipart bodies are read by the
+// standard library. Errors are *badRequest: 400 for a malformed Content-Type
+// or multipart body, 415 for a body of another type.
 func parseFields(r *http.Request, body []byte, maxBody int64) (url.Values, error) {
-	query, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		return nil, &badRequest{http.StatusBadRequest, "malformed query string"}
-	}
+	query := parseURLEncoded(r.URL.RawQuery)
 	if r.Method == http.MethodGet || len(body) == 0 {
 		return query, nil
 	}
@@ -85,23 +90,22 @@ func parseFields(r *http.Request, body []byte, maxBody int64) (url.Values, error
 	if err != nil && r.Header.Get("Content-Type") != "" {
 		return nil, &badRequest{http.StatusBadRequest, "malformed Content-Type"}
 	}
-	// Parse a shadow request so the original stays untouched for the app.
-	shadow := &http.Request{
-		Method:        http.MethodPost,
-		URL:           &url.URL{RawQuery: r.URL.RawQuery},
-		Header:        http.Header{"Content-Type": r.Header["Content-Type"]},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-	}
 	switch ct {
 	case "application/x-www-form-urlencoded":
-		if err := shadow.ParseForm(); err != nil {
-			return nil, &badRequest{http.StatusBadRequest, "malformed form body"}
-		}
-		return mergeQuery(shadow.PostForm, query), nil
+		return mergeQuery(parseURLEncoded(string(body)), query), nil
 	case "multipart/form-data":
 		if params["boundary"] == "" {
 			return nil, &badRequest{http.StatusBadRequest, "multipart body without boundary"}
+		}
+		// Parse a shadow request so the original stays untouched for the
+		// app. Its query is left out: the fields of the multipart body
+		// are all that is wanted of it.
+		shadow := &http.Request{
+			Method:        http.MethodPost,
+			URL:           &url.URL{},
+			Header:        http.Header{"Content-Type": r.Header["Content-Type"]},
+			Body:          io.NopCloser(bytes.NewReader(body)),
+			ContentLength: int64(len(body)),
 		}
 		// Everything fits in memory: the body is already bounded by maxBody.
 		if err := shadow.ParseMultipartForm(maxBody + 1); err != nil {

@@ -3,11 +3,15 @@ package pingback
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -33,10 +37,106 @@ func multipartFields(t testing.TB, fields ...string) (string, []byte) {
 	return mw.FormDataContentType(), buf.Bytes()
 }
 
+// refUnescape is the reference decoding of one name or value, written
+// apart from unescapeURLEncoded: each '%' that starts no %XX escape is made
+// "%25", and url.QueryUnescape ('+' is a space) does the rest.
+func refUnescape(s string) string {
+	const hex = "0123456789abcdefABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && (i+2 >= len(s) || !strings.ContainsRune(hex, rune(s[i+1])) || !strings.ContainsRune(hex, rune(s[i+2]))) {
+			b.WriteString("%25")
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	out, err := url.QueryUnescape(b.String())
+	if err != nil {
+		panic(fmt.Sprintf("refUnescape(%q): %v", s, err))
+	}
+	return out
+}
+
+// refFields is the reference reading of a query or urlencoded body: the
+// non-empty '&'-separated pairs, each split at its first '=', decoded by
+// refUnescape.
+func refFields(s string) url.Values {
+	fields := url.Values{}
+	for _, pair := range strings.Split(s, "&") {
+		if pair == "" {
+			continue
+		}
+		kv := strings.SplitN(pair, "=", 2)
+		if len(kv) == 1 {
+			kv = append(kv, "")
+		}
+		name := refUnescape(kv[0])
+		fields[name] = append(fields[name], refUnescape(kv[1]))
+	}
+	return fields
+}
+
+// FuzzParseURLEncoded: parseURLEncoded never fails and reads every input as
+// the reference does; where url.ParseQuery accepts an input it agrees with
+// it; and any name and value survive url.Values.Encode and back, byte for
+// byte (';', '+', '%', raw bytes and all).
+func FuzzParseURLEncoded(f *testing.F) {
+	for _, s := range []string{
+		"", "id=1&code=x", "id=1&code=x=1,y=2;x=3,y=4", "a=1;b=2", ";", ";;=;&;",
+		"a=b+c&d+e=f", "a=%2B%2b%3B%3b%26%3D", "a=%zz", "a=%", "a=%4", "%%41", "%4%41%",
+		"a=%FF%fe%80", "a=\xff\xfe\x80&\x81=\xc3\xa9", "a=%00\x00", "flag&=x&=&&", "a=1&a=2&a=",
+		"%", "+", "%+", "%2", "%g0", "&%&=%=&",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := parseURLEncoded(s)
+		if want := refFields(s); !reflect.DeepEqual(got, want) {
+			t.Fatalf("parseURLEncoded(%q) = %q, reference %q", s, got, want)
+		}
+		if std, err := url.ParseQuery(s); err == nil && !reflect.DeepEqual(got, std) {
+			t.Fatalf("parseURLEncoded(%q) = %q, url.ParseQuery %q", s, got, std)
+		}
+		want := url.Values{"code": {s, ""}, s: {s}}
+		if s == "code" {
+			want = url.Values{"code": {s, "", s}}
+		}
+		enc := url.Values{"code": {s, ""}}.Encode() + "&" + url.QueryEscape(s) + "=" + url.QueryEscape(s)
+		if got := parseURLEncoded(enc); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q encoded as %q reads back as %q, want %q", s, enc, got, want)
+		}
+	})
+}
+
+// readCallbackRef is what a reference reading of the request's
+// urlencoded fields gives readCallback: the query, with the body's fields
+// merged over it for an urlencoded POST. ok is false where the reference
+// does not apply (a body over fuzzMaxBody, multipart and other types).
+func readCallbackRef(method, contentType, query string, body []byte) (fields url.Values, ok bool) {
+	if len(body) > fuzzMaxBody || (method != http.MethodGet && method != http.MethodPost) {
+		return nil, false
+	}
+	fields = refFields(query)
+	if method == http.MethodGet || len(body) == 0 {
+		return fields, true
+	}
+	if ct, _, err := mime.ParseMediaType(contentType); err != nil || ct != "application/x-www-form-urlencoded" {
+		return nil, false
+	}
+	for name, vals := range refFields(string(body)) {
+		fields[name] = vals
+	}
+	return fields, true
+}
+
 // FuzzReadCallback: whatever arrives, readCallback does not panic and
 // either returns a callback that satisfies the provider's rules or a
 // *badRequest with a 4xx status and a reason; it never writes the answer
 // itself, and it keeps the body exactly as sent (the app must see it).
+// For a query and an urlencoded body its id and code are those of the
+// reference reading (readCallbackRef), and a request whose reference
+// reading has one valid id and one non-empty code is accepted: no ';',
+// '+', '%' sequence or raw byte makes it a 400.
 func FuzzReadCallback(f *testing.F) {
 	f.Add("GET", "", "id=123&code=03AGdBq24", []byte(nil))
 	f.Add("GET", "", "id=123&code=ERROR_CAPTCHA_UNSOLVABLE", []byte(nil))
@@ -51,7 +151,21 @@ func FuzzReadCallback(f *testing.F) {
 	f.Add("POST", "multipart/form-data", "", []byte("--x\r\n\r\n--x--"))
 	f.Add("PUT", "", "id=1&code=x", []byte(nil))
 	f.Add("POST", "application/x-www-form-urlencoded", "", bytes.Repeat([]byte("a"), fuzzMaxBody+1))
-	ct, body := multipartFields(f, "id", "42", "code", "03AGdBq24")
+	f.Add("GET", "", "id=11&code=x=1,y=2;x=3,y=4", []byte(nil))
+	f.Add("POST", "application/x-www-form-urlencoded", "", []byte("id=12&code=x=1,y=2;x=3,y=4"))
+	f.Add("POST", "application/x-www-form-urlencoded", "tag=a;b;c", []byte("id=13&code=y;"))
+	f.Add("GET", "", ";id=14&code=x;&;", []byte(nil))
+	f.Add("GET", "", "id=1%3B5&code=x", []byte(nil))
+	f.Add("GET", "", "id=16&code=a+b%2B%3B%3b%26", []byte(nil))
+	f.Add("GET", "", "id=17&code=%zz%4%G0%", []byte(nil))
+	f.Add("POST", "application/x-www-form-urlencoded", "", []byte("id=18&code=%%%"))
+	f.Add("POST", "application/x-www-form-urlencoded", "", []byte("id=19&code=\xff\xfe\x80;%FF%80\x00"))
+	f.Add("GET", "", "id=20&code=\xc3\xa9\xff", []byte(nil))
+	f.Add("GET", "", "&&id=21&&code=+&", []byte(nil))
+	f.Add("POST", "application/x-www-form-urlencoded", "id=22;code=q", []byte("code=%"))
+	ct, body := multipartFields(f, "id", "23", "code", "a;b")
+	f.Add("POST", ct, "x=1;y", body)
+	ct, body = multipartFields(f, "id", "42", "code", "03AGdBq24")
 	f.Add("POST", ct, "", body)
 	ct, body = multipartFields(f, "code", "solved")
 	f.Add("POST", ct, "id=42", body)
@@ -77,6 +191,10 @@ func FuzzReadCallback(f *testing.F) {
 		if w.Body.Len() != 0 {
 			t.Errorf("readCallback wrote a response body %q", w.Body.String())
 		}
+		ref, refOK := readCallbackRef(method, contentType, query, body)
+		if refOK && len(ref["id"]) == 1 && p.validID(ref["id"][0]) && len(ref["code"]) == 1 && ref["code"][0] != "" && err != nil {
+			t.Fatalf("refused (%v), but the reference reads id %q code %q", err, ref["id"][0], ref["code"][0])
+		}
 		if err != nil {
 			var bad *badRequest
 			if !errors.As(err, &bad) {
@@ -101,6 +219,9 @@ func FuzzReadCallback(f *testing.F) {
 		}
 		if !bytes.Equal(cb.body, body) {
 			t.Fatalf("body changed: got %q, want %q", cb.body, body)
+		}
+		if refOK && (!slices.Equal(ref["id"], []string{cb.id}) || !slices.Equal(ref["code"], []string{cb.code})) {
+			t.Fatalf("accepted id %q code %q, the reference reads id %q code %q", cb.id, cb.code, ref["id"], ref["code"])
 		}
 	})
 }
@@ -140,15 +261,31 @@ func TestReadCallback(t *testing.T) {
 		{name: "multipart POST", method: "POST", target: "/cb", contentType: mpType, body: string(mpBody), id: "555", code: "multi part"},
 		{name: "multipart code, id in query", method: "POST", target: "/cb?id=8", contentType: mpCodeType, body: string(mpCodeBody), id: "8", code: "from body"},
 		{name: "POST without body uses query", method: "POST", target: "/cb?id=9&code=q", id: "9", code: "q"},
+		{name: "semicolon in a GET code", method: "GET", target: "/cb?id=61&code=x=1,y=2;x=3,y=4", id: "61", code: "x=1,y=2;x=3,y=4"},
+		{name: "semicolon in a POST code", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=62&code=x=1,y=2;x=3,y=4", id: "62", code: "x=1,y=2;x=3,y=4"},
+		{name: "semicolon in the query of a POST", method: "POST", target: "/cb?tag=a;b&id=63", contentType: "application/x-www-form-urlencoded", body: "code=x;y", id: "63", code: "x;y"},
+		{name: "semicolon in the query of a multipart POST", method: "POST", target: "/cb?tag=a;b", contentType: mpType, body: string(mpBody), id: "555", code: "multi part"},
+		{name: "plus is a space, %2B a plus, %3B a semicolon", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=64&code=a+b%2Bc%3Bd%3bE", id: "64", code: "a b+c;d;E"},
+		{name: "malformed escapes kept", method: "GET", target: "/cb?id=65&code=%zz%4%G0%", id: "65", code: "%zz%4%G0%"},
+		{name: "raw bytes kept", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=66&code=\xff\xfe\x80;\xc3\xa9", id: "66", code: "\xff\xfe\x80;\xc3\xa9"},
+		{name: "escaped bytes not made UTF-8", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=67&code=%FF%fe%80", id: "67", code: "\xff\xfe\x80"},
+		{name: "escaped ampersand does not split", method: "GET", target: "/cb?id=68&code=a%26id=69", id: "68", code: "a&id=69"},
+		{name: "empty pairs skipped", method: "GET", target: "/cb?&&id=70&&code=x&", id: "70", code: "x"},
 		{name: "32-digit id", method: "GET", target: "/cb?id=" + strings.Repeat("9", 32) + "&code=x", id: strings.Repeat("9", 32), code: "x"},
 
 		{name: "empty code", method: "GET", target: "/cb?id=1&code=", status: 400, reason: "missing code"},
+		{name: "code without =", method: "GET", target: "/cb?id=1&code", status: 400, reason: "missing code"},
+		{name: "repeated code", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=1&code=a;b&code=c", status: 400, reason: "more than one code"},
+		{name: "malformed escape in the id", method: "GET", target: "/cb?id=1%zz&code=x", status: 400, reason: "malformed id"},
 		{name: "missing id", method: "GET", target: "/cb?code=x", status: 400, reason: "missing id"},
 		{name: "empty code in body hides query code", method: "POST", target: "/cb?id=1&code=q", contentType: "application/x-www-form-urlencoded", body: "code=", status: 400, reason: "missing code"},
 		{name: "repeated id", method: "GET", target: "/cb?id=1&id=2&code=x", status: 400, reason: "more than one id"},
 		{name: "non-digit id", method: "GET", target: "/cb?id=12a&code=x", status: 400, reason: "malformed id"},
 		{name: "33-digit id", method: "GET", target: "/cb?id=" + strings.Repeat("9", 33) + "&code=x", status: 400, reason: "malformed id"},
-		{name: "malformed query", method: "GET", target: "/cb?id=1;code=x", status: 400, reason: "malformed query"},
+		// ';' is data, not a separator: the query is one field id="1;code=x".
+		// (This used to be 400 "malformed query string".)
+		{name: "semicolon is not a separator", method: "GET", target: "/cb?id=1;code=x", status: 400, reason: "missing code"},
+		{name: "semicolon in the id", method: "GET", target: "/cb?id=1;2&code=x", status: 400, reason: "malformed id"},
 		{name: "multipart without boundary", method: "POST", target: "/cb", contentType: "multipart/form-data", body: "--x\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n1\r\n--x--\r\n", status: 400, reason: "without boundary"},
 		{name: "malformed multipart", method: "POST", target: "/cb", contentType: "multipart/form-data; boundary=zzz", body: "not multipart at all", status: 400, reason: "malformed multipart"},
 		{name: "other content type", method: "POST", target: "/cb?id=1&code=x", contentType: "application/json", body: `{"id":1}`, status: 415, reason: "unsupported Content-Type"},

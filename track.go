@@ -294,14 +294,15 @@ func setBody(r *http.Request, body []byte) {
 }
 
 // submitParams returns the parameters of an in.php or res.php request:
-// query fields, with form-body fields (urlencoded or multipart) winning.
-// Malformed bodies give just the query: the provider will judge them.
+// query fields, with form-body fields (urlencoded or multipart) winning,
+// both read as the pingback handler reads them (parseFields). A body that
+// parseFields refuses (a malformed multipart body, another Content-Type)
+// gives just the query: the provider will judge it.
 func submitParams(r *http.Request, body []byte, limit int64) url.Values {
 	if fields, err := parseFields(r, body, limit); err == nil {
 		return fields
 	}
-	query, _ := url.ParseQuery(r.URL.RawQuery)
-	return query
+	return parseURLEncoded(r.URL.RawQuery)
 }
 
 // addPingback adds pingback=<u> to a submission that has none: to the query
