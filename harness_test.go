@@ -138,6 +138,7 @@ type seenRequest struct {
 	Host   string
 	Header http.Header
 	Body   string
+	At     time.Time // when it arrived
 }
 
 // appStub is a real HTTP app on loopback that records what it receives and
@@ -153,6 +154,11 @@ type appStub struct {
 
 	// statusFor, if set, picks each answer's status (over status).
 	statusFor func(r *http.Request) int
+	// delayFor, if set, picks each answer's delay (over delay).
+	delayFor func(r *http.Request) time.Duration
+	// answered counts, by idempotency key, the answers below 400 written
+	// while the request was still live (Caddy had not cut it): deliveries.
+	answered map[string]int
 	// inflight counts requests being answered; maxInflight is its peak.
 	inflight, maxInflight int
 }
@@ -167,8 +173,8 @@ func newAppStub(t *testing.T) *appStub {
 func (a *appStub) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	a.mu.Lock()
-	a.reqs = append(a.reqs, seenRequest{Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header.Clone(), Body: string(body)})
-	status, delay, release, statusFor := a.status, a.delay, a.release, a.statusFor
+	a.reqs = append(a.reqs, seenRequest{Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header.Clone(), Body: string(body), At: time.Now()})
+	status, delay, release, statusFor, delayFor := a.status, a.delay, a.release, a.statusFor, a.delayFor
 	a.inflight++
 	a.maxInflight = max(a.maxInflight, a.inflight)
 	a.mu.Unlock()
@@ -180,17 +186,42 @@ func (a *appStub) serve(w http.ResponseWriter, r *http.Request) {
 	if statusFor != nil {
 		status = statusFor(r)
 	}
+	if delayFor != nil {
+		delay = delayFor(r)
+	}
 	if delay > 0 {
-		time.Sleep(delay)
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+		}
 	}
 	if release != nil {
-		<-release
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
 	}
 	if status == 0 {
 		status = http.StatusOK
 	}
+	if status < 400 && r.Context().Err() == nil {
+		a.mu.Lock()
+		if a.answered == nil {
+			a.answered = make(map[string]int)
+		}
+		a.answered[r.Header.Get(HeaderIdempotencyKey)]++
+		a.mu.Unlock()
+	}
 	w.WriteHeader(status)
 	_, _ = io.WriteString(w, "app says hi")
+}
+
+// deliveries returns how many times the app answered a request with the
+// idempotency key with a status below 400 while Caddy still waited for it.
+func (a *appStub) deliveries(key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.answered[key]
 }
 
 // setStatus makes the app answer with status from now on.

@@ -663,10 +663,12 @@ func (b *Badger) commit(ops []*op) {
 		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
 		}
+		// Every op fails with the commit, even one whose apply failed
+		// or wrote nothing: its answer (a duplicate, ErrSkip,
+		// ErrNotFound, ErrLeaseLost) may rest on what an earlier op of
+		// the batch wrote, which is now not committed.
 		for _, o := range ops {
-			if o.err == nil {
-				o.err = fmt.Errorf("commit: %w", err)
-			}
+			o.err = fmt.Errorf("commit: %w", err)
 		}
 		return
 	}

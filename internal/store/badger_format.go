@@ -119,7 +119,17 @@ func migrateFormat1(db *badger.DB) (int, error) {
 			if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
 				return fmt.Errorf("decoding delivery of %s: %w", k, err)
 			}
-			all = append(all, entry{k, d, item.ExpiresAt()})
+			// The record's expiry is its r/ key's: s/ had the same in
+			// format 1, but one this upgrade already rewrote (if it is
+			// run again) carries the grace on top.
+			rec, err := txn.Get(recordKey(k))
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue // expired; what is left of it expires too
+			}
+			if err != nil {
+				return err
+			}
+			all = append(all, entry{k, d, rec.ExpiresAt()})
 		}
 		return nil
 	})
@@ -139,11 +149,15 @@ func migrateFormat1(db *badger.DB) (int, error) {
 					}
 				case StateForwarding:
 					// Format 1 kept it in q/ at its stuck time; format 2
-					// keeps it in l/ under the lapsed epoch 0.
+					// keeps it in l/ under the lapsed epoch 0, with the
+					// stuck time as the lease's end.
+					if cur.Lease.Owner != "" {
+						break // rewritten by an earlier run
+					}
 					if !old.DueAt.IsZero() {
 						w.del(timeKey(duePrefix, old.DueAt, e.key))
 					}
-					cur.DueAt, cur.Lease = time.Time{}, Lease{}
+					cur.DueAt, cur.Lease = time.Time{}, Lease{Owner: ownerName(0), Until: old.DueAt}
 				}
 				w.writeDelivery(e.key, &old, &cur, e.exp, nil)
 			}

@@ -12,9 +12,9 @@
 // Ownership of a delivery is a lease: a record in state forwarding names
 // the store handle (the owner) whose process forwards it and until when.
 // While the lease holds, nothing else starts a delivery of the record.
-// A lease lapses when its owner is gone (on Badger: the process that opened
-// the store before this one; on a shared store: when it is not renewed in
-// time) and the record is then claimable at once.
+// A lease lapses at its Until, or at once when its owner is gone (on
+// Badger: every handle that opened the store before this one), and the
+// record is then claimable.
 package store
 
 import (
@@ -280,7 +280,7 @@ type Store interface {
 	// Claim leases up to req.Limit records to this handle in one atomic
 	// operation: queued and failed records that are due, and forwarding
 	// records whose lease lapsed, earliest first (or req.Keys). It returns
-	// every record Decide changed, with its new delivery state; those in
+	// every record Decide saw, with its new delivery state; those in
 	// StateForwarding are the caller's to forward.
 	Claim(ctx context.Context, req ClaimRequest) ([]*Record, error)
 
@@ -289,8 +289,8 @@ type Store interface {
 	Renew(ctx context.Context, key Key, attempt int, until time.Time) error
 
 	// LeaseTerm is how long a lease may last before it must be renewed; 0
-	// means leases are never renewed (they lapse only with their owner), so
-	// a lease's Until is only a safety net.
+	// means leases are never renewed: the holder sets Until beyond its
+	// longest forward, and the lease lapses at Until or with its owner.
 	LeaseTerm() time.Duration
 
 	// Expire reports up to limit results whose retention ended at or

@@ -1,0 +1,274 @@
+package store
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// untarFormat1 unpacks testdata/store-format1.tar.gz, a store written by
+// format 1 (main at a90f74c), into a new directory and returns it. The
+// store holds 2captcha results 101 delivered, 102 failed (3 attempts, last
+// status 503, due 2026-11-30T13:00Z), 103 forwarding (cut by a crash), 104
+// parked (20 attempts), 105 rejected (422) and the pending task 106, all
+// expiring 2036-01-01.
+func untarFormat1(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "testdata", "store-format1.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(h.Name, "format1/")
+		if h.Typeflag != tar.TypeReg || name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		out, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(out, tr); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+var (
+	f1Received = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f1Due102   = time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)
+	f1Poll106  = time.Date(2026, 11, 30, 12, 0, 30, 0, time.UTC)
+	f1Expires  = time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func f1Key(id string) Key { return Key{Provider: "2captcha", ID: id} }
+
+// checkFormat1Records checks what the records of the format 1 store read
+// back as once upgraded, and returns them by id.
+func checkFormat1Records(t *testing.T, b *Badger) map[string]*Record {
+	t.Helper()
+	want := map[string]Delivery{
+		"101": {State: StateDelivered, Attempts: 1, UpdatedAt: f1Received},
+		"102": {State: StateFailed, Attempts: 3, Failures: 3, DueAt: f1Due102, LastStatus: 503, LastError: "app answered 503", UpdatedAt: f1Received},
+		"103": {State: StateForwarding, Attempts: 1, UpdatedAt: f1Received},
+		"104": {State: StateParked, Attempts: 20, Failures: 20, LastStatus: 502, LastError: "dial tcp: connection refused", UpdatedAt: f1Received},
+		"105": {State: StateRejected, Attempts: 1, LastStatus: 422, LastError: "app answered 422", UpdatedAt: f1Received},
+	}
+	out := map[string]*Record{}
+	for id, wd := range want {
+		r := mustGet(t, b, f1Key(id))
+		out[id] = r
+		d := r.Delivery
+		if d.State != wd.State || d.Attempts != wd.Attempts || d.Failures != wd.Failures || d.Interrupts != 0 ||
+			!d.DueAt.Equal(wd.DueAt) || d.LastStatus != wd.LastStatus || d.LastError != wd.LastError || !d.UpdatedAt.Equal(wd.UpdatedAt) {
+			t.Errorf("%s: delivery %+v, want %+v", id, d, wd)
+		}
+		// 103 was cut by a crash: its lease is one of no open that lives.
+		if id == "103" && ownerEpoch(d.Lease.Owner) >= b.epoch {
+			t.Errorf("103: lease %+v, want one that lapsed", d.Lease)
+		}
+		if id != "103" && d.Lease != (Lease{}) {
+			t.Errorf("%s: lease %+v, want none", id, d.Lease)
+		}
+		if r.Code != "CODE-"+id || string(r.Request.Body) != "id="+id+"&code=CODE-"+id ||
+			r.Request.Method != "POST" || r.Request.URI != "/pingback/2captcha" || r.Request.Host != "localhost" ||
+			r.Request.Header.Get("User-Agent") != "fixture" || r.Server != "srv0" || r.Source != SourceCallback ||
+			!r.ReceivedAt.Equal(f1Received) || !r.ExpiresAt.Equal(f1Expires) {
+			t.Errorf("%s: record %+v", id, r)
+		}
+	}
+	recs, err := b.List(ctx, Filter{Provider: "2captcha"}, 10)
+	if err != nil || recIDs(recs) != "101,102,103,104,105" {
+		t.Errorf("List = %q, %v; want 101..105", recIDs(recs), err)
+	}
+	task, err := b.GetTask(ctx, f1Key("106"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.State != TaskPending || !task.NextPollAt.Equal(f1Poll106) || !task.SubmittedAt.Equal(f1Received) || task.Method != "userrecaptcha" {
+		t.Errorf("task 106: %+v", task)
+	}
+	checkIndexesOK(t, b)
+	return out
+}
+
+func TestBadgerFormat1(t *testing.T) {
+	dir := untarFormat1(t)
+	b := openTestBadger(t, BadgerOptions{Dir: dir})
+	first := checkFormat1Records(t, b)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Opening the upgraded store again changes nothing but the epoch.
+	b = openTestBadger(t, BadgerOptions{Dir: dir})
+	if b.epoch != 2 {
+		t.Errorf("second open: epoch %d, want 2", b.epoch)
+	}
+	again := checkFormat1Records(t, b)
+	for id, r := range first {
+		if r.Delivery != again[id].Delivery {
+			t.Errorf("%s changed on reopening: %+v, then %+v", id, r.Delivery, again[id].Delivery)
+		}
+	}
+
+	// The task is due at its poll time.
+	for _, x := range []struct {
+		now  time.Time
+		want int
+	}{{f1Poll106.Add(-time.Second), 0}, {f1Poll106, 1}} {
+		if ts, err := b.DueTasks(ctx, x.now, 10); err != nil || len(ts) != x.want {
+			t.Errorf("DueTasks(%s) = %d tasks, %v; want %d", x.now, len(ts), err, x.want)
+		}
+	}
+	// 103's forward was cut: it is claimed at once, as lapsed, long
+	// before 102 is due.
+	claim := func(now time.Time) []*Record {
+		t.Helper()
+		recs, err := b.Claim(ctx, ClaimRequest{Now: now, Limit: 10, Lease: 2 * time.Hour, Decide: forward})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
+	}
+	recs := claim(f1Received)
+	if recIDs(recs) != "103" {
+		t.Fatalf("first claim = %q, want 103", recIDs(recs))
+	}
+	r := recs[0]
+	if r.LastError != lapseRestart || r.LastStatus != 0 || r.Interrupts != 1 || r.Attempts != 2 || r.Lease.Owner != b.Owner() {
+		t.Errorf("103 claimed as %+v; want lapsed by restart (interrupt 1), attempt 2, leased to %s", r.Delivery, b.Owner())
+	}
+	if got := recIDs(claim(f1Due102.Add(-time.Second))); got != "" {
+		t.Errorf("claim before 102 is due = %q, want none", got)
+	}
+	recs = claim(f1Due102)
+	if recIDs(recs) != "102" || recs[0].Attempts != 4 || recs[0].Failures != 3 || recs[0].Interrupts != 0 {
+		t.Errorf("claim when 102 is due = %q %+v; want 102, attempt 4, not lapsed", recIDs(recs), recs)
+	}
+	checkIndexesOK(t, b)
+}
+
+// TestBadgerFormat1Expire: the upgrade puts every undelivered record on the
+// expiry watch, so that its retention's end is reported.
+func TestBadgerFormat1Expire(t *testing.T) {
+	b := openTestBadger(t, BadgerOptions{Dir: untarFormat1(t)})
+	if gone, err := b.Expire(ctx, f1Expires.Add(-time.Second), 100); err != nil || len(gone) != 0 {
+		t.Errorf("Expire a second before the end = %v, %v; want none", gone, err)
+	}
+	gone, err := b.Expire(ctx, f1Expires, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]State{}
+	for _, e := range gone {
+		got[e.Key.ID] = e.State
+	}
+	want := map[string]State{"102": StateFailed, "104": StateParked, "105": StateRejected}
+	if len(got) != len(want) {
+		t.Errorf("Expire at the end = %v, want %v", got, want)
+	}
+	for id, st := range want {
+		if got[id] != st {
+			t.Errorf("Expire at the end = %v, want %v", got, want)
+		}
+	}
+}
+
+// TestBadgerFormat1MigrationRerun: the upgrade runs again if the process
+// stops before it has written the format key (a large store is upgraded in
+// several transactions). Running it again over what it already rewrote
+// must not move expiries or counters.
+func TestBadgerFormat1MigrationRerun(t *testing.T) {
+	dir := untarFormat1(t)
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := migrateFormat1(db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = db.View(func(txn *badger.Txn) error { return checkIndexes(txn) })
+	if cerr := db.Close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err != nil {
+		t.Errorf("after the upgrade ran twice: %v", err)
+	}
+	b := openTestBadger(t, BadgerOptions{Dir: dir}) // and a third time
+	checkFormat1Records(t, b)
+}
+
+func TestBadgerFormatNewer(t *testing.T) {
+	for _, x := range []struct{ format, want string }{
+		{"3", "stored format 3 is newer than this plugin's (2)"},
+		{"two", `format key "two"`},
+	} {
+		t.Run(x.format, func(t *testing.T) {
+			dir := t.TempDir()
+			b := openTestBadger(t, BadgerOptions{Dir: dir})
+			mustInsert(t, b, testRecord("a", StateQueued))
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			setRaw(t, dir, metaFormatKey, x.format)
+			b, err := OpenBadger(BadgerOptions{Dir: dir, LockWait: time.Millisecond})
+			if err == nil {
+				_ = b.Close()
+				t.Fatal("OpenBadger of a store of an unknown format succeeded")
+			}
+			if !strings.Contains(err.Error(), x.want) || !strings.Contains(err.Error(), dir) {
+				t.Errorf("OpenBadger: %v; want it to name the directory and say %q", err, x.want)
+			}
+			// The refused open released the directory and wrote nothing.
+			setRaw(t, dir, metaFormatKey, "2")
+			b = openTestBadger(t, BadgerOptions{Dir: dir})
+			if b.epoch != 2 {
+				t.Errorf("epoch after the refused open: %d, want 2 (the refused open took none)", b.epoch)
+			}
+			mustGet(t, b, key("a"))
+		})
+	}
+}
+
+// setRaw sets key to val in the Badger database in dir.
+func setRaw(t *testing.T, dir, key, val string) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(key), []byte(val)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// CheckIndexes checks that the index entries of s, a *Badger, are exactly
+// those its records and tasks call for, with the right TTLs: every due,
+// lease and poll entry points at a state that has it (no stale entry), every
+// state that needs one has it, and every expiry-watch entry watches the
+// current record's expiry. It is the storetest harness's Check for Badger.
+func CheckIndexes(s Store) error {
+	b, ok := s.(*Badger)
+	if !ok {
+		return fmt.Errorf("CheckIndexes: %T is not a *Badger", s)
+	}
+	return b.view(func(txn *badger.Txn) error { return checkIndexes(txn) })
+}
+
+func checkIndexes(txn *badger.Txn) error {
+	type entry struct {
+		exp uint64
+		val []byte
+	}
+	keys := map[string]entry{}
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			it.Close()
+			return err
+		}
+		keys[string(item.KeyCopy(nil))] = entry{item.ExpiresAt(), v}
+	}
+	it.Close()
+
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	want := map[string]uint64{} // index entries the states call for → TTL
+	for k, e := range keys {
+		switch {
+		case strings.HasPrefix(k, deliveryPrefix):
+			key, _ := parseTail([]byte(k[len(deliveryPrefix):]))
+			var d Delivery
+			if err := json.Unmarshal(e.val, &d); err != nil {
+				bad("%s: %v", k, err)
+				continue
+			}
+			r, ok := keys[string(recordKey(key))]
+			if !ok {
+				bad("%s: no record", k)
+				continue
+			}
+			exp := r.exp
+			if e.exp != graced(exp) {
+				bad("%s: TTL %d, want the record's %d plus the grace", k, e.exp, exp)
+			}
+			if (d.State == StateForwarding) != (d.Lease.Owner != "") {
+				bad("%s: state %s with lease %+v", k, d.State, d.Lease)
+			}
+			if d.State == StateForwarding && !d.DueAt.IsZero() {
+				bad("%s: forwarding with a due time", k)
+			}
+			if dk := dueIndexKey(key, &d); dk != nil {
+				want[string(dk)] = exp
+			}
+			if lk := leaseIndexKey(key, &d); lk != nil {
+				want[string(lk)] = exp
+			}
+			if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
+				want[string(timeKey(expiryPrefix, time.Unix(int64(exp), 0), key))] = graced(exp)
+			}
+		case strings.HasPrefix(k, recordPrefix):
+			key, _ := parseTail([]byte(k[len(recordPrefix):]))
+			if _, ok := keys[string(deliveryKey(key))]; !ok {
+				bad("%s: no delivery state", k)
+			}
+		case strings.HasPrefix(k, taskPrefix):
+			var t Task
+			if err := json.Unmarshal(e.val, &t); err != nil {
+				bad("%s: %v", k, err)
+				continue
+			}
+			if e.exp != expiry(t.ExpiresAt) {
+				bad("%s: TTL %d, want %d", k, e.exp, expiry(t.ExpiresAt))
+			}
+			if t.State == TaskPending && !t.NextPollAt.IsZero() {
+				want[string(timeKey(pollPrefix, t.NextPollAt, t.Key()))] = e.exp
+			}
+		}
+	}
+	for k, e := range keys {
+		switch {
+		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix):
+			exp, ok := want[k]
+			if !ok {
+				bad("stale index entry %q", k)
+			} else if e.exp != exp {
+				bad("index entry %q: TTL %d, want %d", k, e.exp, exp)
+			}
+		case strings.HasPrefix(k, expiryPrefix):
+			at, key, ok := parseTimeKey(expiryPrefix, []byte(k))
+			s, found := keys[string(deliveryKey(key))]
+			switch {
+			case !ok || !found:
+				bad("expiry watch %q of no record", k)
+			case graced(uint64(at.Unix())) != s.exp:
+				bad("expiry watch %q at %d, but the record expires at %d", k, at.Unix(), s.exp)
+			case e.exp != s.exp:
+				bad("expiry watch %q: TTL %d, want %d", k, e.exp, s.exp)
+			}
+		}
+	}
+	for k := range want {
+		if _, ok := keys[k]; !ok {
+			bad("missing index entry %q", k)
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
+}
