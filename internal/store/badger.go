@@ -45,6 +45,11 @@ type BadgerOptions struct {
 	LockWait time.Duration
 	// GCInterval is the period of value-log garbage collection. Default 5m.
 	GCInterval time.Duration
+	// MinFreeSpace is the free space, in bytes, that the filesystem of
+	// Dir must keep: below it every write fails with ErrUnavailable (see
+	// freespace.go). 0 means DefaultMinFreeSpace; negative disables the
+	// check (tests only: Badger then dies of SIGBUS on a full disk).
+	MinFreeSpace int64
 }
 
 // Badger is the single-node Store on Badger v4, opened with SyncWrites so a
@@ -67,6 +72,7 @@ type Badger struct {
 	closeErr error
 	once     sync.Once
 	commits  atomic.Uint64 // transactions committed successfully
+	space    *spaceGuard   // nil: free space is not checked
 }
 
 // op is one unit of work for the committer. apply runs inside the batch's
@@ -148,6 +154,10 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		stopGC:   make(chan struct{}),
 		gcDone:   make(chan struct{}),
 	}
+	if opts.MinFreeSpace == 0 {
+		opts.MinFreeSpace = DefaultMinFreeSpace
+	}
+	b.space = newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, nil)
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
 	return b, nil
@@ -365,6 +375,9 @@ func (b *Badger) Close() error {
 func (b *Badger) submit(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if !b.space.available() {
+		return ErrUnavailable
 	}
 	b.mu.RLock()
 	if b.closed {
