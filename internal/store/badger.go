@@ -37,9 +37,10 @@ type BadgerOptions struct {
 	// reopened, or at its Until, which its holder sets beyond the longest
 	// forward (a safety net for an outcome that could not be recorded).
 	LeaseTerm time.Duration
-	// MinFreeSpace is the free space, in bytes, below which the store
-	// refuses writes with ErrUnavailable. Zero means DefaultMinFreeSpace;
-	// negative disables the check.
+	// MinFreeSpace is the free space, in bytes, that the filesystem of
+	// Dir must keep: below it every write fails with ErrUnavailable (see
+	// freespace.go). 0 means DefaultMinFreeSpace; negative disables the
+	// check (tests only: Badger then dies of SIGBUS on a full disk).
 	MinFreeSpace int64
 	// BeforeCommit, if set, runs before each group commit with the
 	// commit's sequence number (1, 2, ...); an error fails that commit as
@@ -77,6 +78,7 @@ type Badger struct {
 	once     sync.Once
 	attempts atomic.Uint64 // commits attempted, for BeforeCommit
 	commits  atomic.Uint64 // transactions committed successfully
+	space    *spaceGuard   // nil: free space is not checked
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -122,7 +124,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(1 << 20).
-		WithValueLogFileSize(64 << 20).
+		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
 
 	var db *badger.DB
@@ -167,6 +169,10 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),
 	}
+	if opts.MinFreeSpace == 0 {
+		opts.MinFreeSpace = DefaultMinFreeSpace
+	}
+	b.space = newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, nil)
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
 	return b, nil
@@ -177,13 +183,6 @@ func (b *Badger) Owner() string { return b.owner }
 
 // LeaseTerm implements Store.
 func (b *Badger) LeaseTerm() time.Duration { return b.leaseTerm }
-
-// Available implements Store: false once closed.
-func (b *Badger) Available() bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return !b.closed
-}
 
 // Insert implements Store.
 func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) {
@@ -564,6 +563,9 @@ func (b *Badger) Close() error {
 func (b *Badger) submit(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if !b.space.available() {
+		return ErrUnavailable
 	}
 	b.mu.RLock()
 	if b.closed {

@@ -311,11 +311,3 @@ type Store interface {
 
 	TaskStore
 }
-
-// ErrUnavailable means the store refuses writes for now (its filesystem is
-// short of space); nothing was written. It clears by itself.
-var ErrUnavailable = errors.New("storage unavailable")
-
-// DefaultMinFreeSpace is the default free space below which a Badger store
-// refuses writes: 256 MiB.
-const DefaultMinFreeSpace = 256 << 20

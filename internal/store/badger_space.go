@@ -1,0 +1,14 @@
+package store
+
+// Available reports whether the store takes writes: false while the free
+// space on the filesystem of its directory is below min_free_space (or
+// cannot be read), when every write returns ErrUnavailable. It reads the
+// free space at most every 100 ms, so it is cheap to call, for example for
+// the caddy_pingback_store_available gauge (1 or 0). False once the store
+// is closed; otherwise always true when the check is disabled.
+func (b *Badger) Available() bool {
+	b.mu.RLock()
+	closed := b.closed
+	b.mu.RUnlock()
+	return !closed && b.space.available()
+}
