@@ -19,7 +19,7 @@ import (
 // route and next handler as a live callback.
 
 // housekeepingEvery is the period of the replay loop's slow chores: the
-// expiry sweep, the aggregate failure lines, the availability gauge.
+// expiry sweep and the aggregate log lines.
 const housekeepingEvery = time.Minute
 
 // backoff is the delay before the retry that follows failure n (n >= 1):
@@ -56,6 +56,7 @@ func (a *App) replayLoop() {
 	defer chores.Stop()
 	for {
 		if a.handle.owns(a) {
+			a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
 			a.replayDue()
 		}
 		select {
@@ -126,7 +127,6 @@ func (a *App) deliverStored(st store.Store, rec *store.Record, src store.Source)
 // housekeeping runs the replay loop's slow chores.
 func (a *App) housekeeping() {
 	st := a.handle.store
-	a.metrics.storeAvailable.Set(boolGauge(st.Available()))
 	a.handle.failures.flush(a.logger, zap.WarnLevel, "route")
 	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
 	a.expireUndelivered(st)
