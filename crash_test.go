@@ -199,3 +199,69 @@ func copyTree(t *testing.T, src, dst string) {
 		t.Fatalf("copying %s: %v", src, err)
 	}
 }
+
+// TestCrashesDuringForwardsDoNotPark: a child Caddy is killed with SIGKILL
+// while its forward of a result is in flight, three times in a row, with
+// max_attempts 3. A cut forward is no failure: after each restart it is
+// replayed within a second, and the result ends delivered, not parked.
+func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
+	appPort := unusedLoopbackPort(t)
+	app := newAppStubOn(t, appPort)
+	app.tune(func() {
+		app.delayFor = func(r *http.Request) time.Duration {
+			if r.Header.Get(HeaderAttempt) != "4" {
+				return time.Hour // hangs until Caddy dies
+			}
+			return 0
+		}
+	})
+	dir := t.TempDir()
+	caddyfile := childCaddyfile(dir, `replay {
+			backoff 50ms 200ms
+			max_attempts 3
+		}`, childPingbackSite("127.0.0.1:"+appPort))
+	arrived := func(n int) func() bool { return func() bool { return len(app.requests()) >= n } }
+
+	// Attempt 1, the live forward: the provider is answered at ack_timeout
+	// while the forward hangs.
+	child := startChildCaddy(t, caddyfile)
+	status, body, err := getWith(&http.Client{Timeout: 10 * time.Second}, childBase+"/cb?id=38001&code=TOKEN")
+	if err != nil || status != http.StatusOK || body != "OK" {
+		t.Fatalf("pingback: %d %q %v, want 200 OK", status, body, err)
+	}
+	waitFor(t, 5*time.Second, "the live forward to reach the app", arrived(1))
+	child.kill()
+
+	// Attempts 2 and 3 are replays cut the same way; attempt 4 answers.
+	for attempt := 2; attempt <= 4; attempt++ {
+		child = startChildCaddy(t, caddyfile)
+		ready := time.Now()
+		waitFor(t, 5*time.Second, fmt.Sprintf("replay %d to reach the app", attempt), arrived(attempt))
+		r := app.requests()[attempt-1]
+		if late := r.At.Sub(ready); late > time.Second {
+			t.Errorf("replay %d arrived %s after the restart, want within 1s", attempt, late)
+		}
+		if r.Header.Get(HeaderAttempt) != fmt.Sprint(attempt) || r.Header.Get(HeaderSource) != "replay" {
+			t.Errorf("forward %d: attempt %q source %q", attempt, r.Header.Get(HeaderAttempt), r.Header.Get(HeaderSource))
+		}
+		if attempt < 4 {
+			child.kill()
+		}
+	}
+	waitFor(t, 5*time.Second, "the delivery", func() bool { return app.deliveries("captchaai:38001") == 1 })
+	child.stop()
+
+	withStore(t, dir, func(st store.Store) {
+		rec, err := st.Get(context.Background(), store.Key{Provider: "captchaai", ID: "38001"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != store.StateDelivered || rec.Attempts != 4 || rec.Failures != 0 || rec.Interrupts != 0 {
+			t.Errorf("after three crashes: %s attempts %d failures %d interrupts %d; want delivered, 4, 0, 0",
+				rec.State, rec.Attempts, rec.Failures, rec.Interrupts)
+		}
+	})
+	if n := len(app.requests()); n != 4 {
+		t.Errorf("the app received %d forwards, want 4", n)
+	}
+}
