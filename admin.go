@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -127,10 +128,8 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 			return badInput("%v", err)
 		}
 	}
-	switch f.State {
-	case "", store.StateForwarding, store.StateDelivered, store.StateFailed, store.StateRejected, store.StateParked:
-	default:
-		return badInput("unknown state %q (forwarding, delivered, failed, rejected or parked)", f.State)
+	if f.State != "" && !slices.Contains(store.States, f.State) {
+		return badInput("unknown state %q (queued, forwarding, delivered, failed, rejected or parked)", f.State)
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -296,7 +296,7 @@ func untarFixture(t *testing.T, archive, name string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(dst, filepath.Clean("/" + h.Name))
+		path := filepath.Join(dst, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(path, 0o700); err != nil {

@@ -58,7 +58,7 @@ func BenchmarkStore(b *testing.B) {
 					}
 					// As the handler records an outcome (App.recordOutcome).
 					_, err := st.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
-						d.State, d.DueAt, d.LastStatus, d.UpdatedAt = store.StateDelivered, time.Time{}, 200, time.Now().UTC()
+						d.State, d.Lease, d.LastStatus, d.UpdatedAt = store.StateDelivered, store.Lease{}, 200, time.Now().UTC()
 						return nil
 					})
 					if err != nil {
@@ -96,10 +96,12 @@ func callbackRecord(id string) *store.Record {
 			},
 			Body: []byte(body),
 		},
-		State:     store.StateForwarding,
-		Attempts:  1,
-		DueAt:     now.Add(time.Minute),
-		UpdatedAt: now,
+		Delivery: store.Delivery{
+			State:     store.StateForwarding,
+			Attempts:  1,
+			Lease:     store.Lease{Until: now.Add(70 * time.Second)},
+			UpdatedAt: now,
+		},
 		ExpiresAt: now.Add(24 * time.Hour),
 	}
 }
