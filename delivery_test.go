@@ -1,15 +1,9 @@
 package pingback
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testfs"
 )
 
 // sendPingbacks sends a captchaai GET pingback for each id at once and
@@ -223,7 +218,7 @@ func TestReloadDuringOutageDoesNotWait(t *testing.T) {
 // upgraded in place: its results read back, the failed one and the one
 // whose forward a crash cut are delivered, the final ones stay as they were.
 func TestStoreFormat1IsReadAndDelivered(t *testing.T) {
-	dir := untarFixture(t, "testdata/store-format1.tar.gz", "format1")
+	dir := testfs.Unpack(t, "testdata/store-format1.tar.gz", "format1")
 	app := newAppStub(t)
 	site := fmt.Sprintf(`http://localhost:%s {
 	handle /pingback/2captcha {
@@ -271,48 +266,6 @@ func TestStoreFormat1IsReadAndDelivered(t *testing.T) {
 	if err != nil || task.State != store.TaskPending {
 		t.Errorf("task 106: %+v, %v; want pending", task, err)
 	}
-}
-
-// untarFixture unpacks a .tar.gz fixture into a temp dir and returns the
-// path of its top folder name.
-func untarFixture(t *testing.T, archive, name string) string {
-	t.Helper()
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := t.TempDir()
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dst, filepath.Clean("/"+h.Name))
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(path, 0o700); err != nil {
-				t.Fatal(err)
-			}
-		case tar.TypeReg:
-			data, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return filepath.Join(dst, name)
 }
 
 // TestFailedForwardsAreLogged: each failed attempt has a warn line with

@@ -1,17 +1,14 @@
 package store
 
 import (
-	"archive/tar"
-	"compress/gzip"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/caddy-pingback/pingback/internal/testfs"
 )
 
 // untarFormat1 unpacks testdata/store-format1.tar.gz, a store written by
@@ -22,41 +19,7 @@ import (
 // expiring 2036-01-01.
 func untarFormat1(t *testing.T) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "testdata", "store-format1.tar.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	tr := tar.NewReader(zr)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := strings.TrimPrefix(h.Name, "format1/")
-		if h.Typeflag != tar.TypeReg || name == "" || strings.Contains(name, "/") {
-			continue
-		}
-		out, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(out, tr); err != nil {
-			t.Fatal(err)
-		}
-		if err := out.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
+	return testfs.Unpack(t, filepath.Join("..", "..", "testdata", "store-format1.tar.gz"), "format1")
 }
 
 var (
