@@ -114,6 +114,19 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage directory: %w", err)
 	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	if opts.MinFreeSpace == 0 {
+		opts.MinFreeSpace = DefaultMinFreeSpace
+	}
+	// Opening writes into memory-mapped files too (a new memtable log):
+	// on a full disk that would crash the process, so refuse to open.
+	space := newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, nil)
+	if !space.available() {
+		return nil, fmt.Errorf("opening badger database in %s: %w (free space below min_free_space %d bytes)", opts.Dir, ErrUnavailable, opts.MinFreeSpace)
+	}
 	bopts := badger.DefaultOptions(opts.Dir).
 		WithSyncWrites(true).
 		WithLogger(newBadgerLogger(opts.Logger)).
@@ -147,10 +160,6 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	logger := opts.Logger
-	if logger == nil {
-		logger = zap.NewNop()
-	}
 	epoch, err := openFormat(db, logger)
 	if err != nil {
 		_ = db.Close()
@@ -169,10 +178,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),
 	}
-	if opts.MinFreeSpace == 0 {
-		opts.MinFreeSpace = DefaultMinFreeSpace
-	}
-	b.space = newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, nil)
+	b.space = space
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
 	return b, nil
