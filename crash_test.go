@@ -265,3 +265,35 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 		t.Errorf("the app received %d forwards, want 4", n)
 	}
 }
+
+// TestStopCutsHangingForward: `caddy stop` while a live forward hangs on
+// the app exits in about 2 s, not after forward_timeout; the cut forward is
+// recorded as interrupted and queued for the next start.
+func TestStopCutsHangingForward(t *testing.T) {
+	appPort := unusedLoopbackPort(t)
+	app := newAppStubOn(t, appPort)
+	app.tune(func() { app.delay = time.Hour })
+	dir := t.TempDir()
+	child := startChildCaddy(t, childCaddyfile(dir, "", childPingbackSite("127.0.0.1:"+appPort)))
+	status, body, err := getWith(&http.Client{Timeout: 10 * time.Second}, childBase+"/cb?id=39001&code=TOKEN")
+	if err != nil || status != http.StatusOK || body != "OK" {
+		t.Fatalf("pingback: %d %q %v, want 200 OK", status, body, err)
+	}
+	waitFor(t, 5*time.Second, "the forward to reach the app", func() bool { return len(app.requests()) == 1 })
+
+	start := time.Now()
+	child.stop()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("caddy stop took %s with a hanging forward, want about 2s", took)
+	}
+	withStore(t, dir, func(st store.Store) {
+		rec, err := st.Get(context.Background(), store.Key{Provider: "captchaai", ID: "39001"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != store.StateQueued || rec.Interrupts != 1 || rec.Failures != 0 || rec.LastError != errCut.Error() {
+			t.Errorf("after the stop: %s interrupts %d failures %d last error %q; want queued, 1, 0, %q",
+				rec.State, rec.Interrupts, rec.Failures, rec.LastError, errCut.Error())
+		}
+	})
+}

@@ -88,6 +88,7 @@ type App struct {
 	// still running then is cut and recorded as interrupted.
 	cutCtx    context.Context
 	cutCancel context.CancelFunc
+	cutOnce   *sync.Once
 	// inflight bounds the forwards the replay loop has in flight (replays
 	// and polled results together) to Replay.Concurrency.
 	inflight   chan struct{}
@@ -146,6 +147,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.ready = make(chan struct{})
 	a.stop = make(chan struct{})
 	a.cutCtx, a.cutCancel = context.WithCancel(context.Background())
+	a.cutOnce = new(sync.Once)
 	a.probes = new(sync.Map)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
@@ -199,6 +201,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.provisionPolling(); err != nil {
 		return err
 	}
+
+	a.watchStopping(ctx)
 
 	m, err := registerMetrics(ctx.GetMetricsRegistry())
 	if err != nil {
@@ -273,7 +277,7 @@ func (a *App) Stop() error {
 	a.handle.leave(a)
 	<-a.loopDone
 	<-a.pollDone
-	time.AfterFunc(cutAfter, a.cutCancel)
+	a.beginCut()
 	a.handle.wake() // the new owner's loop takes over at once
 	return nil
 }
