@@ -1,0 +1,671 @@
+package pingback
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/modules/caddypki"
+)
+
+// The tests in this file read the configs shown in the documentation at test
+// time: every fenced ```caddyfile and ```json block of the repository's
+// markdown files, and Caddyfile.example. A block is marked, if at all, by an
+// HTML comment (invisible on GitHub) on the line before its fence:
+//
+//	<!-- syntax -->              a syntax reference with placeholders: not adapted
+//	<!-- same-config: NAME -->   every block marked with NAME is the same config
+//
+// Every other block must adapt without warnings and pass caddy.Validate.
+
+// docBlock is a config shown in the documentation.
+type docBlock struct {
+	file string
+	line int    // of the opening fence (1 for a whole file)
+	lang string // "caddyfile" or "json"
+	text string
+	mark string // the marker comment's text, "" if none
+}
+
+func (b docBlock) String() string { return fmt.Sprintf("%s:%d (%s)", b.file, b.line, b.lang) }
+
+var (
+	fenceOpen  = regexp.MustCompile("^\\s*```\\s*([A-Za-z0-9_-]*)\\s*$")
+	markerLine = regexp.MustCompile(`^\s*<!--\s*(.*?)\s*-->\s*$`)
+)
+
+// markdownBlocks extracts the fenced caddyfile and json blocks of a markdown
+// file, with the marker comment on the line before each fence.
+func markdownBlocks(t *testing.T, file string) []docBlock {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	var blocks []docBlock
+	for i := 0; i < len(lines); i++ {
+		m := fenceOpen.FindStringSubmatch(lines[i])
+		if m == nil {
+			continue
+		}
+		indent := lines[i][:strings.Index(lines[i], "```")]
+		start := i
+		var body []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+			body = append(body, strings.TrimPrefix(lines[i], indent))
+		}
+		if i == len(lines) {
+			t.Fatalf("%s:%d: fence never closed", file, start+1)
+		}
+		lang := strings.ToLower(m[1])
+		if lang != "caddyfile" && lang != "json" {
+			continue
+		}
+		mark := ""
+		if start > 0 {
+			if mm := markerLine.FindStringSubmatch(lines[start-1]); mm != nil {
+				mark = mm[1]
+			}
+		}
+		blocks = append(blocks, docBlock{file: file, line: start + 1, lang: lang, text: strings.Join(body, "\n") + "\n", mark: mark})
+	}
+	return blocks
+}
+
+// docBlocks returns every config shown in the documentation.
+func docBlocks(t *testing.T) []docBlock {
+	t.Helper()
+	files, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no markdown files")
+	}
+	var blocks []docBlock
+	for _, f := range files {
+		blocks = append(blocks, markdownBlocks(t, f)...)
+	}
+	example, err := os.ReadFile("Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(blocks, docBlock{file: "Caddyfile.example", line: 1, lang: "caddyfile", text: string(example)})
+}
+
+// adaptDocBlock turns a block into JSON config: Caddyfiles through the
+// Caddyfile adapter, whose warnings (an unformatted block, say) fail the test.
+func adaptDocBlock(t *testing.T, b docBlock) []byte {
+	t.Helper()
+	if b.lang == "json" {
+		if !json.Valid([]byte(b.text)) {
+			t.Fatalf("%s is not valid JSON:\n%s", b, b.text)
+		}
+		return []byte(b.text)
+	}
+	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(b.text), map[string]any{"filename": b.file})
+	if err != nil {
+		t.Fatalf("%s does not adapt: %v\n%s\n(a syntax reference that cannot adapt needs <!-- syntax --> on the line before its fence)", b, err, b.text)
+	}
+	for _, w := range warn {
+		t.Errorf("%s: adapt warning: %s (line %d of the block)", b, w.Message, w.Line)
+	}
+	return cfg
+}
+
+func TestDocConfigsAdapt(t *testing.T) {
+	blocks := docBlocks(t)
+	var adapted, skipped int
+	for _, b := range blocks {
+		t.Run(fmt.Sprintf("%s:%d", b.file, b.line), func(t *testing.T) {
+			switch {
+			case b.mark == "syntax":
+				skipped++
+				t.Skipf("%s is marked as a syntax reference", b)
+			case b.mark != "" && !strings.HasPrefix(b.mark, "same-config:"):
+				t.Fatalf("%s: unknown marker <!-- %s --> before the fence", b, b.mark)
+			}
+			cfg := adaptDocBlock(t, b)
+			var c caddy.Config
+			if err := caddy.StrictUnmarshalJSON(cfg, &c); err != nil {
+				t.Fatalf("%s: %v", b, err)
+			}
+			if err := caddy.Validate(&c); err != nil {
+				t.Fatalf("%s adapts but does not validate: %v", b, err)
+			}
+			adapted++
+		})
+	}
+	// Guards against an extractor that silently finds nothing: README.md
+	// shows the Caddyfile reference (skipped) and the JSON example with its
+	// Caddyfile form, and Caddyfile.example is always there.
+	if adapted < 3 || skipped < 1 {
+		t.Errorf("adapted %d and skipped %d documentation configs; want at least 3 and 1", adapted, skipped)
+	}
+}
+
+func TestDocConfigsSideBySideAreTheSame(t *testing.T) {
+	groups := map[string][]docBlock{}
+	for _, b := range docBlocks(t) {
+		if name, ok := strings.CutPrefix(b.mark, "same-config:"); ok {
+			groups[strings.TrimSpace(name)] = append(groups[strings.TrimSpace(name)], b)
+		}
+	}
+	if len(groups) == 0 {
+		t.Fatal("no <!-- same-config: NAME --> blocks in the documentation")
+	}
+	for name, blocks := range groups {
+		t.Run(name, func(t *testing.T) {
+			if len(blocks) < 2 {
+				t.Fatalf("same-config %q marks only %s", name, blocks[0])
+			}
+			want := canonicalConfig(t, adaptDocBlock(t, blocks[0]))
+			for _, b := range blocks[1:] {
+				if got := canonicalConfig(t, adaptDocBlock(t, b)); !reflect.DeepEqual(got, want) {
+					t.Errorf("%s and %s are not the same config:\n%s\n%s", blocks[0], b, indentJSON(want), indentJSON(got))
+				}
+			}
+		})
+	}
+}
+
+// canonicalConfig decodes a JSON config and passes every app and every HTTP
+// handler through its module's Go type (strictly, so unknown fields fail),
+// so that equal settings compare equal whatever their spelling: "2s" and
+// 2000000000, key order, omitted zero values.
+func canonicalConfig(t *testing.T, cfg []byte) any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(cfg, &v); err != nil {
+		t.Fatal(err)
+	}
+	v = canonicalValue(t, v).(map[string]any)
+	if apps, ok := v["apps"].(map[string]any); ok {
+		for name, app := range apps {
+			apps[name] = throughModule(t, name, app)
+		}
+	}
+	return v
+}
+
+func canonicalValue(t *testing.T, v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonicalValue(t, e)
+		}
+		if h, ok := x["handler"].(string); ok {
+			// The module name is the inline key, not a field of the module.
+			delete(x, "handler")
+			m := throughModule(t, "http.handlers."+h, x).(map[string]any)
+			m["handler"] = h
+			return m
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = canonicalValue(t, e)
+		}
+	}
+	return v
+}
+
+// throughModule unmarshals v into a new value of the module and marshals it
+// back.
+func throughModule(t *testing.T, id string, v any) any {
+	t.Helper()
+	info, err := caddy.GetModule(id)
+	if err != nil {
+		t.Fatalf("module %s: %v", id, err)
+	}
+	in, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := info.New()
+	if err := caddy.StrictUnmarshalJSON(in, m); err != nil {
+		t.Fatalf("module %s: %v\n%s", id, err, in)
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back any
+	if err := json.Unmarshal(out, &back); err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
+func indentJSON(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
+// TestDocJSONExampleServes runs each JSON config of the documentation that
+// has a pingback route, as written but for the addresses (a free loopback
+// port, a temp storage dir, a loopback app, certificates from Caddy's
+// internal CA instead of an ACME CA), and sends that route a pingback over
+// HTTPS with the example's host name.
+func TestDocJSONExampleServes(t *testing.T) {
+	var found bool
+	for _, b := range docBlocks(t) {
+		if b.lang != "json" || b.mark == "syntax" || !strings.Contains(b.text, `"pingback"`) {
+			continue
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal([]byte(b.text), &cfg); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		route := pingbackRouteOf(cfg)
+		if route.provider == "" {
+			continue // a pingback app without a pingback route
+		}
+		found = true
+		t.Run(fmt.Sprintf("%s:%d", b.file, b.line), func(t *testing.T) {
+			if len(route.hosts) != 1 || len(route.paths) != 1 {
+				t.Fatalf("%s: want one host and one path matcher for its pingback route, got hosts %q paths %q "+
+					"(a JSON example on :443 needs a host matcher: automatic HTTPS has no other name to get a certificate for)",
+					b, route.hosts, route.paths)
+			}
+			host, path := route.hosts[0], route.paths[0]
+			app := newAppStub(t)
+			port := freePort(t)
+			loadJSON(t, servableConfig(t, cfg, port, app))
+			t.Cleanup(func() { unloadCaddy(t) })
+
+			client := tlsClientTo(t, "127.0.0.1:"+strconv.Itoa(port), host)
+			waitFor(t, 30*time.Second, "a certificate for "+host, func() bool {
+				resp, err := client.Get("https://" + host + "/")
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return true
+			})
+			status, body := sendPingback(t, client, route.provider, "https://"+host+path, "7301", "DOC-TOKEN")
+			if status != http.StatusOK || body != "OK" {
+				t.Fatalf("pingback to https://%s%s: got %d %q, want 200 OK", host, path, status, body)
+			}
+			key := route.provider + ":7301"
+			waitFor(t, 5*time.Second, "the app to receive the pingback", func() bool { return app.count(key) == 1 })
+			if got := app.requests()[0].Host; got != host {
+				t.Errorf("app got Host %q, want %q", got, host)
+			}
+
+			// Why the host matcher is there: without it the same config
+			// validates, but automatic HTTPS has no name to get a
+			// certificate for and every TLS handshake fails.
+			loadJSON(t, servableConfig(t, withoutHostMatchers(cfg), port, app))
+			conn, err := tls.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port), &tls.Config{ServerName: host, InsecureSkipVerify: true})
+			if err == nil {
+				conn.Close()
+				t.Fatalf("without its host matcher the example still completed a TLS handshake for %s", host)
+			}
+		})
+	}
+	if !found {
+		t.Fatal("no JSON config with a pingback route in the documentation")
+	}
+}
+
+// pingbackRoute is what a config says about its pingback route.
+type pingbackRoute struct {
+	provider     string
+	hosts, paths []string
+}
+
+// pingbackRouteOf collects the pingback handler's provider and the host
+// and path matchers of the config's HTTP routes.
+func pingbackRouteOf(cfg map[string]any) pingbackRoute {
+	var r pingbackRoute
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if x["handler"] == "pingback" {
+				r.provider, _ = x["provider"].(string)
+			}
+			for _, key := range []string{"host", "path"} {
+				if list, ok := x[key].([]any); ok {
+					for _, s := range list {
+						if s, ok := s.(string); ok && key == "host" {
+							r.hosts = append(r.hosts, s)
+						} else if ok {
+							r.paths = append(r.paths, s)
+						}
+					}
+				}
+			}
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				walk(x[k])
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(cfg["apps"])
+	return r
+}
+
+// servableConfig returns a copy of cfg with its listeners on a loopback
+// port, its storage in temp dirs, every upstream replaced by app, and
+// certificates for the route's hosts from Caddy's internal CA.
+func servableConfig(t *testing.T, cfg map[string]any, port int, app *appStub) []byte {
+	t.Helper()
+	var c map[string]any
+	mustRoundTrip(t, cfg, &c)
+	apps := c["apps"].(map[string]any)
+	c["admin"] = map[string]any{"listen": testAdmin, "config": map[string]any{"persist": false}}
+	c["storage"] = map[string]any{"module": "file_system", "root": t.TempDir()}
+	if pb, ok := apps["pingback"].(map[string]any); ok {
+		pb["storage_dir"] = t.TempDir()
+	}
+	httpApp := apps["http"].(map[string]any)
+	httpApp["http_port"] = freePort(t)
+	httpApp["https_port"] = port
+	httpApp["grace_period"] = 1
+	for _, srv := range httpApp["servers"].(map[string]any) {
+		srv := srv.(map[string]any)
+		srv["listen"] = []any{"127.0.0.1:" + strconv.Itoa(port)}
+	}
+	replaceDials(httpApp, app.hostPort())
+	if _, ok := apps["tls"]; ok {
+		t.Fatal("the example has a tls app; this test would replace it")
+	}
+	apps["tls"] = map[string]any{"automation": map[string]any{"policies": []any{
+		map[string]any{"issuers": []any{map[string]any{"module": "internal"}}},
+	}}}
+	apps["pki"] = map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}}
+	out, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func replaceDials(v any, dial string) {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if k == "dial" {
+				x[k] = dial
+				continue
+			}
+			replaceDials(e, dial)
+		}
+	case []any:
+		for _, e := range x {
+			replaceDials(e, dial)
+		}
+	}
+}
+
+// withoutHostMatchers returns a copy of cfg whose matcher sets have no
+// host matcher.
+func withoutHostMatchers(cfg map[string]any) map[string]any {
+	var c map[string]any
+	b, _ := json.Marshal(cfg)
+	_ = json.Unmarshal(b, &c)
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			delete(x, "host")
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(c)
+	return c
+}
+
+func mustRoundTrip(t *testing.T, in, out any) {
+	t.Helper()
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadJSON loads a JSON config in-process.
+func loadJSON(t *testing.T, cfg []byte) {
+	t.Helper()
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading config: %v\n%s", err, cfg)
+	}
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// tlsClientTo returns a client that sends every request to addr, for host,
+// trusting only the running config's internal CA.
+func tlsClientTo(t *testing.T, addr, host string) *http.Client {
+	t.Helper()
+	v, err := caddy.ActiveContext().App("pki")
+	if err != nil {
+		t.Fatalf("pki app: %v", err)
+	}
+	ca, ok := v.(*caddypki.PKI).CAs[caddypki.DefaultCAID]
+	if !ok {
+		t.Fatal("no local CA")
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.RootCertificate())
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+		TLSClientConfig:   &tls.Config{RootCAs: roots, ServerName: host},
+		DisableKeepAlives: true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// sendPingback sends a pingback as the provider does: a GET query for
+// CaptchaAI, an urlencoded POST otherwise.
+func sendPingback(t *testing.T, client *http.Client, provider, target, id, code string) (int, string) {
+	t.Helper()
+	form := url.Values{"id": {id}, "code": {code}}
+	var resp *http.Response
+	var err error
+	if provider == "captchaai" {
+		resp, err = client.Get(target + "?" + form.Encode())
+	} else {
+		resp, err = client.PostForm(target, form)
+	}
+	if err != nil {
+		t.Fatalf("pingback to %s: %v", target, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// exampleSite returns the site block of Caddyfile.example that starts with
+// the given address line.
+func exampleSite(t *testing.T, address string) string {
+	t.Helper()
+	data, err := os.ReadFile("Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(data), "\r\n", "\n")
+	start := strings.Index(text, "\n"+address+" {\n")
+	if start < 0 {
+		t.Fatalf("Caddyfile.example has no site %q", address)
+	}
+	end := strings.Index(text[start+1:], "\n}\n")
+	if end < 0 {
+		t.Fatalf("Caddyfile.example: site %q never closes", address)
+	}
+	return text[start+1 : start+1+end+3]
+}
+
+// TestExampleCatchAllSite runs the catch-all site at the end of
+// Caddyfile.example (moved to the test port, its access log written to a
+// file) and checks that requests for hosts no site serves get 404 and that
+// those looking like pingbacks are logged at WARN level with host and path
+// and without their code.
+func TestExampleCatchAllSite(t *testing.T) {
+	site := exampleSite(t, "http://:8080")
+	logFile := filepath.Join(t.TempDir(), "access.log")
+	site = strings.Replace(site, "http://:8080 {", "http://:"+testHTTPPort+" {", 1)
+	if !strings.Contains(site, "\n\tlog {\n") {
+		t.Fatalf("the catch-all site has no log block:\n%s", site)
+	}
+	site = strings.Replace(site, "\n\tlog {\n", "\n\tlog {\n\t\toutput file "+logFile+"\n", 1)
+	startCaddy(t, "", site)
+
+	const code = "SECRET-CODE-9"
+	tests := []struct {
+		name     string
+		method   string
+		path     string
+		ctype    string
+		body     string
+		wantWarn bool
+	}{
+		{"get query", "GET", "/pingback/captchaai?id=11&code=" + code, "", "", true},
+		{"post form", "POST", "/pingback/2captcha", "application/x-www-form-urlencoded", "id=12&code=" + code, true},
+		{"post multipart", "POST", "/pingback/rucaptcha", "multipart/form-data; boundary=XyZ",
+			"--XyZ\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n13\r\n--XyZ\r\nContent-Disposition: form-data; name=\"code\"\r\n\r\n" + code + "\r\n--XyZ--\r\n", true},
+		{"json taskId", "POST", "/callback", "application/json", `{"taskId":14,"status":"ready","solution":{"token":"` + code + `"}}`, true},
+		{"id without code", "GET", "/pingback/typo?id=15", "", "", false},
+		{"not a pingback", "GET", "/favicon.ico", "", "", false},
+		{"form without id", "POST", "/login", "application/x-www-form-urlencoded", "user=a&code=" + code, false},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequest(tt.method, testBase+tt.path, strings.NewReader(tt.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "unserved.example"
+		if tt.ctype != "" {
+			req.Header.Set("Content-Type", tt.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: got %d, want 404", tt.name, resp.StatusCode)
+		}
+	}
+
+	var entries []accessEntry
+	waitFor(t, 5*time.Second, "an access log line per request", func() bool {
+		entries = readAccessLog(t, logFile)
+		return len(entries) >= len(tests)
+	})
+	if len(entries) != len(tests) {
+		t.Fatalf("got %d access log lines, want %d", len(entries), len(tests))
+	}
+	// Lines may be written in another order than the requests were answered.
+	byPath := map[string]accessEntry{}
+	for _, e := range entries {
+		path, _, _ := strings.Cut(e.URI, "?")
+		byPath[path] = e
+	}
+	for _, tt := range tests {
+		path, _, _ := strings.Cut(tt.path, "?")
+		e, ok := byPath[path]
+		if !ok {
+			t.Errorf("%s: no access log line names the path %s", tt.name, path)
+			continue
+		}
+		if e.Host != "unserved.example" {
+			t.Errorf("%s: the log line names host %q, want unserved.example", tt.name, e.Host)
+		}
+		if e.Warn != tt.wantWarn {
+			t.Errorf("%s: WARN level is %v, want %v: %s", tt.name, e.Warn, tt.wantWarn, e.Raw)
+		}
+		if strings.Contains(e.Raw, code) {
+			t.Errorf("%s: the log line holds the code: %s", tt.name, e.Raw)
+		}
+	}
+}
+
+// accessEntry is one line of a console-format access log.
+type accessEntry struct {
+	Warn      bool
+	Host, URI string
+	Raw       string
+}
+
+func readAccessLog(t *testing.T, file string) []accessEntry {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	var out []accessEntry
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		fields := strings.Split(line, "\t")
+		if len(fields) < 4 {
+			t.Fatalf("not a console log line: %q", line)
+		}
+		var e struct {
+			Request struct {
+				Host string `json:"host"`
+				URI  string `json:"uri"`
+			} `json:"request"`
+		}
+		if err := json.Unmarshal([]byte(fields[len(fields)-1]), &e); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, accessEntry{Warn: strings.Contains(fields[1], "WARN"), Host: e.Request.Host, URI: e.Request.URI, Raw: line})
+	}
+	return out
+}
