@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -52,23 +53,31 @@ func (a *App) deliver(ctx context.Context, d delivery) outcome {
 	attempt := d.rec.Attempts
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	fctx, cancelTimeout := context.WithTimeoutCause(fctx, time.Duration(a.Replay.ForwardTimeout), errForwardTimeout)
+	// forward_timeout, but never past the lease (less a margin): the
+	// lease was taken before the waits of the claim or insert, and a lease
+	// that is not renewed must not lapse while its forward runs.
+	timeout := time.Duration(a.Replay.ForwardTimeout)
+	if d.st != nil && d.st.LeaseTerm() == 0 {
+		timeout = min(timeout, d.rec.Lease.Until.Sub(a.now())-leaseGrace/2)
+	}
+	fctx, cancelTimeout := context.WithTimeoutCause(fctx, timeout, errForwardTimeout)
 	defer cancelTimeout()
 	stopCut := context.AfterFunc(a.cutCtx, func() { cancel(errCut) })
 	defer stopCut()
+	stopRenew := func() {}
 	if d.st != nil {
 		if term := d.st.LeaseTerm(); term > 0 {
-			stopRenew := a.renewWhileRunning(fctx, cancel, d.st, d.rec.Key(), attempt, term)
-			defer stopRenew()
+			stopRenew = a.renewWhileRunning(fctx, cancel, d.st, d.rec.Key(), attempt, term)
 		}
 	}
 
 	out := cutShort(d.send(fctx), context.Cause(fctx))
+	stopRenew()
 	a.metrics.forwards.WithLabelValues(d.rec.Provider, string(d.src), out.class.String()).Inc()
-	if out.class.failed() && a.handle != nil && a.handle.failures.allow(d.route) {
+	if h := a.readyHandle(); h != nil && (out.class.failed() || out.class == rejected) && h.failures.allow(d.route) {
 		a.logger.Warn("forward to the app failed (further ones are counted in a summary line each minute)",
 			zap.String("key", d.rec.Key().String()), zap.Int("attempt", attempt), zap.String("route", d.route),
-			zap.Int("status", out.status), zap.String("reason", out.errorText()))
+			zap.String("outcome", out.class.String()), zap.Int("status", out.status), zap.String("reason", out.errorText()))
 	}
 	if d.st == nil {
 		return out
@@ -116,7 +125,8 @@ func (a *App) renewWhileRunning(ctx context.Context, cancel context.CancelCauseF
 			}
 		}
 	}()
-	return func() { close(done) }
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
 }
 
 // leaseUntil is when a lease taken at now lapses unless renewed.
@@ -161,6 +171,9 @@ func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outc
 			a.noteParked(key, d)
 		}
 	case errors.Is(err, store.ErrSkip), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrClosed):
+		a.logger.Info("store closed before a forward's outcome was recorded; the result is replayed when the store opens again",
+			zap.String("key", key.String()), zap.Int("attempt", attempt), zap.String("outcome", out.class.String()))
 	default:
 		a.logger.Error("recording a forward's outcome failed; the result stays leased and is replayed when its lease lapses",
 			zap.String("key", key.String()), zap.Int("attempt", attempt),

@@ -332,3 +332,25 @@ func TestExpiryIsNeverSilent(t *testing.T) {
 		t.Errorf("expiry lines %v, want one for captchaai:36001 (parked)", lines)
 	}
 }
+
+// TestAbortingRouteDoesNotCrash: a handler after pingback that aborts
+// (reverse_proxy does when the app's body breaks off; here Caddy's abort
+// directive) panics with http.ErrAbortHandler. On the live path and in
+// in-process replays alike that is a failed attempt, never a crash.
+func TestAbortingRouteDoesNotCrash(t *testing.T) {
+	site := fmt.Sprintf(`http://localhost:%s {
+	route /cb {
+		pingback {
+			provider captchaai
+		}
+		abort
+	}
+}
+`, testHTTPPort)
+	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tmax_attempts 3\n}", site)
+	sendPingbacks(t, "41001")
+	rec := waitForStateWithin(t, 5*time.Second, "captchaai", "41001", store.StateParked)
+	if rec.Attempts != 3 || rec.Failures != 3 || !strings.Contains(rec.LastError, "handler aborted the forward") {
+		t.Errorf("aborted forwards: attempts %d failures %d last error %q; want 3, 3, handler aborted", rec.Attempts, rec.Failures, rec.LastError)
+	}
+}

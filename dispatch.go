@@ -49,12 +49,24 @@ func (a *App) dispatch(ctx context.Context, rec *store.Record, source store.Sour
 	setDeliveryHeaders(req.Header, rec.Key(), source, attempt)
 	d := new(dispatch)
 	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
-	srv.ServeHTTP(discardWriter{h: make(http.Header)}, req)
+	if v := serveRecovering(srv, req); v != nil && !d.reached {
+		// A handler before the pingback handler panicked.
+		return outcome{class: retryable, err: fmt.Errorf("route aborted the replay: %v", v)}
+	}
 	if !d.reached {
 		return outcome{class: retryable, status: http.StatusBadGateway,
 			err: fmt.Errorf("no pingback handler took %s %s on server %q (route changed?)", rec.Request.Method, uriPath(rec.Request.URI), rec.Server)}
 	}
 	return d.out
+}
+
+// serveRecovering serves req in-process through srv and returns what a
+// handler panicked with, if one did: an in-process dispatch has no net/http
+// server around it to recover, and must never crash Caddy.
+func serveRecovering(srv *caddyhttp.Server, req *http.Request) (panicked any) {
+	defer func() { panicked = recover() }()
+	srv.ServeHTTP(discardWriter{h: make(http.Header)}, req)
+	return nil
 }
 
 // httpApp returns the running config's http app.
@@ -257,7 +269,7 @@ func (a *App) probe(ctx context.Context, u *url.URL, method string) error {
 	}
 	d := &dispatch{probe: true}
 	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
-	srv.ServeHTTP(discardWriter{h: make(http.Header)}, req)
+	serveRecovering(srv, req)
 	if !d.reached {
 		return fmt.Errorf("no pingback handler serves %s %s on this Caddy", method, u.Redacted())
 	}

@@ -44,11 +44,6 @@ func (a *App) backoff(n int) time.Duration {
 // every tick, and whenever a forward ends or a polled result is queued.
 func (a *App) replayLoop() {
 	defer close(a.loopDone)
-	defer func() {
-		if err := recover(); err != nil {
-			a.logger.Error("replay loop panicked", zap.Any("error", err), zap.ByteString("stack", debug.Stack()))
-		}
-	}()
 	tick := min(max(time.Duration(a.Replay.BackoffMin)/4, 20*time.Millisecond), time.Second)
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -56,8 +51,10 @@ func (a *App) replayLoop() {
 	defer chores.Stop()
 	for {
 		if a.handle.owns(a) {
-			a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
-			a.replayDue()
+			a.recovering("replay loop", func() {
+				a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
+				a.replayDue()
+			})
 		}
 		select {
 		case <-a.stop:
@@ -66,10 +63,21 @@ func (a *App) replayLoop() {
 		case <-a.handle.kick:
 		case <-chores.C:
 			if a.handle.owns(a) {
-				a.housekeeping()
+				a.recovering("replay loop housekeeping", a.housekeeping)
 			}
 		}
 	}
+}
+
+// recovering runs one round of a loop; a panic is logged and the loop goes
+// on with its next round.
+func (a *App) recovering(what string, round func()) {
+	defer func() {
+		if err := recover(); err != nil {
+			a.logger.Error(what+" panicked; going on with the next round", zap.Any("error", err), zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	round()
 }
 
 // replayDue claims as many due records as there are free forward slots,
@@ -99,10 +107,14 @@ func (a *App) replayDue() {
 			}
 			continue
 		}
+		if !a.handle.track() {
+			return // the store is closing: the leases lapse with it
+		}
 		a.inflight <- struct{}{} // never blocks: only this goroutine takes slots
 		go func() {
 			defer func() {
 				<-a.inflight
+				a.handle.untrack()
 				a.handle.wake()
 			}()
 			a.deliverStored(st, rec, sourceOf(rec))
@@ -196,7 +208,12 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 		return nil, errInFlight
 	}
 	rec := claimed[0]
+	h := a.readyHandle()
+	if h == nil || !h.track() {
+		return nil, errStoreUnavailable
+	}
 	out := a.deliverStored(st, rec, store.SourceReplay)
+	h.untrack()
 	a.logger.Info("result replayed by hand", zap.String("key", key.String()),
 		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
 	return st.Get(ctx, key)

@@ -80,10 +80,30 @@ func cutShort(out outcome, cause error) outcome {
 
 // forward runs next on r with a response writer that keeps the app's answer
 // away from the provider, and classifies what happened.
-func forward(r *http.Request, next caddyhttp.Handler) outcome {
+//
+// A panic in the handler chain (reverse_proxy aborts with
+// http.ErrAbortHandler when the app's body breaks off after its headers,
+// for example when forward_timeout cuts it) is recovered here: it must not
+// crash Caddy from a replay goroutine. A 2xx or 3xx already written counts
+// as delivered; anything else as a retryable failure.
+func forward(r *http.Request, next caddyhttp.Handler) (out outcome) {
 	rec := caddyhttp.NewResponseRecorder(discardWriter{h: make(http.Header)}, nil, nil)
+	defer func() {
+		if v := recover(); v != nil {
+			out = recovered(v, rec.Status())
+		}
+	}()
 	err := next.ServeHTTP(rec, r)
 	return classify(rec.Status(), err)
+}
+
+// recovered is the outcome of a forward whose handler chain panicked with
+// v after writing status (0 if none).
+func recovered(v any, status int) outcome {
+	if status >= 200 && status < 400 {
+		return outcome{class: delivered, status: status}
+	}
+	return outcome{class: retryable, err: fmt.Errorf("handler aborted the forward: %v", v)}
 }
 
 // classify maps the next handler's status and error to an outcome. A handler

@@ -182,7 +182,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return writeText(w, http.StatusRequestEntityTooLarge, "request too large to store")
 	case err != nil:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
-		if h.app.handle == nil || h.app.handle.storeErrors.allow(h.Provider) {
+		if st == nil || h.app.handle.storeErrors.allow(h.Provider) {
 			h.logger.Error("result NOT stored: forwarding without durability (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
 		}
@@ -222,6 +222,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			ack.write(w, http.StatusServiceUnavailable, "result not stored", true)
 		}
 	})
+	// Whatever happens below, the timer never writes after this returns.
+	defer func() {
+		if !timer.Stop() {
+			ack.wait()
+		}
+	}()
 	d := delivery{
 		rec:        rec,
 		src:        store.SourceCallback,

@@ -69,7 +69,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 			}, []string{"provider", "state"}),
 			storeAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "store_available",
-				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space).",
+				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
 		}
 	})

@@ -58,7 +58,7 @@ type App struct {
 	// (they are then forwarded without durability: the provider gets 200
 	// only if the app accepted, else 503) until space returns; this keeps
 	// a full disk from crashing Caddy. Storing resumes by itself within a
-	// few seconds of space coming back. Default: store.DefaultMinFreeSpace.
+	// second of space coming back. Default: store.DefaultMinFreeSpace (256 MiB).
 	MinFreeSpace int64 `json:"min_free_space,omitempty"`
 
 	// How failed forwards are replayed.
@@ -317,6 +317,17 @@ func (a *App) store(wait time.Duration) store.Store {
 	return nil
 }
 
+// readyHandle returns the store handle once Start has run, without
+// waiting; nil before, or if the store did not open.
+func (a *App) readyHandle() *storeHandle {
+	select {
+	case <-a.ready:
+		return a.handle
+	default:
+		return nil
+	}
+}
+
 // stores holds one *storeHandle per absolute storage directory.
 var stores = caddy.NewUsagePool()
 
@@ -337,7 +348,7 @@ type storeHandle struct {
 	apps      []*App                    // started apps, oldest first; the last one owns the loops
 	providers map[string]*providerState // the poller's state per provider
 	closing   bool                      // Destruct began: no new outcomes
-	outcomes  sync.WaitGroup            // forwards' outcomes being recorded in the background
+	outcomes  sync.WaitGroup            // forwards in flight and outcomes being recorded: Destruct waits for them
 }
 
 func openStoreHandle(dir string, minFree int64, logger *zap.Logger) (*storeHandle, error) {

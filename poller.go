@@ -229,6 +229,9 @@ func (a *App) pollLoop() {
 // pollDue polls the tasks that are due now, provider by provider.
 func (a *App) pollDue() {
 	st := a.handle.store
+	if !st.Available() {
+		return // a full disk: no res.php request whose result could not be stored
+	}
 	now := a.now().UTC()
 	tasks, err := st.DueTasks(a.ctx, now, 1000)
 	if err != nil {

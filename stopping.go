@@ -6,23 +6,31 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"go.uber.org/zap"
 )
 
 // The forwards of a config are cut cutAfter after the config begins to
 // stop. That moment is the core's "stopping" event (emitted before any app
 // is stopped, so also before the http app waits for its requests when Caddy
-// exits) or, failing that, this app's Stop, whichever comes first. The
-// event is marked experimental in Caddy; Stop alone still bounds a reload.
+// exits) or this app's Stop, whichever comes first. The event is marked
+// experimental in Caddy; should it go away, a reload is still bounded
+// (the http app does not wait for requests then) but an exit whose http
+// app stops first waits for its forwards up to forward_timeout.
 
-// watchStopping subscribes the app to its config's "stopping" event, if
-// the config has an events app (the http app loads one).
+// watchStopping subscribes the app to its config's "stopping" event
+// (loading the config's events app, as the http app does anyway).
 func (a *App) watchStopping(ctx caddy.Context) {
 	v, err := ctx.App("events")
 	if err != nil {
+		a.logger.Warn("no events app: forwards are cut only from this app's Stop", zap.Error(err))
 		return
 	}
-	if ev, ok := v.(*caddyevents.App); ok {
-		_ = ev.On("stopping", stoppingHandler{a})
+	ev, ok := v.(*caddyevents.App)
+	if !ok {
+		return
+	}
+	if err := ev.On("stopping", stoppingHandler{a}); err != nil {
+		a.logger.Warn("cannot watch the stopping event: forwards are cut only from this app's Stop", zap.Error(err))
 	}
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -127,4 +128,13 @@ func checkIndexes(txn *badger.Txn) error {
 		return errors.New(strings.Join(problems, "\n"))
 	}
 	return nil
+}
+
+// clone returns a deep copy of r. Keep it in step with Record's fields: all
+// but Request.Header and Request.Body are values.
+func (r *Record) clone() *Record {
+	c := *r
+	c.Request.Header = r.Request.Header.Clone()
+	c.Request.Body = bytes.Clone(r.Request.Body)
+	return &c
 }

@@ -73,7 +73,7 @@ const (
 	// log; the current .vlog file is written up to ValueLogFileSize+B
 	// before Badger starts the next. Records are capped at 1 MiB, so this
 	// is a reserve for the rare record whose encoding crosses the
-	// threshold: 66.4 MiB.
+	// threshold: 18.4 MiB.
 	boundVlog = boundValueLogFileSize + boundBatch
 
 	// Compaction output exists beside its input until the compaction
@@ -105,7 +105,7 @@ const (
 
 // DefaultMinFreeSpace is the default min_free_space in bytes: 256 MiB, the
 // worst-case growth of the directory derived above (boundGrowth, 255.9 MiB,
-// rounded up to a whole MiB), well above the 64 MiB floor. (The value log
+// rounded up to a whole MiB). (The value log
 // is kept at 16 MiB files: a value goes there only from 1 MiB, and records
 // are capped at MaxRecordSize, so it is essentially never written.)
 //

@@ -18,7 +18,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -188,15 +187,6 @@ type Delivery struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-// clone returns a deep copy of r. Keep it in step with Record's fields: all
-// but Request.Header and Request.Body are values.
-func (r *Record) clone() *Record {
-	c := *r
-	c.Request.Header = r.Request.Header.Clone()
-	c.Request.Body = bytes.Clone(r.Request.Body)
-	return &c
-}
-
 // Filter selects records for List. Empty fields match everything.
 type Filter struct {
 	Provider string
@@ -254,10 +244,10 @@ type Store interface {
 	Owner() string
 
 	// Insert durably stores rec unless a record with the same key exists.
-	// If rec is in StateForwarding, the store sets rec.Lease.Owner to
-	// Owner() (the caller sets Lease.Until): the lease is written in the
-	// insert's own transaction. A pending task under the same key is marked
-	// done in the same transaction. Insert does not change rec.
+	// If rec is in StateForwarding, the stored copy's lease is Owner()'s
+	// (the caller sets Lease.Until), written in the insert's own
+	// transaction. A pending task under the same key is marked done in the
+	// same transaction. Insert does not change rec.
 	//
 	// It returns once the commit is durable; Existing is set for a
 	// duplicate (nothing written). On error nothing can be assumed stored:
