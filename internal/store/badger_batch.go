@@ -44,31 +44,33 @@ const (
 // has succeeded. An operation does not read its own writes.
 type batch struct {
 	txn    *badger.Txn
-	writes []*badger.Entry
-	dels   map[int]bool // indexes into writes that are deletions
+	writes []write
+}
+
+// write is one buffered write: a set, or a deletion when del is true.
+type write struct {
+	key, val []byte
+	exp      uint64
+	del      bool
 }
 
 func (w *batch) set(key, val []byte, exp uint64) {
-	e := badger.NewEntry(key, val)
-	e.ExpiresAt = exp
-	w.writes = append(w.writes, e)
+	w.writes = append(w.writes, write{key: key, val: val, exp: exp})
 }
 
 func (w *batch) del(key []byte) {
-	if w.dels == nil {
-		w.dels = make(map[int]bool)
-	}
-	w.dels[len(w.writes)] = true
-	w.writes = append(w.writes, badger.NewEntry(key, nil))
+	w.writes = append(w.writes, write{key: key, del: true})
 }
 
 // flush writes the buffered writes into the transaction, in order.
 func (w *batch) flush() error {
-	for i, e := range w.writes {
+	for _, x := range w.writes {
 		var err error
-		if w.dels[i] {
-			err = w.txn.Delete(e.Key)
+		if x.del {
+			err = w.txn.Delete(x.key)
 		} else {
+			e := badger.NewEntry(x.key, x.val)
+			e.ExpiresAt = x.exp
 			err = w.txn.SetEntry(e)
 		}
 		if err != nil {
