@@ -26,8 +26,8 @@ const (
 	// cutAfter is how long the forwards of a config that stops may still
 	// run before they are cut and recorded as interrupted.
 	cutAfter = 2 * time.Second
-	// maxInterrupts is how many forwards of one result may be cut in a row
-	// (a result that crashes Caddy, say) before it is parked.
+	// maxInterrupts is how many forwards of one result may be cut by a
+	// crash in a row (a result that crashes Caddy, say) before it is parked.
 	maxInterrupts = 5
 	// outcomeRetries bounds the tries to record one outcome.
 	outcomeRetries = 5
@@ -188,7 +188,7 @@ func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
 	d.LastStatus, d.LastError = out.status, out.errorText()
 	d.DueAt, d.Lease = time.Time{}, store.Lease{}
 	if out.class != interrupted {
-		d.Interrupts = 0
+		d.Interrupts = 0 // the attempt ended
 	}
 	switch {
 	case out.class == delivered:
@@ -196,12 +196,9 @@ func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
 	case out.class == rejected:
 		d.State = store.StateRejected
 	case out.class == interrupted:
+		// Cut by a reload or a stop: replayed at once, and not counted
+		// toward the crash-park (Interrupts counts lapsed leases).
 		d.LastStatus = 0
-		d.Interrupts++
-		if d.Interrupts >= maxInterrupts {
-			park(d, interruptsReason(d))
-			return
-		}
 		d.State, d.DueAt = store.StateQueued, now
 	default: // failed or timed out
 		d.Failures++

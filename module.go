@@ -113,7 +113,7 @@ type ReplayConfig struct {
 	// Attempts that may end in a retryable failure or a timeout (the live
 	// forward included) before the result is parked: kept and visible but
 	// no longer retried. Forwards cut by a crash or a reload do not count;
-	// five cut in a row park the result too. Default: 20.
+	// five cut by crashes in a row park the result too. Default: 20.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// The longest one forward (live, replay or polled delivery) may take;
 	// then it is cancelled, recorded as a failed attempt ("app did not
@@ -241,7 +241,7 @@ func (a *App) Validate() error {
 // persistence.
 func (a *App) Start() error {
 	defer close(a.ready)
-	v, _, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
+	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
 		return openStoreHandle(a.dir, a.MinFreeSpace, a.logger)
 	})
 	if err != nil {
@@ -249,6 +249,10 @@ func (a *App) Start() error {
 	}
 	a.held = true
 	a.handle = v.(*storeHandle)
+	if loaded && a.handle.minFree != a.MinFreeSpace {
+		a.logger.Warn("min_free_space of this config ignored: the store is already open with another; it applies once Caddy restarts",
+			zap.String("storage_dir", a.dir), zap.Int64("in_use", a.handle.minFree), zap.Int64("configured", a.MinFreeSpace))
+	}
 	a.handle.join(a)
 	a.inflight = make(chan struct{}, a.Replay.Concurrency)
 	a.loopCtx, a.loopCancel = context.WithCancel(a.ctx)
@@ -336,8 +340,9 @@ var stores = caddy.NewUsagePool()
 // them runs the replay loop, so the loop runs once per store even while an
 // old and a new config overlap during a reload.
 type storeHandle struct {
-	store store.Store
-	kick  chan struct{} // wakes the replay loop: a slot is free, or a result is queued
+	store   store.Store
+	minFree int64         // the min_free_space it was opened with
+	kick    chan struct{} // wakes the replay loop: a slot is free, or a result is queued
 
 	// Throttled logs, shared by every config on this store and flushed by
 	// the loop owner's housekeeping.
@@ -365,9 +370,10 @@ func openStoreHandle(dir string, minFree int64, logger *zap.Logger) (*storeHandl
 	}
 	return &storeHandle{
 		store:       s,
+		minFree:     minFree,
 		kick:        make(chan struct{}, 1),
-		failures:    newThrottledLog(failureLinesPerWindow, "forwards to this route failed in the last minute"),
-		storeErrors: newThrottledLog(1, "results NOT stored in the last minute (forwarded without durability)"),
+		failures:    newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
+		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability)"),
 	}, nil
 }
 

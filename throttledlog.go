@@ -14,6 +14,7 @@ import (
 // group with the window's count, then starts a new window.
 type throttledLog struct {
 	perWindow int
+	maxGroups int    // groups counted apart; the rest are counted under otherGroup
 	summary   string // the flush line's message
 
 	mu     sync.Mutex
@@ -21,8 +22,12 @@ type throttledLog struct {
 	counts map[string]int
 }
 
-func newThrottledLog(perWindow int, summary string) *throttledLog {
-	return &throttledLog{perWindow: perWindow, summary: summary, counts: make(map[string]int)}
+// otherGroup collects the events of groups beyond maxGroups in a window
+// (a group may come from request data, such as the Host header).
+const otherGroup = "(other)"
+
+func newThrottledLog(perWindow, maxGroups int, summary string) *throttledLog {
+	return &throttledLog{perWindow: perWindow, maxGroups: maxGroups, summary: summary, counts: make(map[string]int)}
 }
 
 // allow counts an event of group and reports whether it may have a line of
@@ -30,6 +35,9 @@ func newThrottledLog(perWindow int, summary string) *throttledLog {
 func (l *throttledLog) allow(group string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.counts[group]; !ok && len(l.counts) >= l.maxGroups {
+		group = otherGroup
+	}
 	l.counts[group]++
 	if l.lines >= l.perWindow {
 		return false

@@ -170,8 +170,9 @@ type Delivery struct {
 	// Failures counts attempts that ended in a retryable failure or a
 	// timeout; max_attempts bounds it.
 	Failures int `json:"failures"`
-	// Interrupts counts the forwards in a row that were cut (by a crash or
-	// a reload) before they ended; an attempt that ends resets it.
+	// Interrupts counts the forwards in a row whose lease lapsed before
+	// they ended (cut by a crash); an attempt that ends resets it. A
+	// forward cut by a reload or a stop does not count.
 	Interrupts int `json:"interrupts,omitempty"`
 	// DueAt is when a queued or failed record is forwarded next; zero in
 	// the other states.
