@@ -2,10 +2,12 @@ package pingback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,5 +354,93 @@ func TestAbortingRouteDoesNotCrash(t *testing.T) {
 	rec := waitForStateWithin(t, 5*time.Second, "captchaai", "41001", store.StateParked)
 	if rec.Attempts != 3 || rec.Failures != 3 || !strings.Contains(rec.LastError, "handler aborted the forward") {
 		t.Errorf("aborted forwards: attempts %d failures %d last error %q; want 3, 3, handler aborted", rec.Attempts, rec.Failures, rec.LastError)
+	}
+}
+
+// withStoreOptions makes the stores the test opens use fn's options.
+func withStoreOptions(t *testing.T, fn func(*store.BadgerOptions)) {
+	t.Helper()
+	testStoreOptions = fn
+	t.Cleanup(func() { testStoreOptions = nil })
+}
+
+// TestSlowCommitAnswers503InTime: a commit slower than ack_timeout does not
+// hold the provider: it gets 503 at ack_timeout (not a 200 for what is not
+// yet committed), and the result, once committed, is delivered.
+func TestSlowCommitAnswers503InTime(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Bool
+	withStoreOptions(t, func(o *store.BadgerOptions) {
+		o.BeforeCommit = func(uint64) error {
+			if held.Load() {
+				<-release
+			}
+			return nil
+		}
+	})
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("captchaai", "ack_timeout 200ms", app))
+	held.Store(true)
+
+	start := time.Now()
+	status, body, err := getWith(&http.Client{Timeout: 3 * time.Second}, testBase+"/cb?id=42001&code=TOKEN")
+	waited := time.Since(start)
+	if err != nil {
+		close(release)
+		t.Fatalf("the provider was not answered while the commit hung: %v", err)
+	}
+	if status != http.StatusServiceUnavailable || body != "result not stored" || waited > time.Second {
+		t.Errorf("provider got %d %q after %s while the commit hung, want 503 \"result not stored\" at about 200ms", status, body, waited)
+	}
+	held.Store(false)
+	close(release)
+	var rec *store.Record
+	waitFor(t, 5*time.Second, "the result to be committed and delivered", func() bool {
+		var err error
+		rec, err = runningApp(t).store(time.Second).Get(context.Background(), store.Key{Provider: "captchaai", ID: "42001"})
+		return err == nil && rec.State == store.StateDelivered
+	})
+	if n := app.deliveries("captchaai:42001"); n != 1 || rec.Attempts != 1 {
+		t.Errorf("delivered %d times with %d attempts, want once", n, rec.Attempts)
+	}
+	// The provider's retry is a duplicate.
+	if status, body := get(t, testBase+"/cb?id=42001&code=TOKEN"); status != http.StatusOK || body != "OK" {
+		t.Errorf("retry: %d %q, want 200 OK", status, body)
+	}
+}
+
+// TestCommitFailureIsNeverAcknowledged: when the store's commit fails (an
+// injected fault, the store still open), the provider gets 200 only if the
+// app took the result, else 503, and nothing is stored.
+func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
+	var failing atomic.Bool
+	withStoreOptions(t, func(o *store.BadgerOptions) {
+		o.BeforeCommit = func(uint64) error {
+			if failing.Load() {
+				return errors.New("injected commit failure")
+			}
+			return nil
+		}
+	})
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("captchaai", "", app))
+	failing.Store(true)
+
+	if status, body := get(t, testBase+"/cb?id=43001&code=TOKEN"); status != http.StatusOK || body != "OK" {
+		t.Errorf("app up: %d %q, want 200 OK (the app took it)", status, body)
+	}
+	app.setStatus(http.StatusServiceUnavailable)
+	if status, body := get(t, testBase+"/cb?id=43002&code=TOKEN"); status != http.StatusServiceUnavailable || body != "result not stored and not delivered" {
+		t.Errorf("app down: %d %q, want 503", status, body)
+	}
+	// Its re-delivery is not taken for a duplicate of what was never written.
+	if status, _ := get(t, testBase+"/cb?id=43002&code=TOKEN"); status != http.StatusServiceUnavailable {
+		t.Errorf("re-delivery while commits fail: %d, want 503", status)
+	}
+	failing.Store(false)
+	for _, id := range []string{"43001", "43002"} {
+		if _, err := runningApp(t).store(time.Second).Get(context.Background(), store.Key{Provider: "captchaai", ID: id}); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s after failed commits: %v, want not stored", id, err)
+		}
 	}
 }

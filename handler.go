@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -47,7 +48,9 @@ const (
 // the next handler (normally reverse_proxy to the app).
 //
 // The provider gets 200 "OK" once the result is committed, whatever the
-// app answers, within AckTimeout. Invalid pingbacks get 400, 405, 413 or 415
+// app answers, within AckTimeout (counted from arrival); a commit slower
+// than that gets 503 at AckTimeout, and the result, once committed, is
+// delivered all the same. Invalid pingbacks get 400, 405, 413 or 415
 // with a short plain-text reason and change nothing. If the store cannot
 // commit, the request is still forwarded and the provider gets 200 only if
 // the app accepted it, else 503.
@@ -165,6 +168,35 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	// The provider may hang up; the result is valid and is stored anyway.
 	ctx := context.WithoutCancel(r.Context())
+
+	// The provider is answered within ack_timeout, counted from arrival,
+	// whatever the store and the app do: if the commit or the app takes
+	// longer, a timer answers meanwhile: 200 only once the result is
+	// committed, else 503 (a result committed after that is still
+	// delivered, and the provider's retry is a duplicate). Only one of the
+	// timer and this goroutine ever writes to w, and this goroutine waits
+	// for the timer's write before it returns.
+	ack := newAckWriter()
+	var committed atomic.Bool
+	timer := time.AfterFunc(max(0, time.Duration(h.AckTimeout)-time.Since(start)), func() {
+		if committed.Load() {
+			ack.write(w, http.StatusOK, "OK", true)
+		} else {
+			ack.write(w, http.StatusServiceUnavailable, "result not stored", true)
+		}
+	})
+	defer func() {
+		if !timer.Stop() {
+			ack.wait()
+		}
+	}()
+	// answer answers the provider now unless the timer already did.
+	answer := func(status int, body string) {
+		if timer.Stop() {
+			ack.write(w, status, body, false)
+		}
+	}
+
 	st := h.app.store(time.Duration(h.AckTimeout))
 	var res store.InsertResult
 	err = errStoreUnavailable
@@ -179,7 +211,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
 		h.logger.Warn("pingback too large to store (headers and body)",
 			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
-		return writeText(w, http.StatusRequestEntityTooLarge, "request too large to store")
+		answer(http.StatusRequestEntityTooLarge, "request too large to store")
+		return nil
 	case err != nil:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
 		if st == nil || h.app.handle.storeErrors.allow(h.Provider) {
@@ -187,6 +220,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
 		}
 	case res.Existing != nil:
+		committed.Store(true)
 		result := "duplicate"
 		if res.Existing.Code != cb.code {
 			result = "conflict"
@@ -194,8 +228,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id))
 		}
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
-		return writeText(w, http.StatusOK, "OK")
+		answer(http.StatusOK, "OK")
+		return nil
 	default:
+		committed.Store(true)
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
@@ -204,30 +240,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	stored := err == nil
 
-	// Restore the original request for the app.
+	// Restore the original request for the app, and forward it in this
+	// goroutine.
 	r.Body = io.NopCloser(bytes.NewReader(cb.body))
 	r.ContentLength = int64(len(cb.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
 	setDeliveryHeaders(r.Header, rec.Key(), store.SourceCallback, 1)
-
-	// Forward in this goroutine; if the app is slower than what is left
-	// of ack_timeout, answer the provider from the timer meanwhile (at
-	// once if the commit itself took that long). Only one of the two ever
-	// writes to w, and this goroutine waits for the timer's write.
-	ack := newAckWriter()
-	timer := time.AfterFunc(max(0, time.Duration(h.AckTimeout)-time.Since(start)), func() {
-		if stored {
-			ack.write(w, http.StatusOK, "OK", true)
-		} else {
-			ack.write(w, http.StatusServiceUnavailable, "result not stored", true)
-		}
-	})
-	// Whatever happens below, the timer never writes after this returns.
-	defer func() {
-		if !timer.Stop() {
-			ack.wait()
-		}
-	}()
 	d := delivery{
 		rec:        rec,
 		src:        store.SourceCallback,
@@ -241,15 +259,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		d.st = st
 	}
 	out := h.app.deliver(ctx, d)
-	if timer.Stop() {
-		switch {
-		case stored, out.class == delivered:
-			ack.write(w, http.StatusOK, "OK", false)
-		default:
-			ack.write(w, http.StatusServiceUnavailable, "result not stored and not delivered", false)
-		}
+	if stored || out.class == delivered {
+		answer(http.StatusOK, "OK")
 	} else {
-		ack.wait()
+		answer(http.StatusServiceUnavailable, "result not stored and not delivered")
 	}
 	if !stored && out.class != delivered {
 		h.logger.Error("result neither stored nor delivered; the provider was answered 503",

@@ -360,11 +360,15 @@ func openStoreHandle(dir string, minFree int64, logger *zap.Logger) (*storeHandl
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", dir, err)
 	}
-	s, err := store.OpenBadger(store.BadgerOptions{
+	opts := store.BadgerOptions{
 		Dir:          dir,
 		Logger:       logger.Named("badger"),
 		MinFreeSpace: minFree,
-	})
+	}
+	if testStoreOptions != nil {
+		testStoreOptions(&opts)
+	}
+	s, err := store.OpenBadger(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -376,6 +380,10 @@ func openStoreHandle(dir string, minFree int64, logger *zap.Logger) (*storeHandl
 		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability)"),
 	}, nil
 }
+
+// testStoreOptions, if set, adjusts the options of every store opened
+// from then on: tests inject commit faults and delays with it.
+var testStoreOptions func(*store.BadgerOptions)
 
 // failureLinesPerWindow is how many failed forwards a minute get a log
 // line of their own; the rest are only counted in the minute's summary.
