@@ -232,6 +232,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	default:
 		committed.Store(true)
+		if ack.written() {
+			h.logger.Warn("commit slower than ack_timeout: the provider was answered 503; the result is stored and delivered all the same",
+				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
+		}
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
@@ -314,6 +318,16 @@ func (a *ackWriter) write(w http.ResponseWriter, status int, body string, flush 
 }
 
 func (a *ackWriter) wait() { <-a.done }
+
+// written reports whether the answer has been written.
+func (a *ackWriter) written() bool {
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // setDeliveryHeaders sets the headers the app sees on every delivery.
 func setDeliveryHeaders(h http.Header, k store.Key, source store.Source, attempt int) {
