@@ -29,7 +29,7 @@ func init() {
 // GET /pingback/records answers a JSON array of records, at most limit
 // (default 100, at most 10000), ordered by provider and id. The replay route
 // answers the record after the attempt (200), 404 for an unknown result, 409
-// while a forward of it is in flight.
+// while a forward of it is in flight, 503 while the store is unavailable.
 //
 // POST /pingback/tasks:
 // The body is JSON: {"provider": "2captcha", "id": "123", "pingback_url":
@@ -177,6 +177,8 @@ func handleReplayRecord(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	case errors.Is(err, errInFlight):
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
+	case errors.Is(err, errStoreUnavailable), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	case err != nil:
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
