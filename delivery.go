@@ -129,11 +129,6 @@ func (a *App) renewWhileRunning(ctx context.Context, cancel context.CancelCauseF
 	return func() { once.Do(func() { close(done) }) }
 }
 
-// leaseUntil is when a lease taken at now lapses unless renewed.
-func (a *App) leaseUntil(st store.Store, now time.Time) time.Time {
-	return now.Add(a.leaseFor(st))
-}
-
 // leaseFor is the length of a lease on st.
 func (a *App) leaseFor(st store.Store) time.Duration {
 	if term := st.LeaseTerm(); term > 0 {

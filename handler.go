@@ -201,7 +201,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	var res store.InsertResult
 	err = errStoreUnavailable
 	if st != nil {
-		rec.Lease.Until = h.app.leaseUntil(st, now)
+		rec.Lease.Until = now.Add(h.app.leaseFor(st))
 		res, err = st.Insert(ctx, rec)
 	}
 	switch {

@@ -391,15 +391,13 @@ func (b *Badger) claimable(w *batch, req ClaimRequest) ([]candidate, error) {
 	// Leases: l/<epoch><until><provider>/<id>; earlier epochs sort first.
 	err := w.scan(leasePrefix, func(k []byte) bool {
 		epoch, until, key, ok := parseLeaseKey(k)
-		switch {
-		case !ok:
+		if !ok {
 			return true
-		case epoch < b.epoch:
-			return add(key, lapseRestart)
-		case epoch == b.epoch && !until.After(req.Now):
-			return add(key, lapseExpired)
 		}
-		return false
+		if why := b.lapse(epoch, until, req.Now); why != "" {
+			return add(key, why)
+		}
+		return false // this epoch's leases from here on hold
 	})
 	if err != nil || len(out) >= req.Limit {
 		return out, err
@@ -417,18 +415,25 @@ func (b *Badger) claimable(w *batch, req ClaimRequest) ([]candidate, error) {
 	return out, err
 }
 
+// lapse says why a lease of epoch until until has lapsed at now, or ""
+// if it holds: every lease of an earlier open lapsed with it, and one of
+// this open lapses at its end.
+func (b *Badger) lapse(epoch uint64, until, now time.Time) string {
+	switch {
+	case epoch < b.epoch:
+		return lapseRestart
+	case !until.After(now):
+		return lapseExpired
+	}
+	return ""
+}
+
 // stillClaimable checks the delivery state behind a candidate (an index
 // entry may be stale) and returns why its lease lapsed ("" if it had none).
 func (b *Badger) stillClaimable(d *Delivery, c candidate, req ClaimRequest) (lapse string, ok bool) {
 	if d.State == StateForwarding {
-		epoch := ownerEpoch(d.Lease.Owner)
-		switch {
-		case epoch < b.epoch:
-			return lapseRestart, true
-		case !d.Lease.Until.After(req.Now):
-			return lapseExpired, true
-		}
-		return "", false // its lease holds
+		why := b.lapse(ownerEpoch(d.Lease.Owner), d.Lease.Until, req.Now)
+		return why, why != ""
 	}
 	if len(req.Keys) > 0 {
 		return "", true
