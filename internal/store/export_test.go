@@ -138,3 +138,21 @@ func (r *Record) clone() *Record {
 	c.Request.Body = bytes.Clone(r.Request.Body)
 	return &c
 }
+
+// crash closes b the way a crash would leave it: the committer stops, the
+// journal gets no final checkpoint and Badger keeps what it was given.
+func (b *Badger) crash() {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		b.mu.Unlock()
+		b.inflight.Wait()
+		close(b.ops)
+		<-b.done
+		close(b.stopGC)
+		<-b.gcDone
+		b.journal.wg.Wait()
+		_ = b.journal.closeFiles()
+		b.closeErr = b.db.Close()
+	})
+}
