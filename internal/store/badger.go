@@ -91,7 +91,7 @@ type Badger struct {
 	// loseCommit, in tests, drops a journaled commit's Badger transaction
 	// when it returns true, as a power loss would have lost it.
 	loseCommit func() bool
-	writes   []write       // the committer's: the writes of the batch being committed
+	writes     []write // the committer's: the writes of the batch being committed
 }
 
 // op is one unit of work for the committer. apply reads through the batch
