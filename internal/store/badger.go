@@ -103,8 +103,14 @@ type op struct {
 	apply func(w *batch) error
 	err   error // apply's own result, or the commit's
 	done  chan struct{}
-	size  int // approximate bytes written, for batching
+	size  int  // approximate bytes written, for batching
+	lazy  bool // no caller waits for it to answer anyone (Deferrable)
 }
+
+// lazyWait is how long a batch of only deferrable operations waits for an
+// operation someone waits on, to share its commit and sync. An operation
+// someone waits on is never held back.
+const lazyWait = 3 * time.Millisecond
 
 // OpenBadger opens (or creates) the database in opts.Dir with memory-lean
 // options (see badger-and-distributed-stores.md §3 and §6), upgrades its
@@ -309,7 +315,7 @@ func (b *Badger) Get(ctx context.Context, key Key) (*Record, error) {
 // UpdateDelivery implements Store.
 func (b *Badger) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
-	o := &op{size: 512, apply: func(w *batch) error {
+	o := &op{size: 512, lazy: IsDeferrable(ctx), apply: func(w *batch) error {
 		old, exp, err := w.delivery(key)
 		if err != nil {
 			return err
@@ -658,26 +664,54 @@ func (b *Badger) view(fn func(txn *badger.Txn) error) error {
 
 // commitLoop is the group committer: it blocks for one operation, takes
 // every other one already waiting (up to maxBatch or about 1 MiB), commits
-// them in one synced transaction and releases them all.
+// them in one synced transaction and releases them all. A batch of only
+// deferrable operations first waits up to lazyWait for one that is not.
 func (b *Badger) commitLoop() {
 	defer close(b.done)
 	const maxBytes = 1 << 20
 	batch := make([]*op, 0, b.maxBatch)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for first := range b.ops {
 		batch = append(batch[:0], first)
 		size := first.size
-	gather:
-		for len(batch) < b.maxBatch && size < maxBytes {
-			select {
-			case o, ok := <-b.ops:
-				if !ok {
-					break gather
+		lazy := first.lazy
+		gather := func() {
+			for len(batch) < b.maxBatch && size < maxBytes {
+				select {
+				case o, ok := <-b.ops:
+					if !ok {
+						return
+					}
+					batch = append(batch, o)
+					size += o.size
+					lazy = lazy && o.lazy
+				default:
+					return
 				}
-				batch = append(batch, o)
-				size += o.size
-			default:
-				break gather
 			}
+		}
+		gather()
+		if lazy {
+			timer.Reset(lazyWait)
+		wait:
+			for len(batch) < b.maxBatch && size < maxBytes {
+				select {
+				case o, ok := <-b.ops:
+					if !ok {
+						break wait
+					}
+					batch = append(batch, o)
+					size += o.size
+					if !o.lazy {
+						gather()
+						break wait
+					}
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
 		}
 		b.commit(batch)
 		for _, o := range batch {
