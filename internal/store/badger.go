@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -191,6 +190,12 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	}
 
 	var j *journal
+	if _, err := checkFormat(db); err != nil {
+		// Refused before the journal is opened or replayed: nothing
+		// is written.
+		_ = db.Close()
+		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
+	}
 	if journaled {
 		var replayed int
 		j, replayed, err = openJournal(db, opts.Dir, opts.JournalSize)
@@ -254,17 +259,14 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 	// Encode here, in the caller's goroutine, not in the committer's
 	// serial section; only a tracked task (its submission time goes into
 	// the record) needs a second encoding there.
-	encoded, err := json.Marshal(&c)
+	encoded, err := encodeRecord(&c)
 	if err != nil {
 		return InsertResult{}, fmt.Errorf("encoding record: %w", err)
 	}
 	if len(encoded) > MaxRecordSize {
 		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
 	}
-	encodedDelivery, err := json.Marshal(&c.Delivery)
-	if err != nil {
-		return InsertResult{}, fmt.Errorf("encoding delivery: %w", err)
-	}
+	encodedDelivery := encodeDelivery(&c.Delivery)
 	var res InsertResult
 	o := &op{size: len(encoded) + 256}
 	o.apply = func(w *batch) error {
@@ -285,7 +287,7 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 		if !sub.IsZero() {
 			tracked := c
 			tracked.SubmittedAt = sub
-			if val, err = json.Marshal(&tracked); err != nil {
+			if val, err = encodeRecord(&tracked); err != nil {
 				return fmt.Errorf("encoding record: %w", err)
 			}
 		}
@@ -588,7 +590,7 @@ func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, erro
 				return err
 			}
 			rec := new(Record)
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
+			if err := it.Item().Value(func(v []byte) error { return decodeRecord(v, rec) }); err != nil {
 				return fmt.Errorf("decoding record %q: %w", it.Item().Key(), err)
 			}
 			if err := w.overlayDelivery(rec); err != nil {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -110,7 +109,7 @@ func (w *batch) recordOnly(k Key) (*Record, error) {
 		return nil, err
 	}
 	rec := new(Record)
-	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
+	if err := item.Value(func(v []byte) error { return decodeRecord(v, rec) }); err != nil {
 		return nil, fmt.Errorf("decoding record %s: %w", k, err)
 	}
 	return rec, nil
@@ -147,7 +146,7 @@ func (w *batch) delivery(k Key) (Delivery, uint64, error) {
 	if err != nil {
 		return d, 0, err
 	}
-	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+	if err := item.Value(func(v []byte) error { return decodeDelivery(v, &d) }); err != nil {
 		return d, 0, fmt.Errorf("decoding delivery of %s: %w", k, err)
 	}
 	exp := item.ExpiresAt()
@@ -163,7 +162,7 @@ func (w *batch) delivery(k Key) (Delivery, uint64, error) {
 func (w *batch) writeDelivery(k Key, old, d *Delivery, exp uint64, val []byte) {
 	w.moveIndexes(k, old, d, exp)
 	if val == nil {
-		val, _ = json.Marshal(d) // a Delivery always encodes
+		val = encodeDelivery(d)
 	}
 	w.set(deliveryKey(k), val, graced(exp))
 }

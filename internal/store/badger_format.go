@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,18 +17,20 @@ import (
 //	  forwarding record sat in q/ at the time it would count as stuck.
 //	2: failures and interrupts counted apart from attempts, leases in l/
 //	  by owner epoch, queued state, expiry watch x/, s/ outliving r/.
-const formatVersion = 2
+//	3: the journal (badger_journal.go) in front of Badger, which code of
+//	  format 2 would ignore; values of r/, s/ and t/ written in the binary
+//	  encoding of badger_codec.go (JSON values of format 2 stay readable,
+//	  so a store of format 2 needs no rewrite).
+const formatVersion = 3
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
 func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
-	version, err := storedFormat(db)
+	version, err := checkFormat(db)
 	if err != nil {
 		return 0, err
 	}
 	switch {
-	case version > formatVersion:
-		return 0, fmt.Errorf("stored format %d is newer than this plugin's (%d): upgrade the plugin", version, formatVersion)
 	case version == 1:
 		n, err := migrateFormat1(db)
 		if err != nil {
@@ -62,6 +63,16 @@ func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
 		return txn.Set([]byte(metaFormatKey), []byte(strconv.Itoa(formatVersion)))
 	})
 	return epoch, err
+}
+
+// checkFormat returns the stored format, or an error if this code cannot
+// open it.
+func checkFormat(db *badger.DB) (int, error) {
+	version, err := storedFormat(db)
+	if err == nil && version > formatVersion {
+		err = fmt.Errorf("stored format %d is newer than this plugin's (%d): upgrade the plugin", version, formatVersion)
+	}
+	return version, err
 }
 
 // storedFormat reads m/format: 0 for an empty database, 1 for a database
@@ -116,7 +127,7 @@ func migrateFormat1(db *badger.DB) (int, error) {
 				continue
 			}
 			var d Delivery
-			if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+			if err := item.Value(func(v []byte) error { return decodeDelivery(v, &d) }); err != nil {
 				return fmt.Errorf("decoding delivery of %s: %w", k, err)
 			}
 			// The record's expiry is its r/ key's: s/ had the same in

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -50,7 +49,7 @@ func checkIndexes(txn *badger.Txn) error {
 		case strings.HasPrefix(k, deliveryPrefix):
 			key, _ := parseTail([]byte(k[len(deliveryPrefix):]))
 			var d Delivery
-			if err := json.Unmarshal(e.val, &d); err != nil {
+			if err := decodeDelivery(e.val, &d); err != nil {
 				bad("%s: %v", k, err)
 				continue
 			}
@@ -85,7 +84,7 @@ func checkIndexes(txn *badger.Txn) error {
 			}
 		case strings.HasPrefix(k, taskPrefix):
 			var t Task
-			if err := json.Unmarshal(e.val, &t); err != nil {
+			if err := decodeTask(e.val, &t); err != nil {
 				bad("%s: %v", k, err)
 				continue
 			}
