@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -574,8 +576,17 @@ func (b *Badger) Expire(ctx context.Context, now time.Time, limit int) ([]Expire
 	return out, nil
 }
 
-// List implements Store.
+// List implements Store. Queued, failed, rejected and parked records are
+// found through their state index (v/), forwarding ones through their
+// leases (l/): listing them costs what they are, however many delivered
+// records the store holds. Other filters scan the records.
 func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, error) {
+	switch {
+	case indexedState(f.State):
+		return b.listIndexed(ctx, f, limit)
+	case f.State == StateForwarding:
+		return b.listForwarding(ctx, f, limit)
+	}
 	prefix := recordPrefix
 	if f.Provider != "" {
 		prefix += f.Provider + "/"
@@ -603,6 +614,76 @@ func (b *Badger) List(ctx context.Context, f Filter, limit int) ([]*Record, erro
 		return nil
 	})
 	return out, err
+}
+
+// listIndexed lists the records in an indexed state.
+func (b *Badger) listIndexed(ctx context.Context, f Filter, limit int) ([]*Record, error) {
+	prefix := statePrefix + string(f.State) + "/"
+	if f.Provider != "" {
+		prefix += f.Provider + "/"
+	}
+	var out []*Record
+	err := b.view(func(txn *badger.Txn) error {
+		w := &batch{txn: txn}
+		var keys []Key
+		if err := w.scan(prefix, func(k []byte) bool {
+			if key, ok := parseTail(k[len(statePrefix)+len(f.State)+1:]); ok {
+				keys = append(keys, key)
+			}
+			return ctx.Err() == nil
+		}); err != nil {
+			return err
+		}
+		return w.collect(ctx, keys, f.State, limit, &out)
+	})
+	return out, err
+}
+
+// listForwarding lists the records in flight, from their leases.
+func (b *Badger) listForwarding(ctx context.Context, f Filter, limit int) ([]*Record, error) {
+	var out []*Record
+	err := b.view(func(txn *badger.Txn) error {
+		w := &batch{txn: txn}
+		var keys []Key
+		if err := w.scan(leasePrefix, func(k []byte) bool {
+			if _, _, key, ok := parseLeaseKey(k); ok && (f.Provider == "" || key.Provider == f.Provider) {
+				keys = append(keys, key)
+			}
+			return ctx.Err() == nil
+		}); err != nil {
+			return err
+		}
+		slices.SortFunc(keys, func(a, b Key) int {
+			return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.ID, b.ID))
+		})
+		keys = slices.Compact(keys)
+		return w.collect(ctx, keys, StateForwarding, limit, &out)
+	})
+	return out, err
+}
+
+// collect appends to out, in order, up to limit of the records under keys
+// that are in state (an index entry may be stale).
+func (w *batch) collect(ctx context.Context, keys []Key, state State, limit int, out *[]*Record) error {
+	for _, k := range keys {
+		if len(*out) >= limit {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rec, err := w.record(k)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if rec.State == state {
+			*out = append(*out, rec)
+		}
+	}
+	return nil
 }
 
 // Close implements Store: it refuses new operations, lets the committer

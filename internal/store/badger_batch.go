@@ -21,6 +21,7 @@ import (
 //	q/<DueAt><provider>/<id>                  → empty; queued and failed records by due time
 //	l/<epoch><Lease.Until><provider>/<id>     → empty; forwarding records by lease
 //	x/<ExpiresAt><provider>/<id>              → empty; the expiry watch of records ever left undelivered
+//	v/<state>/<provider>/<id>                 → empty; queued, failed, rejected and parked records by state (List)
 //
 // r/, q/ and l/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
@@ -33,6 +34,7 @@ const (
 	duePrefix      = "q/"
 	leasePrefix    = "l/"
 	expiryPrefix   = "x/"
+	statePrefix    = "v/"
 
 	expiryGrace = time.Hour
 )
@@ -181,6 +183,17 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 		oldDue, oldLease = dueIndexKey(k, old), leaseIndexKey(k, old)
 	}
 	newDue, newLease := dueIndexKey(k, d), leaseIndexKey(k, d)
+	var oldState []byte
+	if old != nil {
+		oldState = stateIndexKey(k, old)
+	}
+	newState := stateIndexKey(k, d)
+	if oldState != nil && string(oldState) != string(newState) {
+		w.del(oldState)
+	}
+	if newState != nil {
+		w.set(newState, nil, exp)
+	}
 	if oldDue != nil && string(oldDue) != string(newDue) {
 		w.del(oldDue)
 	}
@@ -196,6 +209,20 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 	if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
 		w.set(timeKey(expiryPrefix, time.Unix(int64(exp), 0), k), nil, graced(exp))
 	}
+}
+
+// stateIndexKey is the v/ entry of a delivery in a state List finds by
+// index (queued, failed, rejected, parked), else nil: the happy path
+// (forwarding, then delivered) writes none.
+func stateIndexKey(k Key, d *Delivery) []byte {
+	if !indexedState(d.State) {
+		return nil
+	}
+	return []byte(statePrefix + string(d.State) + "/" + k.Provider + "/" + k.ID)
+}
+
+func indexedState(s State) bool {
+	return s == StateQueued || s == StateFailed || s == StateRejected || s == StateParked
 }
 
 // dueIndexKey is the q/ entry of a queued or failed delivery, else nil.

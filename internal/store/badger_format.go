@@ -37,6 +37,12 @@ func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
 			return 0, fmt.Errorf("upgrading stored format 1 to %d: %w", formatVersion, err)
 		}
 		log.Info("upgraded the stored format", zap.Int("from", 1), zap.Int("to", formatVersion), zap.Int("records", n))
+	case version == 2:
+		n, err := buildStateIndex(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format 2 to %d: %w", formatVersion, err)
+		}
+		log.Info("upgraded the stored format", zap.Int("from", 2), zap.Int("to", formatVersion), zap.Int("indexed", n))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {
@@ -102,6 +108,50 @@ func storedFormat(db *badger.DB) (int, error) {
 		return nil
 	})
 	return version, err
+}
+
+// buildStateIndex writes the v/ entries of a store of format 2, which had
+// none: one per record in a state List finds by index. Running it again is
+// harmless.
+func buildStateIndex(db *badger.DB) (int, error) {
+	var keys [][]byte
+	var exps []uint64
+	err := db.View(func(txn *badger.Txn) error {
+		w := &batch{txn: txn}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(deliveryPrefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k, ok := parseTail(it.Item().Key()[len(deliveryPrefix):])
+			if !ok {
+				continue
+			}
+			d, exp, err := w.delivery(k)
+			if err != nil {
+				return err
+			}
+			if sk := stateIndexKey(k, &d); sk != nil {
+				keys, exps = append(keys, sk), append(exps, exp)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	const chunk = 1000
+	for start := 0; start < len(keys); start += chunk {
+		err := db.Update(func(txn *badger.Txn) error {
+			w := &batch{txn: txn}
+			for i := start; i < min(start+chunk, len(keys)); i++ {
+				w.set(keys[i], nil, exps[i])
+			}
+			return w.flush()
+		})
+		if err != nil {
+			return start, err
+		}
+	}
+	return len(keys), nil
 }
 
 // migrateFormat1 rewrites every delivery state of format 1: failures are

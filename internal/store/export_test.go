@@ -77,6 +77,9 @@ func checkIndexes(txn *badger.Txn) error {
 			if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
 				want[string(timeKey(expiryPrefix, time.Unix(int64(exp), 0), key))] = graced(exp)
 			}
+			if sk := stateIndexKey(key, &d); sk != nil {
+				want[string(sk)] = exp
+			}
 		case strings.HasPrefix(k, recordPrefix):
 			key, _ := parseTail([]byte(k[len(recordPrefix):]))
 			if _, ok := keys[string(deliveryKey(key))]; !ok {
@@ -98,7 +101,7 @@ func checkIndexes(txn *badger.Txn) error {
 	}
 	for k, e := range keys {
 		switch {
-		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix):
+		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix):
 			exp, ok := want[k]
 			if !ok {
 				bad("stale index entry %q", k)
