@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -92,7 +93,9 @@ type Badger struct {
 	// loseCommit, in tests, drops a journaled commit's Badger transaction
 	// when it returns true, as a power loss would have lost it.
 	loseCommit func() bool
-	writes     []write // the committer's: the writes of the batch being committed
+	writes     []write       // the committer's: the writes of the batch being committed
+	leases     *leaseTracker // the committer's: the leases this handle holds
+	events     []leaseEvent  // the committer's: the lease changes of the batch being committed
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -236,6 +239,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),
 		journal:   j,
+		leases:    newLeaseTracker(),
 	}
 	b.space = space
 	go b.commitLoop()
@@ -444,21 +448,46 @@ func (b *Badger) claimable(w *batch, req ClaimRequest) ([]candidate, error) {
 		}
 		return len(out) < req.Limit
 	}
-	// Leases: l/<epoch><until><provider>/<id>; earlier epochs sort first.
-	err := w.scan(leasePrefix, func(k []byte) bool {
-		epoch, until, key, ok := parseLeaseKey(k)
-		if !ok {
-			return true
+	// Leases: l/<epoch><until><provider>/<id>; earlier epochs sort
+	// first, all lapsed. This epoch's are scanned from the earliest lease
+	// this handle holds (b.leases): entries before it are of leases that
+	// ended.
+	if b.leases.older {
+		older := false
+		err := w.scan(leasePrefix, func(k []byte) bool {
+			epoch, _, key, ok := parseLeaseKey(k)
+			if !ok {
+				return true
+			}
+			if epoch >= b.epoch {
+				return false
+			}
+			older = true
+			return add(key, lapseRestart)
+		})
+		if err != nil || len(out) >= req.Limit {
+			return out, err
 		}
-		if why := b.lapse(epoch, until, req.Now); why != "" {
-			return add(key, why)
+		if !older {
+			b.leases.older = false
 		}
-		return false // this epoch's leases from here on hold
-	})
-	if err != nil || len(out) >= req.Limit {
-		return out, err
 	}
-	err = w.scan(duePrefix, func(k []byte) bool {
+	if floor := b.leases.floor(); floor != math.MaxUint64 {
+		err := w.scanFrom(leasePrefix, leaseScanStart(b.epoch, floor), func(k []byte) bool {
+			epoch, until, key, ok := parseLeaseKey(k)
+			if !ok {
+				return true
+			}
+			if why := b.lapse(epoch, until, req.Now); why != "" {
+				return add(key, why)
+			}
+			return false // this epoch's leases from here on hold
+		})
+		if err != nil || len(out) >= req.Limit {
+			return out, err
+		}
+	}
+	err := w.scan(duePrefix, func(k []byte) bool {
 		at, key, ok := parseTimeKey(duePrefix, k)
 		if !ok {
 			return true
@@ -816,12 +845,14 @@ func (b *Badger) commit(ops []*op) {
 	txn := b.db.NewTransaction(true)
 	defer txn.Discard()
 	writes := b.writes[:0]
+	events := b.events[:0]
 	for i, o := range ops {
-		w := &batch{txn: txn}
+		w := &batch{txn: txn, epoch: b.epoch}
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
 		writes = append(writes, w.writes...)
+		events = append(events, w.leases...)
 		if err := w.flush(); err != nil {
 			txn.Discard()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
@@ -851,6 +882,7 @@ func (b *Badger) commit(ops []*op) {
 		clear(writes) // keep the slice, not what it points to
 		b.writes = writes[:0]
 	}
+	b.events = events[:0]
 	if err == nil && journaled && b.loseCommit != nil && b.loseCommit() {
 		b.commits.Add(1)
 		return
@@ -875,6 +907,7 @@ func (b *Badger) commit(ops []*op) {
 		}
 		return
 	}
+	b.leases.apply(events)
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))

@@ -46,6 +46,9 @@ const (
 type batch struct {
 	txn    *badger.Txn
 	writes []write
+	// epoch, if set, is the lease epoch whose lease changes go to leases.
+	epoch  uint64
+	leases []leaseEvent
 }
 
 // write is one buffered write: a set, or a deletion when del is true.
@@ -84,9 +87,18 @@ func (w *batch) flush() error {
 // scan calls fn with each key under prefix, in order, while fn returns
 // true. The key is only valid during the call.
 func (w *batch) scan(prefix string, fn func(k []byte) bool) error {
+	return w.scanFrom(prefix, nil, fn)
+}
+
+// scanFrom is scan from the first key at or after start (nil: the
+// prefix's first).
+func (w *batch) scanFrom(prefix string, start []byte, fn func(k []byte) bool) error {
 	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
+	if start == nil {
+		start = []byte(prefix)
+	}
+	for it.Seek(start); it.Valid(); it.Next() {
 		if !fn(it.Item().Key()) {
 			break
 		}
@@ -199,15 +211,25 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 	}
 	if oldLease != nil && string(oldLease) != string(newLease) {
 		w.del(oldLease)
+		w.leaseChange(k, old, false)
 	}
 	if newDue != nil {
 		w.set(newDue, nil, exp)
 	}
 	if newLease != nil {
 		w.set(newLease, nil, exp)
+		w.leaseChange(k, d, true)
 	}
 	if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
 		w.set(timeKey(expiryPrefix, time.Unix(int64(exp), 0), k), nil, graced(exp))
+	}
+}
+
+// leaseChange notes that the lease of d (forwarding) starts or ends, if
+// it is one of w.epoch.
+func (w *batch) leaseChange(k Key, d *Delivery, start bool) {
+	if w.epoch != 0 && ownerEpoch(d.Lease.Owner) == w.epoch {
+		w.leases = append(w.leases, leaseEvent{leaseAt{k, unixNano(d.Lease.Until)}, start})
 	}
 }
 
