@@ -258,6 +258,8 @@ awk -v br="$(median 1 "$tmp/bare.dat")" -v cr="$(median 1 "$tmp/cb.dat")" \
 
 # Every plugin request must have been a new id that was stored: no
 # duplicates, no invalid ones, no store errors.
+echo "caddy memory: $(grep -E '^(VmHWM|VmRSS)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -)"
+
 # Guard: every acknowledged (stored) pingback's insert was covered by a
 # journal sync before its answer; the store counts its commits, the
 # operations they carried and its syncs (an insert and an outcome update

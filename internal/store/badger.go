@@ -272,7 +272,6 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 	if len(encoded) > MaxRecordSize {
 		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
 	}
-	encodedDelivery := encodeDelivery(&c.Delivery)
 	var res InsertResult
 	o := &op{size: len(encoded) + 256}
 	o.apply = func(w *batch) error {
@@ -298,7 +297,15 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			}
 		}
 		exp := expiry(c.ExpiresAt)
-		w.writeDelivery(k, nil, &c.Delivery, exp, encodedDelivery)
+		if c.State == StateForwarding {
+			// A live forward: its delivery state is in the record, and
+			// s/ is first written when it changes (the outcome), one
+			// entry less per callback. A record stored in another state
+			// needs its s/ now: it must outlive r/ for Expire to report it.
+			w.moveIndexes(k, nil, &c.Delivery, exp)
+		} else {
+			w.writeDelivery(k, nil, &c.Delivery, exp, nil)
+		}
 		w.set(recordKey(k), val, exp)
 		res.SubmittedAt = sub
 		return nil

@@ -152,11 +152,23 @@ func (w *batch) overlayDelivery(rec *Record) error {
 	return nil
 }
 
-// delivery returns the delivery state under k and the record's expiry
-// (Unix seconds), or ErrNotFound.
+// delivery returns the delivery state of k and the record's expiry (Unix
+// seconds), or ErrNotFound: its s/ value, or, for a record whose state has
+// not changed since it was stored (the insert writes no s/), the state in
+// its r/ value.
 func (w *batch) delivery(k Key) (Delivery, uint64, error) {
 	var d Delivery
 	item, err := w.get(deliveryKey(k))
+	if errors.Is(err, ErrNotFound) {
+		item, err = w.get(recordKey(k))
+		if err != nil {
+			return d, 0, err
+		}
+		if err := item.Value(func(v []byte) error { return decodeRecordDelivery(v, &d) }); err != nil {
+			return d, 0, fmt.Errorf("decoding record %s: %w", k, err)
+		}
+		return d, item.ExpiresAt(), nil
+	}
 	if err != nil {
 		return d, 0, err
 	}
@@ -228,8 +240,16 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 // leaseChange notes that the lease of d (forwarding) starts or ends, if
 // it is one of w.epoch.
 func (w *batch) leaseChange(k Key, d *Delivery, start bool) {
-	if w.epoch != 0 && ownerEpoch(d.Lease.Owner) == w.epoch {
-		w.leases = append(w.leases, leaseEvent{leaseAt{k, unixNano(d.Lease.Until)}, start})
+	if w.epoch == 0 {
+		return
+	}
+	switch epoch := ownerEpoch(d.Lease.Owner); {
+	case epoch == w.epoch:
+		w.leases = append(w.leases, leaseEvent{leaseAt: leaseAt{k, unixNano(d.Lease.Until)}, start: start})
+	case start && epoch < w.epoch:
+		// A lease handed to an earlier owner (an update function may
+		// name one): the claim scan must look at earlier epochs again.
+		w.leases = append(w.leases, leaseEvent{older: true})
 	}
 }
 

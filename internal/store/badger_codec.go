@@ -16,8 +16,8 @@ import (
 // with '{'), which stays readable; this version writes a compact binary
 // encoding, one tag byte then the fields in a fixed order:
 //
-//	record   tagRecord1   provider id code source received_at submitted_at
-//	                      server request delivery expires_at
+//	record   tagRecord1   delivery provider id code source received_at
+//	                      submitted_at server request expires_at
 //	request               method uri host proto remote_addr local_addr tls
 //	                      header body
 //	delivery tagDelivery1 (stand-alone, s/) or inside a record, without tag:
@@ -105,6 +105,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	var e enc
 	e.b = make([]byte, 0, 256+len(r.Request.Body)+64*len(r.Request.Header))
 	e.b = append(e.b, tagRecord1)
+	e.delivery(&r.Delivery) // first: decodeRecordDelivery reads only it
 	e.str(r.Provider)
 	e.str(r.ID)
 	e.str(r.Code)
@@ -122,7 +123,6 @@ func encodeRecord(r *Record) ([]byte, error) {
 	e.bool(q.TLS)
 	e.header(q.Header)
 	e.bytes(q.Body)
-	e.delivery(&r.Delivery)
 	e.time(r.ExpiresAt)
 	return e.b, nil
 }
@@ -133,6 +133,7 @@ func decodeRecord(v []byte, r *Record) error {
 		return json.Unmarshal(v, r)
 	}
 	d := dec{b: v[1:]}
+	d.delivery(&r.Delivery)
 	r.Provider = d.str()
 	r.ID = d.str()
 	r.Code = d.str()
@@ -150,9 +151,23 @@ func decodeRecord(v []byte, r *Record) error {
 	q.TLS = d.bool()
 	q.Header = d.header()
 	q.Body = d.bytes()
-	d.delivery(&r.Delivery)
 	r.ExpiresAt = d.time()
 	return d.end()
+}
+
+// decodeRecordDelivery decodes only the delivery state of an r/ value.
+func decodeRecordDelivery(v []byte, x *Delivery) error {
+	if len(v) == 0 || v[0] != tagRecord1 {
+		var r Record
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		*x = r.Delivery
+		return nil
+	}
+	d := dec{b: v[1:]}
+	d.delivery(x)
+	return d.err
 }
 
 // encodeDelivery encodes d for an s/ value.

@@ -26,10 +26,12 @@ type leaseAt struct {
 	until uint64
 }
 
-// leaseEvent is a lease of this epoch that a commit starts or ends.
+// leaseEvent is a lease of this epoch that a commit starts or ends, or
+// (older) a lease of an earlier epoch that it starts.
 type leaseEvent struct {
 	leaseAt
 	start bool
+	older bool
 }
 
 func newLeaseTracker() *leaseTracker {
@@ -39,6 +41,10 @@ func newLeaseTracker() *leaseTracker {
 // apply records the lease changes of a committed batch, in order.
 func (t *leaseTracker) apply(events []leaseEvent) {
 	for _, e := range events {
+		if e.older {
+			t.older = true
+			continue
+		}
 		if !e.start {
 			if t.held[e.key] == e.until {
 				delete(t.held, e.key)

@@ -59,6 +59,7 @@ func checkIndexes(txn *badger.Txn) error {
 				continue
 			}
 			exp := r.exp
+			wantIndexes(want, key, &d, exp)
 			if e.exp != graced(exp) {
 				bad("%s: TTL %d, want the record's %d plus the grace", k, e.exp, exp)
 			}
@@ -68,22 +69,20 @@ func checkIndexes(txn *badger.Txn) error {
 			if d.State == StateForwarding && !d.DueAt.IsZero() {
 				bad("%s: forwarding with a due time", k)
 			}
-			if dk := dueIndexKey(key, &d); dk != nil {
-				want[string(dk)] = exp
-			}
-			if lk := leaseIndexKey(key, &d); lk != nil {
-				want[string(lk)] = exp
-			}
-			if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
-				want[string(timeKey(expiryPrefix, time.Unix(int64(exp), 0), key))] = graced(exp)
-			}
-			if sk := stateIndexKey(key, &d); sk != nil {
-				want[string(sk)] = exp
-			}
+
 		case strings.HasPrefix(k, recordPrefix):
 			key, _ := parseTail([]byte(k[len(recordPrefix):]))
 			if _, ok := keys[string(deliveryKey(key))]; !ok {
-				bad("%s: no delivery state", k)
+				// Not changed since the insert: the state is the record's.
+				var d Delivery
+				if err := decodeRecordDelivery(e.val, &d); err != nil {
+					bad("%s: %v", k, err)
+					continue
+				}
+				if (d.State == StateForwarding) != (d.Lease.Owner != "") {
+					bad("%s: state %s with lease %+v", k, d.State, d.Lease)
+				}
+				wantIndexes(want, key, &d, e.exp)
 			}
 		case strings.HasPrefix(k, taskPrefix):
 			var t Task
@@ -130,6 +129,22 @@ func checkIndexes(txn *badger.Txn) error {
 		return errors.New(strings.Join(problems, "\n"))
 	}
 	return nil
+}
+
+// wantIndexes adds the index entries delivery state d of key calls for.
+func wantIndexes(want map[string]uint64, key Key, d *Delivery, exp uint64) {
+	if dk := dueIndexKey(key, d); dk != nil {
+		want[string(dk)] = exp
+	}
+	if lk := leaseIndexKey(key, d); lk != nil {
+		want[string(lk)] = exp
+	}
+	if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
+		want[string(timeKey(expiryPrefix, time.Unix(int64(exp), 0), key))] = graced(exp)
+	}
+	if sk := stateIndexKey(key, d); sk != nil {
+		want[string(sk)] = exp
+	}
 }
 
 // clone returns a deep copy of r. Keep it in step with Record's fields: all
