@@ -726,14 +726,7 @@ func (w *batch) collect(ctx context.Context, keys []Key, state State, limit int,
 // finish every operation already submitted, then closes Badger.
 func (b *Badger) Close() error {
 	b.once.Do(func() {
-		b.mu.Lock()
-		b.closed = true
-		b.mu.Unlock()
-		b.inflight.Wait()
-		close(b.ops)
-		<-b.done
-		close(b.stopGC)
-		<-b.gcDone
+		b.stopLoops()
 		if b.journal != nil {
 			// Badger holds every record: a checkpoint now leaves
 			// nothing to replay at the next open.
@@ -744,6 +737,19 @@ func (b *Badger) Close() error {
 		}
 	})
 	return b.closeErr
+}
+
+// stopLoops refuses new operations, lets the committer finish every
+// operation already submitted and stops the loops.
+func (b *Badger) stopLoops() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.inflight.Wait()
+	close(b.ops)
+	<-b.done
+	close(b.stopGC)
+	<-b.gcDone
 }
 
 // submit hands o to the committer and waits until its batch is committed.

@@ -138,20 +138,25 @@ func buildStateIndex(db *badger.DB) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	const chunk = 1000
-	for start := 0; start < len(keys); start += chunk {
+	return len(keys), inChunks(db, len(keys), 1000, func(w *batch, i int) { w.set(keys[i], nil, exps[i]) })
+}
+
+// inChunks calls fn for 0..n-1, chunk calls per transaction, and writes
+// what they buffered in w.
+func inChunks(db *badger.DB, n, chunk int, fn func(w *batch, i int)) error {
+	for start := 0; start < n; start += chunk {
 		err := db.Update(func(txn *badger.Txn) error {
 			w := &batch{txn: txn}
-			for i := start; i < min(start+chunk, len(keys)); i++ {
-				w.set(keys[i], nil, exps[i])
+			for i := start; i < min(start+chunk, n); i++ {
+				fn(w, i)
 			}
 			return w.flush()
 		})
 		if err != nil {
-			return start, err
+			return err
 		}
 	}
-	return len(keys), nil
+	return nil
 }
 
 // migrateFormat1 rewrites every delivery state of format 1: failures are
@@ -197,36 +202,30 @@ func migrateFormat1(db *badger.DB) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	const chunk = 500
-	for start := 0; start < len(all); start += chunk {
-		err := db.Update(func(txn *badger.Txn) error {
-			w := &batch{txn: txn}
-			for _, e := range all[start:min(start+chunk, len(all))] {
-				old, cur := e.d, e.d
-				switch cur.State {
-				case StateFailed, StateParked:
-					if cur.Failures == 0 {
-						cur.Failures = cur.Attempts
-					}
-				case StateForwarding:
-					// Format 1 kept it in q/ at its stuck time; format 2
-					// keeps it in l/ under the lapsed epoch 0, with the
-					// stuck time as the lease's end.
-					if cur.Lease.Owner != "" {
-						break // rewritten by an earlier run
-					}
-					if !old.DueAt.IsZero() {
-						w.del(timeKey(duePrefix, old.DueAt, e.key))
-					}
-					cur.DueAt, cur.Lease = time.Time{}, Lease{Owner: ownerName(0), Until: old.DueAt}
-				}
-				w.writeDelivery(e.key, &old, &cur, e.exp, nil)
+	err = inChunks(db, len(all), 500, func(w *batch, i int) {
+		e := all[i]
+		old, cur := e.d, e.d
+		switch cur.State {
+		case StateFailed, StateParked:
+			if cur.Failures == 0 {
+				cur.Failures = cur.Attempts
 			}
-			return w.flush()
-		})
-		if err != nil {
-			return start, err
+		case StateForwarding:
+			// Format 1 kept it in q/ at its stuck time; format 2
+			// keeps it in l/ under the lapsed epoch 0, with the
+			// stuck time as the lease's end.
+			if cur.Lease.Owner != "" {
+				break // rewritten by an earlier run
+			}
+			if !old.DueAt.IsZero() {
+				w.del(timeKey(duePrefix, old.DueAt, e.key))
+			}
+			cur.DueAt, cur.Lease = time.Time{}, Lease{Owner: ownerName(0), Until: old.DueAt}
 		}
+		w.writeDelivery(e.key, &old, &cur, e.exp, nil)
+	})
+	if err != nil {
+		return 0, err
 	}
 	return len(all), nil
 }

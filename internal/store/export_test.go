@@ -160,14 +160,7 @@ func (r *Record) clone() *Record {
 // journal gets no final checkpoint and Badger keeps what it was given.
 func (b *Badger) crash() {
 	b.once.Do(func() {
-		b.mu.Lock()
-		b.closed = true
-		b.mu.Unlock()
-		b.inflight.Wait()
-		close(b.ops)
-		<-b.done
-		close(b.stopGC)
-		<-b.gcDone
+		b.stopLoops()
 		b.journal.wg.Wait()
 		_ = b.journal.closeFiles()
 		b.closeErr = b.db.Close()
