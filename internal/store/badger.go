@@ -241,6 +241,24 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		journal:   j,
 		leases:    newLeaseTracker(),
 	}
+	// Whether a forward of an earlier open was cut, found here, before
+	// serving: the scan steps over the deleted index entries of every
+	// lease that open ended, which would otherwise stall the first claim.
+	if err := db.View(func(txn *badger.Txn) error {
+		b.leases.older = false
+		return (&batch{txn: txn}).scan(leasePrefix, func(k []byte) bool {
+			if e, _, _, ok := parseLeaseKey(k); ok && e < epoch {
+				b.leases.older = true
+			}
+			return false
+		})
+	}); err != nil {
+		if j != nil {
+			_ = j.closeFiles()
+		}
+		_ = db.Close()
+		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
+	}
 	b.space = space
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
