@@ -107,5 +107,24 @@ func storeWriteCounters() []prometheus.Collector {
 		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s store.Stats) uint64 { return s.Ops }),
 		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s store.Stats) uint64 { return s.Syncs }),
 		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s store.Stats) uint64 { return s.Checkpoints }),
+		syncHistogram{prometheus.NewDesc("caddy_pingback_store_sync_seconds",
+			"Time of the journal's write and fdatasync of each group commit (the durable point before pingbacks are answered).", nil, nil)},
 	}
+}
+
+// syncHistogram exports store.Stats' sync durations as a histogram.
+type syncHistogram struct{ desc *prometheus.Desc }
+
+func (h syncHistogram) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+func (h syncHistogram) Collect(ch chan<- prometheus.Metric) {
+	s := store.ProcessStats()
+	buckets := make(map[float64]uint64, len(store.SyncBuckets))
+	var n uint64
+	for i, le := range store.SyncBuckets {
+		n += s.SyncSeconds[i]
+		buckets[le] = n
+	}
+	n += s.SyncSeconds[len(store.SyncBuckets)]
+	ch <- prometheus.MustNewConstHistogram(h.desc, n, s.SyncSum, buckets)
 }

@@ -154,6 +154,7 @@ if [ -z "$ready" ]; then
 	exit 1
 fi
 echo "start-up:   $(( ($(date +%s%N) - started) / 1000000 )) ms from exec to the first pingback accepted (store open included)"
+echo "memory:     after start-up $(grep -E '^(VmHWM|VmRSS|RssAnon|RssFile)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -)"
 
 # caddy_cpu: CPU time (user+system, clock ticks) Caddy has used so far.
 caddy_cpu() { awk '{ print $14 + $15 }' "/proc/$caddy_pid/stat"; }
@@ -258,7 +259,7 @@ awk -v br="$(median 1 "$tmp/bare.dat")" -v cr="$(median 1 "$tmp/cb.dat")" \
 
 # Every plugin request must have been a new id that was stored: no
 # duplicates, no invalid ones, no store errors.
-echo "caddy memory: $(grep -E '^(VmHWM|VmRSS)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -)"
+echo "caddy memory: $(grep -E '^(VmHWM|VmRSS|RssAnon|RssFile)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -)"
 
 # Guard: every acknowledged (stored) pingback's insert was covered by a
 # journal sync before its answer; the store counts its commits, the
@@ -270,6 +271,13 @@ grep -E '^caddy_pingback_(callbacks|forwards|store_[a-z]+)_total' "$tmp/metrics.
 awk '/^caddy_pingback_store_commits_total/ { c = $2 } /^caddy_pingback_store_operations_total/ { o = $2 }
 	/^caddy_pingback_store_syncs_total/ { s = $2 } END {
 	if (c > 0) printf "group commit: %.1f operations per commit, %.1f per journal sync\n", o / c, (s > 0 ? o / s : 0) }' "$tmp/metrics.txt"
+# The journal's write+fdatasync per group commit, from the histogram
+# (bucket bounds, so "at most"): the sync tail against the disk's own.
+awk -F'[ "]' '/^caddy_pingback_store_sync_seconds_bucket/ { le[n] = $3; c[n++] = $NF } /^caddy_pingback_store_sync_seconds_count/ { t = $NF }
+	END { if (t == 0) exit; split("0.5 0.9 0.99 0.999", q, " ")
+		printf "journal write+sync per commit (%d, bucket bounds):", t
+		for (k = 1; k <= 4; k++) for (i = 0; i < n; i++) if (c[i] >= q[k] * t) { printf " p%s <= %s ms", q[k] * 100, (le[i] == "+Inf" ? "inf" : le[i] * 1000); break }
+		print "" }' "$tmp/metrics.txt"
 
 if [ -n "$GUARD" ]; then
 	echo "== guard: syscalls of Caddy during one more plugin round (strace -c; strace slows Caddy down)"

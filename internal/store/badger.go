@@ -959,10 +959,35 @@ type Stats struct {
 	// acknowledged write was in a journal record synced before its
 	// caller was answered. Checkpoints counts completed checkpoints.
 	Syncs, Checkpoints uint64
+	// SyncSeconds counts the journal's writes and syncs (pwrite and
+	// fdatasync of one group commit) by duration: SyncSeconds[i] took at
+	// most SyncBuckets[i] seconds, the last one longer than all.
+	SyncSeconds []uint64
+	// SyncSum is the total of those durations, in seconds.
+	SyncSum float64
+}
+
+// SyncBuckets are the upper bounds, in seconds, of Stats.SyncSeconds.
+var SyncBuckets = []float64{50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 1}
+
+// durations counts durations into SyncBuckets.
+type durations struct {
+	n   [13]atomic.Uint64
+	sum atomic.Int64 // ns
+}
+
+func (d *durations) observe(t time.Duration) {
+	i := 0
+	for i < len(SyncBuckets) && t.Seconds() > SyncBuckets[i] {
+		i++
+	}
+	d.n[i].Add(1)
+	d.sum.Add(int64(t))
 }
 
 var processStats struct {
 	commits, ops, syncs, checkpoints atomic.Uint64
+	syncTime                         durations
 }
 
 // ProcessStats returns the counters of the write path of this process.
@@ -972,6 +997,14 @@ func ProcessStats() Stats {
 		Ops:         processStats.ops.Load(),
 		Syncs:       processStats.syncs.Load(),
 		Checkpoints: processStats.checkpoints.Load(),
+		SyncSeconds: func() []uint64 {
+			out := make([]uint64, len(processStats.syncTime.n))
+			for i := range out {
+				out[i] = processStats.syncTime.n[i].Load()
+			}
+			return out
+		}(),
+		SyncSum: time.Duration(processStats.syncTime.sum.Load()).Seconds(),
 	}
 }
 

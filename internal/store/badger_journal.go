@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -263,10 +264,13 @@ func (j *journal) append(writes []write) (journalPos, error) {
 		}
 	}
 	pos := journalPos{file: j.cur, off: j.off, end: j.off + n, seq: j.seq + 1}
+	t0 := time.Now()
 	if _, err := j.files[j.cur].WriteAt(rec, j.off); err != nil {
 		return journalPos{}, fmt.Errorf("writing journal: %w", err)
 	}
-	if err := j.sync(j.files[j.cur]); err != nil {
+	err := j.sync(j.files[j.cur])
+	processStats.syncTime.observe(time.Since(t0))
+	if err != nil {
 		// The record may or may not be on disk: take it back, so that
 		// neither replay nor the next record builds on it.
 		j.takeBack(pos)
