@@ -231,8 +231,7 @@ func TestJournalAckAfterSync(t *testing.T) {
 		f.Close()
 	}
 	for i, a := range acks {
-		k := string(recordKey(key(fmt.Sprint(i))))
-		seq, ok := seqOf[k]
+		seq, ok := seqOf[string(recordKey(key(fmt.Sprint(i))))]
 		switch {
 		case !ok:
 			t.Errorf("insert %d acknowledged, but its record is in no journal record on disk", i)
