@@ -33,8 +33,13 @@ type Task struct {
 	SubmittedAt time.Time `json:"submitted_at"`
 	// PingbackURL is where the result is delivered: the pingback URL the
 	// submission carried (or the one the plugin added).
-	PingbackURL string    `json:"pingback_url"`
-	State       TaskState `json:"state"`
+	PingbackURL string `json:"pingback_url"`
+	// Server is the name of the http app's server that serves the
+	// pingback URL (in the config that tracked the task): polled results
+	// are dispatched through the server of that name, then by host and
+	// path. Empty for tasks stored before it was recorded.
+	Server string    `json:"server,omitempty"`
+	State  TaskState `json:"state"`
 	// NextPollAt is when the poller asks res.php next; zero means never.
 	NextPollAt time.Time `json:"next_poll_at,omitzero"`
 	// Polls counts res.php requests spent on this task.
