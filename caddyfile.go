@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
@@ -39,6 +40,12 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //
 //	pingback {
 //		storage_dir <path>
+//		store badger|postgres {
+//			dir <path>                 # badger
+//			dsn <dsn>                  # postgres
+//			schema <name>              # postgres
+//			lease_term <duration>      # postgres
+//		}
 //		retention <duration>
 //		min_free_space <size>
 //		replay {
@@ -75,6 +82,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.StorageDir); err != nil {
 				return err
 			}
+		case "store":
+			raw, err := storeArg(d)
+			if err != nil {
+				return err
+			}
+			a.StoreRaw = raw
 		case "retention":
 			dur, err := durationArg(d)
 			if err != nil {
@@ -131,6 +144,31 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		return nil
 	})
+}
+
+// storeArg parses `store <module> { ... }` into the store guest module's
+// JSON, with its "module" key.
+func storeArg(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	if !d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	var mod caddyfile.Unmarshaler
+	name := d.Val()
+	switch name {
+	case "badger":
+		mod = new(BadgerStore)
+	case "postgres":
+		mod = new(PostgresStore)
+	default:
+		return nil, d.Errf("unknown store '%s': want badger or postgres", name)
+	}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	if err := mod.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return caddyconfig.JSONModuleObject(mod, "module", name, nil), nil
 }
 
 func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
