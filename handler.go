@@ -239,7 +239,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
-			h.app.handle.provider(h.Provider).latencies.observe(now.Sub(res.SubmittedAt))
+			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
 		}
 	}
 	stored := err == nil

@@ -170,7 +170,7 @@ func (a *App) pollAfter(provider string) time.Duration {
 	if a.Poll.After > 0 {
 		return time.Duration(a.Poll.After)
 	}
-	return a.handle.provider(provider).latencies.after()
+	return a.autoAfter(provider)
 }
 
 // providerState is the poller's process-wide state for one provider, kept
@@ -187,6 +187,11 @@ type providerState struct {
 	polls        int // res.php requests since start
 	tracked      int // tasks tracked since start
 	budgetLogged bool
+
+	// The shared "after" estimate (a store shared by instances) and when
+	// it was read.
+	sharedAfter   time.Duration
+	sharedAfterAt time.Time
 }
 
 // provider returns the state of the named provider, creating it.
@@ -269,7 +274,8 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	logNoKey := noKey && !ps.noKeyLogged
 	ps.noKeyLogged = ps.noKeyLogged || noKey
 	polls, tracked := ps.polls, ps.tracked
-	overBudget := polls >= 10*tracked+pollAllowance
+	// A shared store counts the budget of every instance (takePoll).
+	overBudget := a.handle.sharedPolling() == nil && polls >= 10*tracked+pollAllowance
 	logBudget := overBudget && !ps.budgetLogged
 	ps.budgetLogged = ps.budgetLogged || overBudget
 	ps.mu.Unlock()
@@ -328,7 +334,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 // pollGroup asks res.php once for the tasks of g and acts on the answers.
 // It reports whether polling this provider may go on in this round.
 func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store.Task, now time.Time) bool {
-	if !ps.limiter.Allow() {
+	if ok, _, _ := a.takePoll(name, ps); !ok {
 		return false
 	}
 	claimed := g[:0:0]
@@ -385,7 +391,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 // pollSingleNow asks res.php for one already claimed task (the bulk
 // fallback), waiting for the rate limiter.
 func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *store.Task, now time.Time) bool {
-	if err := ps.limiter.Wait(a.loopCtx); err != nil {
+	if !a.waitPoll(name, ps) {
 		return false
 	}
 	ps.mu.Lock()
@@ -544,9 +550,11 @@ func (a *App) polledRecord(t *store.Task, code string, now time.Time) (*store.Re
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("task pingback URL %q is not an absolute URL", t.PingbackURL)
 	}
-	srv, _, err := a.serverForURL(u)
-	if err != nil {
-		return nil, err
+	srv := t.Server
+	if srv == "" { // tracked before tasks named their server
+		if srv, err = a.serverForURL(context.Background(), u, a.providerConfig(t.Provider).method); err != nil {
+			return nil, err
+		}
 	}
 	fields := url.Values{"id": {t.ID}, "code": {code}}
 	req := store.Request{

@@ -155,7 +155,9 @@ func (p *PostgresStore) Validate() error {
 }
 
 // StoreLocation implements StoreModule.
-func (p *PostgresStore) StoreLocation() string { return "postgres " + p.location + " schema " + p.Schema }
+func (p *PostgresStore) StoreLocation() string {
+	return "postgres " + p.location + " schema " + p.Schema
+}
 
 // StoreName implements StoreModule.
 func (p *PostgresStore) StoreName() string { return p.location }

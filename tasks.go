@@ -29,7 +29,8 @@ func (a *App) trackTask(ctx context.Context, provider, id, method, pingbackURL s
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, false, inputError("pingback_url %q is not an absolute http(s) URL", pingbackURL)
 	}
-	if err := a.probePingbackURL(ctx, u, a.providerConfig(provider).method); err != nil {
+	server, err := a.probePingbackURL(ctx, u, a.providerConfig(provider).method)
+	if err != nil {
 		if strict {
 			return nil, false, inputError("pingback_url refused: %v", err)
 		}
@@ -48,6 +49,7 @@ func (a *App) trackTask(ctx context.Context, provider, id, method, pingbackURL s
 		Method:      method,
 		SubmittedAt: submittedAt,
 		PingbackURL: pingbackURL,
+		Server:      server,
 		State:       store.TaskPending,
 		NextPollAt:  submittedAt.Add(a.pollAfter(provider)),
 		UpdatedAt:   now,
@@ -60,10 +62,7 @@ func (a *App) trackTask(ctx context.Context, provider, id, method, pingbackURL s
 	if existing != nil {
 		return existing, false, nil
 	}
-	ps := a.handle.provider(provider)
-	ps.mu.Lock()
-	ps.tracked++
-	ps.mu.Unlock()
+	a.countTracked(provider, a.handle.provider(provider))
 	a.metrics.tasks.WithLabelValues(provider, "tracked").Inc()
 	return t, true, nil
 }
