@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -350,6 +351,9 @@ type storeHandle struct {
 	apps      []*App                    // started apps, oldest first; the last one owns the loops
 	providers map[string]*providerState // the poller's state per provider
 	closing   bool                      // Destruct began: no new outcomes
+	// outcomesWaiting counts outcomes waiting for an unavailable store to
+	// take them; the replay loop claims nothing meanwhile.
+	outcomesWaiting atomic.Int64
 	outcomes  sync.WaitGroup            // forwards in flight and outcomes being recorded: Destruct waits for them
 }
 
@@ -397,6 +401,13 @@ func (h *storeHandle) track() bool {
 }
 
 func (h *storeHandle) untrack() { h.outcomes.Done() }
+
+// isClosing reports whether Destruct began.
+func (h *storeHandle) isClosing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closing
+}
 
 func (h *storeHandle) join(a *App) {
 	h.mu.Lock()
