@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -279,7 +281,9 @@ func (p *Postgres) leaseEnd(until time.Time) (abs any, rel int64) {
 	return nil, int64(time.Until(until))
 }
 
-// op runs fn unless the store is closed.
+// op runs fn unless the store is closed. A connection failure marks the
+// store unavailable at once (the loops pause); the monitor marks it
+// available again when the database answers.
 func (p *Postgres) op(fn func() error) error {
 	if p.closed.Load() {
 		return ErrClosed
@@ -288,7 +292,20 @@ func (p *Postgres) op(fn func() error) error {
 	if err != nil && p.closed.Load() {
 		return ErrClosed
 	}
+	if err != nil && connectionLost(err) {
+		p.available.Store(false)
+	}
 	return err
+}
+
+// connectionLost reports whether err means the database could not be
+// reached or the connection broke (not an answer of the server).
+func connectionLost(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "conn closed")
 }
 
 // tx runs fn in a transaction (READ COMMITTED; rows are locked where it
