@@ -354,7 +354,7 @@ type storeHandle struct {
 	// outcomesWaiting counts outcomes waiting for an unavailable store to
 	// take them; the replay loop claims nothing meanwhile.
 	outcomesWaiting atomic.Int64
-	outcomes  sync.WaitGroup            // forwards in flight and outcomes being recorded: Destruct waits for them
+	outcomes        sync.WaitGroup // forwards in flight and outcomes being recorded: Destruct waits for them
 }
 
 func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {

@@ -34,7 +34,7 @@ type pgInstance struct {
 type pgCluster struct {
 	dsn    string
 	schema string
-	global string                        // extra lines of the pingback block
+	global string                      // extra lines of the pingback block
 	site   func(in *pgInstance) string // the sites of one instance
 }
 
