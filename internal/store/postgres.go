@@ -511,23 +511,72 @@ func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
 // runs, so concurrent updates from any instance apply one after another.
 func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
-	err := p.tx(ctx, func(tx pgx.Tx) error {
-		old, err := scanDelivery(tx.QueryRow(ctx, `SELECT `+pgDeliveryCols+` FROM records WHERE provider = $1 AND id = $2 FOR UPDATE`, key.Provider, key.ID))
+	err := p.readModifyWrite(ctx, `SELECT `+pgDeliveryCols+` FROM records WHERE provider = $1 AND id = $2 FOR UPDATE`,
+		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
+			old, err := scanDelivery(row)
+			if err != nil {
+				return err
+			}
+			result = old
+			cur := old
+			if err := fn(&cur); err != nil {
+				return err
+			}
+			p.ownLease(&cur)
+			result = cur
+			queueDelivery(b, key, &cur)
+			return nil
+		})
+	return result, err
+}
+
+// readModifyWrite runs one locked read-modify-write transaction in two
+// round trips: BEGIN and the locking query, then the writes fn queues on b
+// and COMMIT. If fn fails the transaction is rolled back and fn's error
+// returned.
+func (p *Postgres) readModifyWrite(ctx context.Context, query string, args []any, fn func(row pgx.Row, b *pgx.Batch) error) error {
+	return p.op(func() error {
+		conn, err := p.pool.Acquire(ctx)
 		if err != nil {
 			return err
 		}
-		result = old
-		cur := old
-		if err := fn(&cur); err != nil {
+		defer conn.Release()
+		read := &pgx.Batch{}
+		read.Queue("BEGIN")
+		read.Queue(query, args...)
+		br := conn.SendBatch(ctx, read)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
 			return err
 		}
-		p.ownLease(&cur)
-		result = cur
-		b := &pgx.Batch{}
-		queueDelivery(b, key, &cur)
-		return tx.SendBatch(ctx, b).Close()
+		write := &pgx.Batch{}
+		fnErr := fn(br.QueryRow(), write)
+		if err := br.Close(); err != nil && fnErr == nil {
+			fnErr = err
+		}
+		if fnErr != nil {
+			// A connection left inside a transaction must not go back
+			// to the pool: roll back, or close it.
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+				_ = conn.Conn().Close(rctx)
+			}
+			return fnErr
+		}
+		write.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, write).Close(); err != nil {
+			if !conn.Conn().PgConn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+					_ = conn.Conn().Close(rctx)
+				}
+			}
+			return err
+		}
+		return nil
 	})
-	return result, err
 }
 
 // Claim implements Store. The time is the database's (now(), one value

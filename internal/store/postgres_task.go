@@ -87,25 +87,26 @@ func (p *Postgres) GetTask(ctx context.Context, key Key) (*Task, error) {
 // across instances.
 func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error) (*Task, error) {
 	var result *Task
-	err := p.tx(ctx, func(tx pgx.Tx) error {
-		result = nil
-		old, err := scanTask(tx.QueryRow(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2 FOR UPDATE`, key.Provider, key.ID))
-		if err != nil {
-			return err
-		}
-		result = old
-		cur := *old
-		if err := fn(&cur); err != nil {
-			return err
-		}
-		result = &cur
-		_, err = tx.Exec(ctx, `UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
-			next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12
-			WHERE provider = $1 AND id = $2`,
-			key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
-			ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano())
-		return err
-	})
+	err := p.readModifyWrite(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2 FOR UPDATE`,
+		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
+			result = nil
+			old, err := scanTask(row)
+			if err != nil {
+				return err
+			}
+			result = old
+			cur := *old
+			if err := fn(&cur); err != nil {
+				return err
+			}
+			result = &cur
+			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
+				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12
+				WHERE provider = $1 AND id = $2`,
+				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
+				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano())
+			return nil
+		})
 	return result, err
 }
 
