@@ -78,6 +78,9 @@ type Postgres struct {
 	// nil.
 	clock func() time.Time
 
+	inserts *pgBatcher[*pgInsert]
+	updates *pgBatcher[*pgUpdate]
+
 	available atomic.Bool
 	closed    atomic.Bool
 	once      sync.Once
@@ -182,6 +185,8 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	p.inserts = newPGBatcher(p.insertBatch)
+	p.updates = newPGBatcher(p.updateBatch)
 	p.available.Store(true)
 	go p.monitor()
 	return p, nil
@@ -255,6 +260,8 @@ func (p *Postgres) Available() bool { return !p.closed.Load() && p.available.Loa
 func (p *Postgres) Close() error {
 	p.once.Do(func() {
 		p.closed.Store(true)
+		p.inserts.close() // the committed-to-be finish; later ones get ErrClosed
+		p.updates.close()
 		close(p.stop)
 		<-p.done
 		p.pool.Close()
@@ -404,12 +411,12 @@ func (p *Postgres) ownLease(d *Delivery) {
 	d.DueAt = time.Time{}
 }
 
-// Insert implements Store: one implicit transaction of four statements in
-// one round trip: a transaction-level advisory lock on the key (shared
-// with AddTask, so a task and its result never miss each other), the
-// insert (nothing on a conflict), and the pending task marked done. A
-// forwarding record's lease ends by the database's clock: Until is taken
-// relative to this process's clock.
+// Insert implements Store: group-committed with the inserts waiting at
+// the same time (insertBatch): under a transaction-level advisory lock on
+// the key (shared with AddTask, so a task and its result never miss each
+// other), the insert (nothing on a conflict) and the pending task marked
+// done, in one transaction. A forwarding record's lease ends by the
+// database's clock: Until is taken relative to this process's clock.
 func (p *Postgres) Insert(ctx context.Context, rec *Record) (InsertResult, error) {
 	c := *rec
 	if c.State == StateForwarding {
@@ -425,60 +432,13 @@ func (p *Postgres) Insert(ctx context.Context, rec *Record) (InsertResult, error
 	if size := len(req) + len(c.Code) + len(c.LastError) + 512; size > MaxRecordSize {
 		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, size, MaxRecordSize)
 	}
-	var leased, abs any
-	var rel int64
-	if c.State == StateForwarding {
-		leased = "lease" // the lease column is computed in SQL
-		abs, rel = p.leaseEnd(c.Lease.Until)
-	}
 	var res InsertResult
 	err = p.op(func() error {
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, c.Provider, c.ID)
-		b.Queue(`INSERT INTO records (`+pgRecordCols+`)
-			VALUES ($1, $2, $3, $4, $5, coalesce((SELECT submitted_at FROM tasks WHERE provider = $1 AND id = $2), $21), $6, $7,
-				$8, $9, $10, $11, $12, $13,
-				CASE WHEN $14::text IS NOT NULL THEN coalesce($15::bigint, now_ns() + $16::bigint) END,
-				$17, $18, $19, $20)
-			ON CONFLICT (provider, id) DO NOTHING
-			RETURNING (SELECT submitted_at FROM tasks WHERE provider = $1 AND id = $2)`,
-			c.Provider, c.ID, []byte(c.Code), string(c.Source), ns(c.ReceivedAt), c.Server, req,
-			string(c.State), c.Attempts, c.Failures, c.Interrupts, ns(c.DueAt), nullString(c.Lease.Owner),
-			leased, abs, rel,
-			c.LastStatus, c.LastError, ns(c.UpdatedAt), c.ExpiresAt.UnixNano(), ns(c.SubmittedAt))
-		b.Queue(`UPDATE tasks SET state = 'done', next_poll_at = NULL, updated_at = $3
-			WHERE provider = $1 AND id = $2 AND state = 'pending'`, c.Provider, c.ID, ns(c.ReceivedAt))
-		br := p.pool.SendBatch(ctx, b)
-		_, err := br.Exec()
+		op, err := p.inserts.do(&pgInsert{rec: &c, req: req})
 		if err != nil {
-			br.Close()
 			return err
 		}
-		var sub *int64
-		inserted := true
-		switch err := br.QueryRow().Scan(&sub); {
-		case errors.Is(err, pgx.ErrNoRows):
-			inserted = false
-		case err != nil:
-			br.Close()
-			return err
-		}
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-		if err := br.Close(); err != nil {
-			return err
-		}
-		if !inserted {
-			old, err := scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, c.Provider, c.ID))
-			if err != nil {
-				return fmt.Errorf("reading the stored duplicate: %w", err)
-			}
-			res.Existing = old
-			return nil
-		}
-		res.SubmittedAt = fromNS(sub)
+		res = op.in.res
 		return nil
 	})
 	if err != nil {
@@ -507,26 +467,19 @@ func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
 		nullString(d.Lease.Owner), ns(d.Lease.Until), d.LastStatus, d.LastError, ns(d.UpdatedAt))
 }
 
-// UpdateDelivery implements Store: the row is locked (FOR UPDATE) while fn
-// runs, so concurrent updates from any instance apply one after another.
+// UpdateDelivery implements Store: group-committed with the updates
+// waiting at the same time (updateBatch); the row is locked (FOR UPDATE)
+// while fn runs, so concurrent updates from any instance apply one after
+// another.
 func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
-	err := p.readModifyWrite(ctx, `SELECT `+pgDeliveryCols+` FROM records WHERE provider = $1 AND id = $2 FOR UPDATE`,
-		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
-			old, err := scanDelivery(row)
-			if err != nil {
-				return err
-			}
-			result = old
-			cur := old
-			if err := fn(&cur); err != nil {
-				return err
-			}
-			p.ownLease(&cur)
-			result = cur
-			queueDelivery(b, key, &cur)
-			return nil
-		})
+	err := p.op(func() error {
+		op, err := p.updates.do(&pgUpdate{key: key, fn: fn})
+		if op != nil {
+			result = op.in.result
+		}
+		return err
+	})
 	return result, err
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +161,51 @@ func TestPostgresConcurrentMigration(t *testing.T) {
 	}
 	if rows != store.PostgresSchemaVersion() || max != store.PostgresSchemaVersion() {
 		t.Errorf("schema_version has %d rows up to %d; want each of the %d versions once", rows, max, store.PostgresSchemaVersion())
+	}
+}
+
+// TestPostgresConcurrentDuplicates: inserts of one key at the same moment
+// (group-committed into the same batches, from two handles) store it once;
+// every other insert reports the stored record.
+func TestPostgresConcurrentDuplicates(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	a, b := openPG(t, dsn, schema), openPG(t, dsn, schema)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	const n = 60
+	var wg sync.WaitGroup
+	var stored, dups atomic.Int64
+	start := make(chan struct{})
+	for i := range n {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			<-start
+			res, err := s.Insert(ctx, &store.Record{
+				Provider: "2captcha", ID: "42", Code: "C", Source: store.SourceCallback, ReceivedAt: now,
+				Request:   store.Request{Method: "GET", URI: "/pb?id=42", Host: "example.com"},
+				Delivery:  store.Delivery{State: store.StateForwarding, Attempts: 1, Lease: store.Lease{Until: now.Add(time.Minute)}, UpdatedAt: now},
+				ExpiresAt: now.Add(time.Hour),
+			})
+			switch {
+			case err != nil:
+				t.Error(err)
+			case res.Existing == nil:
+				stored.Add(1)
+			default:
+				dups.Add(1)
+				if res.Existing.Key() != (store.Key{Provider: "2captcha", ID: "42"}) || res.Existing.State != store.StateForwarding {
+					t.Errorf("duplicate reported %+v", res.Existing)
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if stored.Load() != 1 || dups.Load() != n-1 {
+		t.Errorf("%d stored and %d duplicates of one key, want 1 and %d", stored.Load(), dups.Load(), n-1)
 	}
 }
