@@ -13,13 +13,16 @@
 #   /bare -> reverse_proxy to the app
 #   /cb   -> pingback { provider 2captcha } + reverse_proxy to the app
 # and the store `store postgres` on the same database (a fresh schema per
-# run). Every request is a form POST with a NEW task id (bench/post.lua), so
+# run); and a third, C (admin localhost:2992, HTTP 9093), the same config on
+# the Badger store (storage_dir in a temp dir under /var/tmp), for the
+# Badger figure of the same run. Every request is a form POST with a NEW task id (bench/post.lua), so
 # every plugin request is a committed insert plus an outcome update. Rounds
 # rotate the paths after a warm-up:
 #   bare  wrk on A's /bare, CONNS connections
 #   pg    wrk on A's /cb, CONNS connections
 #   pg2   two wrk processes at once, CONNS/2 connections each, on A's and
 #         B's /cb (throughputs summed, latencies the worse of the two)
+#   badger wrk on C's /cb, CONNS connections
 # It prints each round, the medians and the ratios to bare. wrk, Caddy and
 # PostgreSQL share the machine's cores.
 #
@@ -37,9 +40,11 @@ KEEP=${KEEP:-}
 
 ADMIN_A=localhost:2990
 ADMIN_B=localhost:2991
+ADMIN_C=localhost:2992
 PORT_A=9090
 PORT_B=9091
 APP_PORT=9092
+PORT_C=9093
 
 cd "$(dirname "$0")/.."
 
@@ -86,8 +91,13 @@ echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
 echo "== building ./cmd/caddy"
 go build -o "$tmp/caddy" ./cmd/caddy
 
-# caddyfile ADMIN PORT WITH_APP: the config of one instance.
+# caddyfile ADMIN PORT WITH_APP [BADGER_DIR]: the config of one instance.
 caddyfile() {
+	local store="store postgres {
+			dsn \"$dsn\"
+			schema $schema
+		}"
+	if [ -n "${4:-}" ]; then store="storage_dir $4"; fi
 	cat <<EOF
 {
 	admin $1
@@ -99,10 +109,7 @@ caddyfile() {
 		level WARN
 	}
 	pingback {
-		store postgres {
-			dsn "$dsn"
-			schema $schema
-		}
+		$store
 	}
 }
 http://:$2 {
@@ -124,15 +131,16 @@ EOF
 }
 caddyfile $ADMIN_A $PORT_A 1 >"$tmp/Caddyfile.a"
 caddyfile $ADMIN_B $PORT_B 0 >"$tmp/Caddyfile.b"
+caddyfile $ADMIN_C $PORT_C 0 "$tmp/badger" >"$tmp/Caddyfile.c"
 
-for x in a b; do
+for x in a b c; do
 	mkdir -p "$tmp/$x"
 	XDG_DATA_HOME=$tmp/$x/data XDG_CONFIG_HOME=$tmp/$x/config \
 		"$tmp/caddy" run --config "$tmp/Caddyfile.$x" --adapter caddyfile >"$tmp/caddy-$x.log" 2>&1 &
 	pids+=($!)
 done
 
-for port in $PORT_A $PORT_B; do
+for port in $PORT_A $PORT_B $PORT_C; do
 	ready=
 	for _ in $(seq 200); do
 		if curl -fsS -o /dev/null "http://127.0.0.1:$port/bare" 2>/dev/null &&
@@ -173,6 +181,7 @@ load() {
 	case $1 in
 	bare) a=$(wrk1 "http://127.0.0.1:$PORT_A/bare" "$CONNS" "$2" "$3" 1) ;;
 	pg) a=$(wrk1 "http://127.0.0.1:$PORT_A/cb" "$CONNS" "$2" "$3" 1) ;;
+	badger) a=$(wrk1 "http://127.0.0.1:$PORT_C/cb" "$CONNS" "$2" "$3" 1) ;;
 	pg2)
 		wrk1 "http://127.0.0.1:$PORT_B/cb" $((CONNS / 2)) "$2" "$3-b" 2 >"$tmp/$3-b.res" &
 		a=$(wrk1 "http://127.0.0.1:$PORT_A/cb" $((CONNS / 2)) "$2" "$3-a" 1)
@@ -189,17 +198,17 @@ load() {
 }
 
 echo "== warm-up ($WARMUP per path)"
-for p in bare pg pg2; do load $p "$WARMUP" "warmup-$p" >/dev/null; done
+for p in bare pg pg2 badger; do load $p "$WARMUP" "warmup-$p" >/dev/null; done
 
 echo "== $ROUNDS rounds of $DURATION per path, $CONNS connections in all, $THREADS wrk threads per wrk"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-6s %-6s %9s %8s %8s\n' round path "req/s" "p50 ms" "p99 ms"
-paths=(bare pg pg2)
+paths=(bare pg pg2 badger)
 for p in "${paths[@]}"; do : >"$tmp/$p.dat"; done
 for r in $(seq "$ROUNDS"); do
 	# Rotate the order so that no path always runs first.
-	for i in 0 1 2; do
-		p=${paths[$(((i + r) % 3))]}
+	for i in 0 1 2 3; do
+		p=${paths[$(((i + r) % 4))]}
 		res=$(load "$p" "$DURATION" "round$r-$p")
 		echo "$res" >>"$tmp/$p.dat"
 		echo "$res" | awk -v r="$r" -v n="$p" '{ printf "%-6s %-6s %9d %8.2f %8.2f\n", r, n, $1, $2 / 1000, $3 / 1000 }'
@@ -220,8 +229,8 @@ for p in "${paths[@]}"; do
 		'BEGIN { printf "%-6s %9d %8.2f %8.2f %13.2fx\n", n, a, b / 1000, c / 1000, a / bare }'
 done
 
-echo "== plugin counters (admin /metrics of A and B)"
-for admin in $ADMIN_A $ADMIN_B; do
+echo "== plugin counters (admin /metrics of A, B and C)"
+for admin in $ADMIN_A $ADMIN_B $ADMIN_C; do
 	curl -fsS "http://$admin/metrics" | grep -E '^caddy_pingback_(callbacks|forwards)_total' || echo "(no pingback metrics)"
 done
 echo "== records in the database by state"
