@@ -366,15 +366,6 @@ func (d *pgDelivery) delivery() Delivery {
 	return out
 }
 
-func scanDelivery(row pgx.Row) (Delivery, error) {
-	var d pgDelivery
-	err := row.Scan(&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Delivery{}, ErrNotFound
-	}
-	return d.delivery(), err
-}
-
 // ns is t as a query parameter: Unix nanoseconds, NULL for the zero time.
 func ns(t time.Time) any {
 	if t.IsZero() {
