@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,7 +61,14 @@ func childCaddyBinary(t *testing.T) string {
 			caddyBinary.err = fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
 			return
 		}
-		final := filepath.Join(dir, "caddy")
+		// One binary per checkout: test runs of other checkouts (other
+		// branches) on the same machine must not replace it under this one.
+		wd, err := os.Getwd()
+		if err != nil {
+			caddyBinary.err = err
+			return
+		}
+		final := filepath.Join(dir, fmt.Sprintf("caddy-%x", sha256.Sum256([]byte(wd)))[:len("caddy-")+16])
 		if err := os.Rename(tmp.Name(), final); err != nil {
 			caddyBinary.err = err
 			return
