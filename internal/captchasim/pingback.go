@@ -26,7 +26,7 @@ func validPingback(raw string) bool {
 // deliver sends one task's pingback: it waits delay first (LateDelay for a
 // late pingback; Close cancels the wait) and then makes sends calls back to
 // back (2 for a duplicated pingback). There are no retries: providers
-// document none (source: provider-protocol.md §2.1 "Retries", §2.2).
+// document none (source: docs/protocols.md §2.1 "Retries", §2.2).
 func (s *Sim) deliver(rawURL, id, code string, delay time.Duration, sends int) {
 	defer s.pingbacksRun.Done()
 	defer func() {
@@ -89,8 +89,8 @@ func (s *Sim) sendPingback(rawURL, id, code string) {
 
 // callPingback performs the HTTP call and returns the response status.
 // POST sends the form body "id=<id>&code=<code>" (source:
-// provider-protocol.md §2.1); GET appends the same pairs to the URL's own
-// query, which is kept byte for byte (source: provider-protocol.md §2.2).
+// docs/protocols.md §2.1); GET appends the same pairs to the URL's own
+// query, which is kept byte for byte (source: docs/protocols.md §2.2).
 func (s *Sim) callPingback(ctx context.Context, rawURL, id, code string) (int, error) {
 	form := "id=" + url.QueryEscape(id) + "&code=" + url.QueryEscape(code)
 	var req *http.Request

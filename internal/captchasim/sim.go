@@ -1,6 +1,6 @@
 // Package captchasim simulates a captcha-solving provider that speaks the
 // legacy in.php/res.php protocol of 2captcha, rucaptcha and CaptchaAI
-// (source: provider-protocol.md §1), including pingback delivery (§2.1, §2.2)
+// (source: docs/protocols.md §1), including pingback delivery (§2.1, §2.2)
 // and the faults real providers show: lost, duplicated and late pingbacks,
 // HTML 5xx pages, ERROR_NO_SLOT_AVAILABLE, bulk answers of the wrong length
 // and the ERROR: 1005 res.php budget (§1.6, §3).
@@ -28,7 +28,7 @@ import (
 )
 
 // DefaultKey is the API key a Sim accepts when Config.Key is empty: 32
-// characters, like a real 2captcha key (source: provider-protocol.md §1.2).
+// characters, like a real 2captcha key (source: docs/protocols.md §1.2).
 const DefaultKey = "5157cafe5157cafe5157cafe5157cafe"
 
 // Defaults applied by New to zero-valued Config fields.
@@ -43,7 +43,7 @@ const (
 )
 
 // Protocol answers and error codes used by the simulator (source:
-// provider-protocol.md §1.3, §1.4, §1.6). Note the provider's own spelling
+// docs/protocols.md §1.3, §1.4, §1.6). Note the provider's own spelling
 // of CAPCHA_NOT_READY.
 const (
 	CodeNotReady          = "CAPCHA_NOT_READY"
@@ -93,19 +93,19 @@ type Config struct {
 
 	// UnsolvableRate is the probability that a task ends as
 	// ERROR_CAPTCHA_UNSOLVABLE instead of an answer (source:
-	// provider-protocol.md §1.6). Default 0.
+	// docs/protocols.md §1.6). Default 0.
 	UnsolvableRate float64
 
 	// NumericJSONIDs makes in.php answer json=1 submits of method
 	// userrecaptcha with the id as a JSON number ({"status":1,"request":
 	// 12345678901}) instead of a string, the CaptchaAI quirk (source:
-	// provider-protocol.md §1.3). Other methods keep string ids. Default
+	// docs/protocols.md §1.3). Other methods keep string ids. Default
 	// false.
 	NumericJSONIDs bool
 
 	// PingbackMethod is how solved tasks are delivered to their pingback
 	// URL: "POST" sends an application/x-www-form-urlencoded body
-	// id=<id>&code=<code> (2captcha, source: provider-protocol.md §2.1);
+	// id=<id>&code=<code> (2captcha, source: docs/protocols.md §2.1);
 	// "GET" appends ?id=<id>&code=<code> to the URL's own query (CaptchaAI
 	// per its blog, §2.2). Default "POST".
 	PingbackMethod string
@@ -130,17 +130,17 @@ type Config struct {
 	LateRate float64
 
 	// LateDelay is how long a late pingback waits after solving. Default 2m
-	// (past the ~120s token lifetime, source: provider-protocol.md §5 item 6).
+	// (past the ~120s token lifetime, source: docs/protocols.md §5 item 6).
 	LateDelay time.Duration
 
 	// ForgetAfter is how long after submission a task stays retrievable;
 	// afterwards res.php answers ERROR_WRONG_CAPTCHA_ID (source:
-	// provider-protocol.md §1.6, "results are only retrievable ~15 min").
+	// docs/protocols.md §1.6, "results are only retrievable ~15 min").
 	// Negative disables forgetting. Default 15m.
 	ForgetAfter time.Duration
 
 	// Price is the decimal price get2 reports, e.g. "0.00085" (source:
-	// provider-protocol.md §1.4). Default DefaultPrice.
+	// docs/protocols.md §1.4). Default DefaultPrice.
 	Price string
 
 	// Balance is the decimal string getbalance reports. Default
@@ -149,7 +149,7 @@ type Config struct {
 
 	// ServerErrorRate is the probability that a res.php request is answered
 	// with HTTP 500, 502 or 503 and an HTML error page (source:
-	// provider-protocol.md §1.6 "Non-protocol bodies"). Default 0.
+	// docs/protocols.md §1.6 "Non-protocol bodies"). Default 0.
 	ServerErrorRate float64
 
 	// NoSlotRate is the probability that a res.php request is answered with
@@ -158,7 +158,7 @@ type Config struct {
 
 	// BulkMismatchRate is the probability that a bulk res.php get
 	// (ids=a,b,c) answers with one element too few (or, for a single id,
-	// one too many), as seen in the wild (source: provider-protocol.md §4,
+	// one too many), as seen in the wild (source: docs/protocols.md §4,
 	// KinanCity#62). Default 0.
 	BulkMismatchRate float64
 
@@ -167,14 +167,14 @@ type Config struct {
 
 	// SubmitNoSlotRate is the probability that in.php answers
 	// ERROR_NO_SLOT_AVAILABLE, where real providers return it (source:
-	// provider-protocol.md §1.6). Default 0.
+	// docs/protocols.md §1.6). Default 0.
 	SubmitNoSlotRate float64
 
 	// EnforceBudget turns on the 2captcha res.php budget rule: a res.php
 	// request is answered ERROR: 1005 when R > C*BudgetPerTask +
 	// BudgetAllowance, where R counts res.php requests received including
 	// this one (every action, also getbalance and answered faults) and C
-	// counts tasks accepted by in.php (source: provider-protocol.md §1.6).
+	// counts tasks accepted by in.php (source: docs/protocols.md §1.6).
 	// Default false.
 	EnforceBudget bool
 
@@ -351,7 +351,7 @@ func New(cfg Config) (*Sim, error) {
 		log:    cfg.Logger,
 		client: client,
 		rng:    rng,
-		// An 11-digit first id, like 2captcha's (source: provider-protocol.md §1.3).
+		// An 11-digit first id, like 2captcha's (source: docs/protocols.md §1.3).
 		nextID:  firstID + rng.Uint64N(8*firstID),
 		tasks:   make(map[string]*task),
 		closeCh: make(chan struct{}),

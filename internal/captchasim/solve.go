@@ -13,15 +13,15 @@ const (
 	// answerText is a short image-captcha text such as "W9H5K".
 	answerText answerKind = iota
 	// answerToken is a long token without '|' (reCAPTCHA, hCaptcha,
-	// Turnstile; source: provider-protocol.md §1.5).
+	// Turnstile; source: docs/protocols.md §1.5).
 	answerToken
 	// answerPipeToken is a token that contains '|' characters (FunCaptcha,
-	// KeyCaptcha; source: provider-protocol.md §1.5).
+	// KeyCaptcha; source: docs/protocols.md §1.5).
 	answerPipeToken
 )
 
 // methodKinds maps the in.php methods with a known answer shape (source:
-// provider-protocol.md §1.2, §1.5). Other well-formed methods get a token.
+// docs/protocols.md §1.2, §1.5). Other well-formed methods get a token.
 var methodKinds = map[string]answerKind{
 	"post":          answerText,
 	"base64":        answerText,

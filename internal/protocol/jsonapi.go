@@ -75,9 +75,19 @@ func ParseCreateTask(body []byte) (CreateTask, bool) {
 // unchanged: added as the last member of the top-level object, or, where
 // the body has a callbackUrl that is null or "", written in place of that
 // value (so the object never holds the member twice). ok is false for a
-// body that is not a JSON object, or one whose callbackUrl is set.
+// body that is not a JSON object, one whose callbackUrl is set, or one that
+// holds the member more than once.
 func AddCallbackURL(body []byte, u string) ([]byte, bool) {
 	if !isObject(body) {
+		return nil, false
+	}
+	n := 0
+	_ = eachMember(body, func(k string, _ json.RawMessage) {
+		if k == "callbackUrl" {
+			n++
+		}
+	})
+	if n > 1 {
 		return nil, false
 	}
 	val := quote(u)
@@ -157,7 +167,7 @@ func solutionAnswer(ta taskAnswer, body []byte) (Answer, bool) {
 	if err != nil {
 		return Answer{}, false
 	}
-	return Answer{Kind: Result, Code: code, Raw: bytes.Clone(bytes.TrimSpace(body))}, true
+	return Answer{Kind: Result, Code: code, Raw: bytes.Clone(trimJSONSpace(body))}, true
 }
 
 // ParseCreateTaskAnswer reads createTask's answer
@@ -204,7 +214,7 @@ func ParseTaskResult(body []byte) (Answer, error) {
 		}
 		a := ClassifyJSONError(ta.ErrorCode)
 		if a.Kind == TaskError {
-			a.Raw = bytes.Clone(bytes.TrimSpace(body))
+			a.Raw = bytes.Clone(trimJSONSpace(body))
 		}
 		return a, nil
 	case ta.Status == "processing":
@@ -264,7 +274,7 @@ func (p Provider) taskIDJSON(id string) []byte {
 // (https://docs.capmonster.cloud/docs/api/methods/create-task) keyed by
 // taskId.
 func (p Provider) JSONCallbackBody(id string, raw []byte) []byte {
-	raw = bytes.TrimSpace(raw)
+	raw = trimJSONSpace(raw)
 	has := false
 	if eachMember(raw, func(k string, _ json.RawMessage) { has = has || k == "taskId" }) != nil {
 		return nil
@@ -295,7 +305,7 @@ func LocalTaskResult(raw []byte) ([]byte, bool) {
 		return nil, false
 	}
 	var n json.Number
-	if json.Unmarshal(ta.ErrorID, &n) != nil {
+	if ta.ErrorID[0] == '"' || json.Unmarshal(ta.ErrorID, &n) != nil {
 		return nil, false // errorId must be a JSON number for the clients
 	}
 	switch {
@@ -348,6 +358,10 @@ func Solution(raw []byte) []byte {
 
 // isObject reports whether body is one valid JSON object.
 func isObject(body []byte) bool {
-	b := bytes.TrimSpace(body)
-	return len(b) > 1 && b[0] == '{' && b[len(b)-1] == '}' && json.Valid(b)
+	b := trimJSONSpace(body)
+	return len(b) > 1 && b[0] == '{' && b[len(b)-1] == '}' && json.Valid(body)
 }
+
+// trimJSONSpace trims JSON's insignificant whitespace (RFC 8259: space,
+// tab, CR, LF) from both ends.
+func trimJSONSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }

@@ -111,7 +111,7 @@ func ParseResAnswer(body []byte, n int) ([]Answer, error) {
 		return []Answer{a}, nil
 	}
 	if n == 1 && text != "" { // an empty one is classified below: never a result
-		return []Answer{{Kind: Result, Code: text, Raw: bytes.Clone(bytes.TrimSpace(body))}}, nil
+		return []Answer{{Kind: Result, Code: text, Raw: bytes.Clone(trimJSONSpace(body))}}, nil
 	}
 	parts := strings.Split(text, "|")
 	out := make([]Answer, len(parts))
