@@ -56,7 +56,7 @@ func (s *Sim) serveIn(w http.ResponseWriter, r *http.Request) {
 		writeCode(w, asJSON, code)
 		return
 	}
-	t := s.newTaskLocked(method, pingback, now)
+	t := s.newTaskLocked(method, pingback, now, false)
 	s.mu.Unlock()
 
 	s.log.Info("in.php: task accepted", "id", t.id, "method", method, "pingback", pingback, "solve_in", t.delay)

@@ -28,6 +28,14 @@ func validPingback(raw string) bool {
 // back (2 for a duplicated pingback). There are no retries: providers
 // document none (source: docs/protocols.md §2.1 "Retries", §2.2).
 func (s *Sim) deliver(rawURL, id, code string, delay time.Duration, sends int) {
+	s.deliverCalls(rawURL, id, delay, sends, func(ctx context.Context) (int, error) {
+		return s.callPingback(ctx, rawURL, id, code)
+	})
+}
+
+// deliverCalls is deliver with the HTTP call given: the legacy form or
+// query, or a JSON API callback.
+func (s *Sim) deliverCalls(rawURL, id string, delay time.Duration, sends int, call func(context.Context) (int, error)) {
 	defer s.pingbacksRun.Done()
 	defer func() {
 		if v := recover(); v != nil {
@@ -53,7 +61,7 @@ func (s *Sim) deliver(rawURL, id, code string, delay time.Duration, sends int) {
 			default:
 			}
 		}
-		s.sendPingback(rawURL, id, code)
+		s.sendPingback(rawURL, id, call)
 	}
 }
 
@@ -67,10 +75,10 @@ func (s *Sim) cancelled(id string) {
 
 // sendPingback makes one pingback call and counts it: Sent always, Failed
 // when the call errors or the status is not 2xx.
-func (s *Sim) sendPingback(rawURL, id, code string) {
+func (s *Sim) sendPingback(rawURL, id string, call func(context.Context) (int, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PingbackTimeout)
 	defer cancel()
-	status, err := s.callPingback(ctx, rawURL, id, code)
+	status, err := call(ctx)
 	if err == nil && (status < 200 || status > 299) {
 		err = errors.New("non-2xx status")
 	}

@@ -1,13 +1,17 @@
 // Package captchasim simulates a captcha-solving provider that speaks the
 // legacy in.php/res.php protocol of 2captcha, rucaptcha and CaptchaAI
-// (source: docs/protocols.md §1), including pingback delivery (§2.1, §2.2)
+// (source: docs/protocols.md §1) and the JSON createTask/getTaskResult API
+// of anti-captcha, CapMonster, CapSolver and 2captcha API v2 (§6),
+// including pingback and callback delivery (§2.1, §2.2, §2.3)
 // and the faults real providers show: lost, duplicated and late pingbacks,
 // HTML 5xx pages, ERROR_NO_SLOT_AVAILABLE, bulk answers of the wrong length
 // and the ERROR: 1005 res.php budget (§1.6, §3).
 //
 // A *Sim is an http.Handler. Mount it on any listener (httptest.NewServer in
 // tests, cmd/captchasim for rehearsals); it answers on paths ending in
-// "in.php", "res.php" and "stats", so it can live under a prefix.
+// "in.php", "res.php", "createTask", "getTaskResult", "getBalance" and
+// "stats", so it can live under a prefix. It is written from the
+// documentation, independently of the plugin's internal/protocol.
 //
 // All randomness comes from a math/rand/v2 PCG source seeded by Config.Seed;
 // per-task decisions (solve delay, answer, unsolvable, pingback faults) are
@@ -187,6 +191,27 @@ type Config struct {
 	// 1200.
 	BudgetAllowance int
 
+	// JSONFlavor is how the JSON API (createTask, getTaskResult,
+	// getBalance) behaves, after the provider it imitates (source:
+	// docs/protocols.md §2.3, §6): "anticaptcha" (also CapMonster) gives
+	// numeric task ids and POSTs the getTaskResult answer with a numeric
+	// taskId as its callback; "capsolver" gives UUID task ids (a string
+	// taskId in callbacks) and answers ImageToTextTask synchronously in
+	// createTask; "2captcha" gives numeric ids, a solution with both
+	// gRecaptchaResponse and token, and POSTs the form id=&code= as its
+	// callback unless JSONCallback is "json". Default "anticaptcha".
+	JSONFlavor string
+
+	// JSONCallback overrides the callback form of the 2captcha flavor:
+	// "form" or "json". Default: form for 2captcha, json otherwise.
+	JSONCallback string
+
+	// MaxResultCalls, if above 0, answers getTaskResult calls for one task
+	// beyond this many with ERROR_TOO_MUCH_REQUESTS and counts them in
+	// Stats.ResultLimitExceeded: CapMonster bans an account after 120
+	// (source: docs/protocols.md §3). Default 0 (no limit).
+	MaxResultCalls int
+
 	// BudgetBlockFor keeps answering ERROR: 1005 for this long (by Now)
 	// after the rule first bites, like the provider's 5-minute block. Zero
 	// means only while the inequality holds. Default 0.
@@ -240,6 +265,10 @@ type task struct {
 	resCalls  int64
 	reported  bool
 	forgotten bool
+	// api is set for a task created with createTask (JSON API); method is
+	// then its task type.
+	api    bool
+	solved time.Time
 }
 
 // TaskInfo is a snapshot of one task, for tests that need to know what the
@@ -309,6 +338,23 @@ func New(cfg Config) (*Sim, error) {
 		cfg.PingbackMethod = strings.ToUpper(cfg.PingbackMethod)
 	default:
 		return nil, fmt.Errorf("pingback method %q is not GET or POST", cfg.PingbackMethod)
+	}
+	switch cfg.JSONFlavor {
+	case "":
+		cfg.JSONFlavor = FlavorAntiCaptcha
+	case FlavorAntiCaptcha, FlavorCapSolver, Flavor2Captcha:
+	default:
+		return nil, fmt.Errorf("JSON flavor %q is not anticaptcha, capsolver or 2captcha", cfg.JSONFlavor)
+	}
+	switch cfg.JSONCallback {
+	case "":
+		cfg.JSONCallback = "json"
+		if cfg.JSONFlavor == Flavor2Captcha {
+			cfg.JSONCallback = "form"
+		}
+	case "form", "json":
+	default:
+		return nil, fmt.Errorf("JSON callback %q is not form or json", cfg.JSONCallback)
 	}
 	if cfg.PingbackTimeout < 0 || cfg.LateDelay < 0 || cfg.BudgetBlockFor < 0 {
 		return nil, errors.New("durations must not be negative")
@@ -384,6 +430,11 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.serveStats(w, r)
+	case "createTask", "getTaskResult", "getBalance":
+		if !allowMethods(w, r, http.MethodPost) {
+			return
+		}
+		s.serveJSON(w, r, path.Base(r.URL.Path))
 	default:
 		http.NotFound(w, r)
 	}
