@@ -1,0 +1,322 @@
+package pingback
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// jsonSim is a simulator speaking one provider's JSON API on loopback.
+type jsonSim struct {
+	*captchasim.Sim
+	url string
+}
+
+func newJSONSim(t *testing.T, cfg captchasim.Config) *jsonSim {
+	t.Helper()
+	sim, err := captchasim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { _ = sim.Close() })
+	return &jsonSim{Sim: sim, url: srv.URL}
+}
+
+// jsonCaddyfile is a config with one JSON-API provider: its block
+// (api_endpoint the simulator), the poll block, a pingback route
+// /cb/<provider> in front of app and pingback_track on /api/<provider>/*
+// (adding callbackUrl) in front of the simulator.
+func jsonCaddyfile(dir, logFile, provider, poll string, sim *jsonSim, app *appStub, providerLines string) string {
+	return fmt.Sprintf(`{
+	admin %[1]s
+	http_port %[2]s
+	https_port 9443
+	grace_period 1ns
+	auto_https off
+	skip_install_trust
+	persist_config off
+	log {
+		output file %[3]s
+		format json
+		level INFO
+	}
+	pingback {
+		storage_dir %[4]s
+		provider %[5]s {
+			api_endpoint %[6]s
+			api_key %[7]s
+			%[11]s
+		}
+		%[8]s
+	}
+}
+http://localhost:%[2]s {
+	handle /cb/%[5]s {
+		pingback {
+			provider %[5]s
+		}
+		reverse_proxy %[9]s
+	}
+	handle /api/%[5]s/* {
+		pingback_track {
+			provider %[5]s
+			pingback_url %[10]s/cb/%[5]s
+		}
+		reverse_proxy %[12]s
+	}
+	respond 404
+}
+`, testAdmin, testHTTPPort, logFile, dir, provider, sim.url, captchasim.DefaultKey, poll, app.hostPort(), testBase, providerLines,
+		strings.TrimPrefix(sim.url, "http://"))
+}
+
+func startJSONCaddy(t *testing.T, provider, poll string, sim *jsonSim, app *appStub, providerLines string) string {
+	t.Helper()
+	dir := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	loadCaddyfile(t, jsonCaddyfile(dir, logFile, provider, poll, sim, app, providerLines))
+	t.Cleanup(func() {
+		unloadCaddy(t)
+		if t.Failed() {
+			logTail(t, logFile, 60)
+		}
+	})
+	return logFile
+}
+
+// jsonCall POSTs a JSON body to the app's view of the provider's API
+// (Caddy's /api/<provider>/<method>) and returns the answer.
+func jsonCall(t *testing.T, provider, method, body string) trkResponse {
+	t.Helper()
+	return trkDo(t, http.MethodPost, "/api/"+provider+"/"+method, "application/json", strings.NewReader(body))
+}
+
+// createTask submits a reCAPTCHA task as the official clients do (no
+// callbackUrl) and returns its id as a string.
+func createTask(t *testing.T, provider string) string {
+	t.Helper()
+	resp := jsonCall(t, provider, "createTask",
+		`{"clientKey":"`+captchasim.DefaultKey+`","task":{"type":"RecaptchaV2TaskProxyless","websiteURL":"https://a.example/","websiteKey":"6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-"}}`)
+	var a struct {
+		ErrorID int             `json:"errorId"`
+		TaskID  json.RawMessage `json:"taskId"`
+	}
+	if resp.status != http.StatusOK || json.Unmarshal(resp.body, &a) != nil || a.ErrorID != 0 {
+		t.Fatalf("createTask answered %d %q", resp.status, resp.body)
+	}
+	id := strings.Trim(string(a.TaskID), `"`)
+	return id
+}
+
+// deliveriesOf returns what the app received for key.
+func deliveriesOf(app *appStub, key string) []seenRequest {
+	var out []seenRequest
+	for _, r := range app.requests() {
+		if r.Header.Get(HeaderIdempotencyKey) == key {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestJSONProvidersRecoverLostCallbacks: for each JSON-API provider, an
+// app that submits with createTask through pingback_track (without a
+// callbackUrl, like the official clients) gets the plugin's callbackUrl
+// added; with every callback dropped, the plugin polls getTaskResult and
+// delivers the result once to the callback route in the provider's own
+// callback format (anti-captcha and CapMonster: JSON with a numeric taskId;
+// CapSolver: a string taskId; 2captcha API v2: the form id/code), marked
+// X-Pingback-Source: poll; the app's later getTaskResult is answered
+// locally, exactly as the provider answered.
+func TestJSONProvidersRecoverLostCallbacks(t *testing.T) {
+	for _, tc := range []struct {
+		provider, flavor string
+		form, stringID   bool
+	}{
+		{"anticaptcha", captchasim.FlavorAntiCaptcha, false, false},
+		{"capmonster", captchasim.FlavorAntiCaptcha, false, false},
+		{"capsolver", captchasim.FlavorCapSolver, false, true},
+		{"2captcha", captchasim.Flavor2Captcha, true, false},
+		{"rucaptcha", captchasim.Flavor2Captcha, true, false},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			sim := newJSONSim(t, captchasim.Config{JSONFlavor: tc.flavor, DropRate: 1, SolveMin: 200 * time.Millisecond, SolveMax: 500 * time.Millisecond, Seed: 7})
+			startJSONCaddy(t, tc.provider, pollBlock("after 1s", "interval 5s"), sim, app, "")
+			id := createTask(t, tc.provider)
+			info, ok := sim.Task(id)
+			if !ok || info.Pingback != testBase+"/cb/"+tc.provider {
+				t.Fatalf("simulator's task %+v: want the callbackUrl the plugin added", info)
+			}
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: tc.provider, ID: id})
+			if err != nil || task.API != "json" || task.Method != "RecaptchaV2TaskProxyless" {
+				t.Fatalf("tracked task %+v, %v", task, err)
+			}
+			key := tc.provider + ":" + id
+			waitFor(t, 15*time.Second, "the polled delivery", func() bool {
+				rec, err := runningApp(t).store(time.Second).Get(t.Context(), store.Key{Provider: tc.provider, ID: id})
+				return err == nil && rec.State == store.StateDelivered
+			})
+			got := deliveriesOf(app, key)
+			if len(got) != 1 {
+				t.Fatalf("app got %d deliveries, want 1", len(got))
+			}
+			d := got[0]
+			if d.Method != http.MethodPost || d.URI != "/cb/"+tc.provider || d.Header.Get(HeaderSource) != "poll" {
+				t.Errorf("delivered as %s %s (source %s)", d.Method, d.URI, d.Header.Get(HeaderSource))
+			}
+			if tc.form {
+				form, _ := url.ParseQuery(d.Body)
+				if d.Header.Get("Content-Type") != "application/x-www-form-urlencoded" || form.Get("id") != id || form.Get("code") != info.Code {
+					t.Errorf("form delivery %s %q, want id %s code %.20s", d.Header.Get("Content-Type"), d.Body, id, info.Code)
+				}
+			} else {
+				var cb map[string]json.RawMessage
+				if d.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(d.Body), &cb) != nil {
+					t.Fatalf("JSON delivery %s %q", d.Header.Get("Content-Type"), d.Body)
+				}
+				wantID := id
+				if tc.stringID {
+					wantID = `"` + id + `"`
+				}
+				var sol struct{ GRecaptchaResponse string }
+				_ = json.Unmarshal(cb["solution"], &sol)
+				if string(cb["taskId"]) != wantID || string(cb["status"]) != `"ready"` || sol.GRecaptchaResponse != info.Code {
+					t.Errorf("JSON delivery %s, want taskId %s and the token", d.Body, wantID)
+				}
+			}
+			// The app polls by itself now: answered locally.
+			calls := sim.Stats().GetTaskResultCalls
+			idJSON := id
+			if tc.stringID {
+				idJSON = `"` + id + `"`
+			}
+			local := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"`+captchasim.DefaultKey+`","taskId":`+idJSON+`}`)
+			rec := getRecord(t, tc.provider, id)
+			if local.status != http.StatusOK || string(local.body) != string(rec.Answer) || local.header.Get("Content-Type") != "application/json" {
+				t.Errorf("local getTaskResult %d %s %q, want the kept answer %q", local.status, local.header.Get("Content-Type"), local.body, rec.Answer)
+			}
+			if n := sim.Stats().GetTaskResultCalls; n != calls {
+				t.Errorf("the local answer reached the provider (%d calls, was %d)", n, calls)
+			}
+			// A wrong key passes through: the provider judges it.
+			wrong := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"wrong","taskId":`+idJSON+`}`)
+			if !strings.Contains(string(wrong.body), "ERROR_KEY_DOES_NOT_EXIST") {
+				t.Errorf("wrong key answered %q", wrong.body)
+			}
+		})
+	}
+}
+
+// TestJSONCallbacksReachTheApp: callbacks that do come (anti-captcha's JSON
+// with a numeric taskId, CapSolver's with a string one, 2captcha v2's form)
+// are stored and forwarded byte-identical, and the task is done (no poll).
+func TestJSONCallbacksReachTheApp(t *testing.T) {
+	for _, tc := range []struct{ provider, flavor string }{
+		{"anticaptcha", captchasim.FlavorAntiCaptcha},
+		{"capsolver", captchasim.FlavorCapSolver},
+		{"2captcha", captchasim.Flavor2Captcha},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			sim := newJSONSim(t, captchasim.Config{JSONFlavor: tc.flavor, SolveMin: 100 * time.Millisecond, SolveMax: 200 * time.Millisecond})
+			startJSONCaddy(t, tc.provider, pollBlock("after 30s"), sim, app, "")
+			id := createTask(t, tc.provider)
+			key := tc.provider + ":" + id
+			waitFor(t, 10*time.Second, "the callback", func() bool { return len(deliveriesOf(app, key)) == 1 })
+			d := deliveriesOf(app, key)[0]
+			if d.Header.Get(HeaderSource) != "callback" {
+				t.Errorf("source %q", d.Header.Get(HeaderSource))
+			}
+			rec := getRecord(t, tc.provider, id)
+			if string(rec.Request.Body) != d.Body {
+				t.Errorf("app got %q, the provider sent %q", d.Body, rec.Request.Body)
+			}
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: tc.provider, ID: id})
+			if err != nil || task.State != store.TaskDone {
+				t.Errorf("task %+v, %v; want done", task, err)
+			}
+		})
+	}
+}
+
+// TestJSONAppPollsItself: the app polling getTaskResult through
+// pingback_track gets the result first: it is stored as delivered and never
+// sent to the callback route; the app's calls count toward CapMonster's
+// 120-per-task limit, which the plugin's own polls never pass; an unknown
+// task (forgotten by the provider) expires at the first poll.
+func TestJSONAppPollsItself(t *testing.T) {
+	t.Run("result seen in the app's own poll", func(t *testing.T) {
+		app := newAppStub(t)
+		sim := newJSONSim(t, captchasim.Config{DropRate: 1, SolveMin: time.Hour, SolveMax: time.Hour})
+		startJSONCaddy(t, "capmonster", pollBlock("after 30s"), sim, app, "")
+		id := createTask(t, "capmonster")
+		sim.Solve(id)
+		ask := `{"clientKey":"` + captchasim.DefaultKey + `","taskId":` + id + `}`
+		first := jsonCall(t, "capmonster", "getTaskResult", ask)
+		if !strings.Contains(string(first.body), `"status":"ready"`) {
+			t.Fatalf("passed-through answer %q", first.body)
+		}
+		rec := getRecord(t, "capmonster", id)
+		if rec.State != store.StateDelivered || string(rec.Answer) != string(first.body) {
+			t.Errorf("record %+v; want delivered with the provider's answer", rec.Delivery)
+		}
+		if n := len(deliveriesOf(app, "capmonster:"+id)); n != 0 {
+			t.Errorf("app got %d callback deliveries of a result it fetched itself", n)
+		}
+		if again := jsonCall(t, "capmonster", "getTaskResult", ask); string(again.body) != string(first.body) {
+			t.Errorf("local answer %q, want %q", again.body, first.body)
+		}
+	})
+
+	t.Run("CapMonster's per-task limit", func(t *testing.T) {
+		app := newAppStub(t)
+		sim := newJSONSim(t, captchasim.Config{DropRate: 1, SolveMin: time.Hour, SolveMax: time.Hour, MaxResultCalls: 120})
+		startJSONCaddy(t, "capmonster", pollBlock("after 1s", "interval 5s"), sim, app, "")
+		id := createTask(t, "capmonster")
+		ask := `{"clientKey":"` + captchasim.DefaultKey + `","taskId":` + id + `}`
+		for range 118 {
+			if r := jsonCall(t, "capmonster", "getTaskResult", ask); !strings.Contains(string(r.body), "processing") {
+				t.Fatalf("app's poll answered %q", r.body)
+			}
+		}
+		waitFor(t, 30*time.Second, "the task to expire at the limit", func() bool {
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "capmonster", ID: id})
+			return err == nil && task.State == store.TaskExpired
+		})
+		task, _ := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "capmonster", ID: id})
+		info, _ := sim.Task(id)
+		if !strings.Contains(task.LastError, "limit") || task.AppPolls != 118 || info.ResCalls != 120 {
+			t.Errorf("task %+v; simulator saw %d calls; want 118 from the app, 2 from the plugin, 120 in all", task, info.ResCalls)
+		}
+		if n := sim.Stats().ResultLimitExceeded; n != 0 {
+			t.Errorf("%d calls beyond CapMonster's limit", n)
+		}
+	})
+
+	t.Run("unknown task expires", func(t *testing.T) {
+		app := newAppStub(t)
+		sim := newJSONSim(t, captchasim.Config{DropRate: 1, SolveMin: time.Hour, SolveMax: time.Hour, ForgetAfter: 500 * time.Millisecond})
+		startJSONCaddy(t, "anticaptcha", pollBlock("after 1s"), sim, app, "")
+		id := createTask(t, "anticaptcha")
+		waitFor(t, 10*time.Second, "the task to expire", func() bool {
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "anticaptcha", ID: id})
+			return err == nil && task.State == store.TaskExpired
+		})
+		task, _ := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "anticaptcha", ID: id})
+		if !strings.Contains(task.LastError, "ERROR_NO_SUCH_CAPCHA_ID") || task.Polls != 1 {
+			t.Errorf("task %+v; want expired after one poll answered ERROR_NO_SUCH_CAPCHA_ID", task)
+		}
+	})
+}
