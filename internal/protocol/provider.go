@@ -114,10 +114,10 @@ const (
 	// 15 minutes (rucaptcha's text for ERROR_WRONG_CAPTCHA_ID; 2captcha's
 	// report window, https://2captcha.com/2captcha-api#res_errors).
 	legacyRetention = 15 * time.Minute
-	// fiveSeconds: "wait at least 5 seconds" between getTaskResult calls
+	// minGapDocumented: "wait at least 5 seconds" between getTaskResult calls
 	// (https://2captcha.com/api-docs/get-task-result,
 	// https://anti-captcha.com/apidoc/methods/getTaskResult).
-	fiveSeconds = 5 * time.Second
+	minGapDocumented = 5 * time.Second
 	ackDefault  = 2 * time.Second
 	// ackAntiCaptcha: the anti-captcha family closes a callback's
 	// connection after 2 s (https://docs.capmonster.cloud/docs/api/methods/create-task).
@@ -132,7 +132,7 @@ var providers = map[string]Provider{
 		LegacyCallback: FormGET,
 		AckTimeout:     ackDefault,
 		Retention:      legacyRetention, // assumed: CaptchaAI clones 2captcha's protocol
-		MinResultGap:   fiveSeconds,
+		MinResultGap:   minGapDocumented,
 	},
 	"2captcha": {
 		Name:           "2captcha",
@@ -143,7 +143,7 @@ var providers = map[string]Provider{
 		NumericTaskID:  true,
 		AckTimeout:     ackDefault,
 		Retention:      legacyRetention,
-		MinResultGap:   fiveSeconds,
+		MinResultGap:   minGapDocumented,
 	},
 	"rucaptcha": {
 		Name:           "rucaptcha",
@@ -154,7 +154,7 @@ var providers = map[string]Provider{
 		NumericTaskID:  true,
 		AckTimeout:     ackDefault,
 		Retention:      legacyRetention,
-		MinResultGap:   fiveSeconds,
+		MinResultGap:   minGapDocumented,
 	},
 	"anticaptcha": {
 		Name:          "anticaptcha",
@@ -162,7 +162,7 @@ var providers = map[string]Provider{
 		JSONCallback:  JSONPOST,
 		NumericTaskID: true,
 		AckTimeout:    ackAntiCaptcha,
-		MinResultGap:  fiveSeconds,
+		MinResultGap:  minGapDocumented,
 	},
 	"capmonster": {
 		Name:          "capmonster",
