@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -67,22 +68,41 @@ func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody in
 		cb.body = body
 	}
 
+	// JSON for providers with a JSON API: a JSON Content-Type, or a body
+	// that is a JSON object under another (or no) type, since the format
+	// of some providers' callbacks is undocumented: a callback with a
+	// recognisable task id and result is never refused for its type.
 	var pcb protocol.Callback
 	var err error
-	if r.Method == http.MethodPost && len(cb.body) > 0 && p.Has(protocol.JSON) && isJSONBody(r.Header.Get("Content-Type")) {
+	ct := r.Header.Get("Content-Type")
+	jsonAPI := r.Method == http.MethodPost && len(cb.body) > 0 && p.Has(protocol.JSON)
+	if jsonAPI && (isJSONBody(ct) || looksLikeJSONObject(cb.body)) {
 		pcb, err = p.ParseJSONCallback(cb.body)
-	} else {
-		var form url.Values
-		if form, err = parseFields(r, cb.body, maxBody); err != nil {
-			return cb, err
+		switch {
+		case err == nil:
+			cb.id, cb.code, cb.answer = pcb.ID, pcb.Code, pcb.Answer
+			return cb, nil
+		case isJSONBody(ct):
+			return cb, &badRequest{http.StatusBadRequest, err.Error()}
 		}
-		pcb, err = p.ParseFormCallback(form)
+		// A JSON object under another type without a callback in it:
+		// read as that type says.
 	}
+	form, err := parseFields(r, cb.body, maxBody)
 	if err != nil {
+		return cb, err
+	}
+	if pcb, err = p.ParseFormCallback(form); err != nil {
 		return cb, &badRequest{http.StatusBadRequest, err.Error()}
 	}
 	cb.id, cb.code, cb.answer = pcb.ID, pcb.Code, pcb.Answer
 	return cb, nil
+}
+
+// looksLikeJSONObject reports whether body is one JSON object.
+func looksLikeJSONObject(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && json.Valid(body)
 }
 
 // isJSONBody reports whether a Content-Type names JSON: application/json,

@@ -296,6 +296,11 @@ func TestReadCallback(t *testing.T) {
 		{name: "JSON without a result", method: "POST", target: "/cb", contentType: "application/json", body: `{"id":1}`, status: 400, reason: "no result"},
 		{name: "JSON without an id", method: "POST", target: "/cb", contentType: "application/json", body: `{"code":"x"}`, status: 400, reason: "missing taskId"},
 		{name: "JSON not an object", method: "POST", target: "/cb", contentType: "application/json", body: `[1]`, status: 400, reason: "malformed JSON"},
+		// A JSON callback under another type, or none, is still a callback.
+		{name: "JSON without a Content-Type", method: "POST", target: "/cb", body: `{"taskId":78,"solution":{"token":"T"}}`, id: "78", code: `{"token":"T"}`},
+		{name: "JSON as text/plain", method: "POST", target: "/cb", contentType: "text/plain", body: ` {"id":79,"code":"T"}`, id: "79", code: "T"},
+		{name: "JSON as a form type", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: `{"taskId":80,"code":"T"}`, id: "80", code: "T"},
+		{name: "JSON object without a callback as text/plain", method: "POST", target: "/cb", contentType: "text/plain", body: `{"a":1}`, status: 415, reason: "unsupported Content-Type"},
 		{name: "malformed content type", method: "POST", target: "/cb?id=1&code=x", contentType: "multipart/form-data; boundary", body: "x", status: 400, reason: "malformed Content-Type"},
 		{name: "PUT", method: "PUT", target: "/cb?id=1&code=x", status: 405, reason: "use GET or POST"},
 		{name: "body over max_body, length unknown", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=1&code=" + strings.Repeat("x", maxBody), chunked: true, status: 413, reason: "body too large"},

@@ -71,63 +71,68 @@ func ParseCreateTask(body []byte) (CreateTask, bool) {
 	return ct, true
 }
 
-// AddCallbackURL returns body with callbackUrl set to u, every other byte
-// unchanged: added as the last member of the top-level object, or, where
-// the body has a callbackUrl that is null or "", written in place of that
-// value (so the object never holds the member twice). ok is false for a
-// body that is not a JSON object, one whose callbackUrl is set, or one that
-// holds the member more than once.
+// AddCallbackURL returns body with "callbackUrl":"<u>" added as the last
+// member of the top-level object, every other byte unchanged. A
+// callbackUrl member that is null or "" counts as none: it is taken out
+// (with its comma) and the new one added last, so the object never holds
+// the member twice. ok is false for a body that is not a JSON object, one
+// whose callbackUrl is set, or one that holds the member more than once.
 func AddCallbackURL(body []byte, u string) ([]byte, bool) {
 	if !isObject(body) {
 		return nil, false
 	}
-	n := 0
-	_ = eachMember(body, func(k string, _ json.RawMessage) {
-		if k == "callbackUrl" {
-			n++
-		}
-	})
-	if n > 1 {
-		return nil, false
-	}
-	val := quote(u)
-	// An existing null or empty member: replace its value where it stands.
+	type span struct{ start, end int } // a member, from after the previous token to the end of its value
+	var members []span
+	var existing = -1
 	dec := json.NewDecoder(bytes.NewReader(body))
 	_, _ = dec.Token() // '{'
+	prev := int(dec.InputOffset())
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
 			return nil, false
 		}
 		key, _ := t.(string)
-		afterKey := int(dec.InputOffset())
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			return nil, false
 		}
-		if key != "callbackUrl" {
-			continue
-		}
-		if s := string(v); s != "null" && s != `""` {
-			return nil, false
-		}
 		end := int(dec.InputOffset())
-		start := afterKey + bytes.Index(body[afterKey:end], v)
-		out := make([]byte, 0, len(body)+len(val))
-		out = append(out, body[:start]...)
-		out = append(out, val...)
-		return append(out, body[start+len(v):]...), true
+		if key == "callbackUrl" {
+			if existing >= 0 {
+				return nil, false
+			}
+			if s := string(v); s != "null" && s != `""` {
+				return nil, false
+			}
+			existing = len(members)
+		}
+		members = append(members, span{prev, end})
+		prev = end
 	}
-	end := bytes.LastIndexByte(body, '}')
-	inner := bytes.TrimSpace(body[bytes.IndexByte(body, '{')+1 : end])
-	member := append([]byte(`"callbackUrl":`), val...)
+	out := bytes.Clone(body)
+	if existing >= 0 {
+		m := members[existing]
+		start, end := m.start, m.end
+		if existing == 0 {
+			// The first member: take the comma after it instead of
+			// the one before it (there is none).
+			if len(members) > 1 {
+				end = members[1].start + bytes.IndexByte(body[members[1].start:], ',') + 1
+			}
+		}
+		out = append(out[:start:start], body[end:]...)
+	}
+	brace := bytes.LastIndexByte(out, '}')
+	inner := trimJSONSpace(out[bytes.IndexByte(out, '{')+1 : brace])
+	member := append([]byte(`"callbackUrl":`), quote(u)...)
 	if len(inner) > 0 {
 		member = append([]byte(","), member...)
 	}
-	out := make([]byte, 0, len(body)+len(member))
-	out = append(out, body[:end]...)
-	out = append(out, member...)
-	return append(out, body[end:]...), true
+	res := make([]byte, 0, len(out)+len(member))
+	res = append(res, out[:brace]...)
+	res = append(res, member...)
+	return append(res, out[brace:]...), true
 }
 
 // taskAnswer is the shape of createTask and getTaskResult answers.
