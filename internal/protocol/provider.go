@@ -118,7 +118,7 @@ const (
 	// (https://2captcha.com/api-docs/get-task-result,
 	// https://anti-captcha.com/apidoc/methods/getTaskResult).
 	minGapDocumented = 5 * time.Second
-	ackDefault  = 2 * time.Second
+	ackDefault       = 2 * time.Second
 	// ackAntiCaptcha: the anti-captcha family closes a callback's
 	// connection after 2 s (https://docs.capmonster.cloud/docs/api/methods/create-task).
 	ackAntiCaptcha = time.Second
