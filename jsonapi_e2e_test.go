@@ -247,6 +247,19 @@ func TestJSONCallbacksReachTheApp(t *testing.T) {
 			if err != nil || task.State != store.TaskDone {
 				t.Errorf("task %+v, %v; want done", task, err)
 			}
+			if tc.flavor == captchasim.Flavor2Captcha {
+				return // a form callback has no getTaskResult shape: passed through
+			}
+			// Local getTaskResult for a result that came by callback.
+			calls := sim.Stats().GetTaskResultCalls
+			idJSON, _ := json.Marshal(id)
+			if tc.flavor != captchasim.FlavorCapSolver {
+				idJSON = []byte(id)
+			}
+			local := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"`+captchasim.DefaultKey+`","taskId":`+string(idJSON)+`}`)
+			if string(local.body) != string(rec.Answer) || sim.Stats().GetTaskResultCalls != calls {
+				t.Errorf("local getTaskResult %q, want the callback's body %q without asking the provider", local.body, rec.Answer)
+			}
 		})
 	}
 }
@@ -319,4 +332,110 @@ func TestJSONAppPollsItself(t *testing.T) {
 			t.Errorf("task %+v; want expired after one poll answered ERROR_NO_SUCH_CAPCHA_ID", task)
 		}
 	})
+}
+
+// TestCreateTaskForwardedByteIdentical: pingback_track forwards createTask
+// requests byte for byte, except for the callbackUrl it adds as the last
+// member when the request has none (a null or empty one counts as none and
+// is taken out); a request with its own callbackUrl, or one that is not
+// JSON, reaches the provider unchanged; the provider's answer reaches the
+// app unchanged, and the task is tracked with the URL that was sent.
+func TestCreateTaskForwardedByteIdentical(t *testing.T) {
+	app := newAppStub(t)
+	prov := newTrkProvider(t)
+	startJSONCaddy(t, "anticaptcha", pollBlock("after 30s"), &jsonSim{url: prov.URL}, app, "")
+	ours := testBase + "/cb/anticaptcha"
+	own := testBase + "/cb/anticaptcha?own=1"
+	added := `,"callbackUrl":"` + ours + `"`
+	tests := []struct {
+		name, body, sent, tracked string
+	}{
+		{"no callbackUrl",
+			"{\"clientKey\":\"K\", \"task\" : {\"type\":\"RecaptchaV2TaskProxyless\",\"websiteURL\":\"https://a.example/?x=1&y=<2>\",\"callbackUrl\":null},\"softId\":0}\n",
+			"{\"clientKey\":\"K\", \"task\" : {\"type\":\"RecaptchaV2TaskProxyless\",\"websiteURL\":\"https://a.example/?x=1&y=<2>\",\"callbackUrl\":null},\"softId\":0" + added + "}\n",
+			ours},
+		{"null callbackUrl", `{"clientKey":"K","callbackUrl":null,"task":{"type":"T"}}`, `{"clientKey":"K","task":{"type":"T"}` + added + `}`, ours},
+		{"empty callbackUrl", `{"callbackUrl":"", "clientKey":"K","task":{"type":"T"}}`, `{ "clientKey":"K","task":{"type":"T"}` + added + `}`, ours},
+		{"own callbackUrl", `{"clientKey":"K","task":{"type":"T"},"callbackUrl":"` + own + `"}`, `{"clientKey":"K","task":{"type":"T"},"callbackUrl":"` + own + `"}`, own},
+		{"not JSON", `clientKey=K&task=T`, `clientKey=K&task=T`, ""},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprint(7654321 + i)
+			answer := `{"errorId":0,"taskId":` + id + `}`
+			prov.answer("createTask", trkAnswer{status: http.StatusOK, header: map[string]string{"Content-Type": "application/json"}, body: []byte(answer)})
+			prov.reset()
+			resp := jsonCall(t, "anticaptcha", "createTask", tc.body)
+			if string(resp.body) != answer {
+				t.Errorf("app got %q, the provider answered %q", resp.body, answer)
+			}
+			seen := prov.requests("createTask")
+			if len(seen) != 1 || string(seen[0].Body) != tc.sent {
+				t.Fatalf("provider got %q\nwant        %q", seen, tc.sent)
+			}
+			if cl := seen[0].Header.Get("Content-Length"); cl != "" && cl != fmt.Sprint(len(tc.sent)) {
+				t.Errorf("Content-Length %s for %d bytes", cl, len(tc.sent))
+			}
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "anticaptcha", ID: id})
+			if tc.tracked == "" {
+				if err == nil {
+					t.Errorf("tracked %+v, want untracked", task)
+				}
+				return
+			}
+			if err != nil || task.PingbackURL != tc.tracked || task.API != "json" {
+				t.Errorf("task %+v, %v; want tracked with %s", task, err, tc.tracked)
+			}
+		})
+	}
+}
+
+// TestCapSolverSynchronousAnswer: a createTask answer that already holds
+// the solution (CapSolver's image tasks) is stored at once: delivered to
+// the callback URL like a polled result when one is known, and stored as
+// delivered when none is (the app has it in the answer).
+func TestCapSolverSynchronousAnswer(t *testing.T) {
+	for _, withCallback := range []bool{true, false} {
+		t.Run(fmt.Sprint("callback ", withCallback), func(t *testing.T) {
+			app := newAppStub(t)
+			sim := newJSONSim(t, captchasim.Config{JSONFlavor: captchasim.FlavorCapSolver})
+			dir := t.TempDir()
+			logFile := filepath.Join(t.TempDir(), "caddy.log")
+			cf := jsonCaddyfile(dir, logFile, "capsolver", pollBlock("after 30s"), sim, app, "")
+			if !withCallback {
+				cf = strings.Replace(cf, "\t\t\tpingback_url "+testBase+"/cb/capsolver\n", "", 1)
+			}
+			loadCaddyfile(t, cf)
+			t.Cleanup(func() { unloadCaddy(t) })
+			resp := jsonCall(t, "capsolver", "createTask", `{"clientKey":"`+captchasim.DefaultKey+`","task":{"type":"ImageToTextTask","body":"iVBORw0KGgo="}}`)
+			var a struct {
+				TaskID   string          `json:"taskId"`
+				Status   string          `json:"status"`
+				Solution json.RawMessage `json:"solution"`
+			}
+			if json.Unmarshal(resp.body, &a) != nil || a.Status != "ready" {
+				t.Fatalf("createTask answered %q", resp.body)
+			}
+			rec := getRecord(t, "capsolver", a.TaskID)
+			if string(rec.Answer) != string(resp.body) {
+				t.Errorf("stored answer %q, want the createTask answer", rec.Answer)
+			}
+			key := "capsolver:" + a.TaskID
+			if !withCallback {
+				if rec.State != store.StateDelivered || len(deliveriesOf(app, key)) != 0 {
+					t.Errorf("record %s, %d deliveries; want stored as delivered, none sent", rec.State, len(deliveriesOf(app, key)))
+				}
+				return
+			}
+			waitFor(t, 10*time.Second, "the delivery", func() bool { return len(deliveriesOf(app, key)) == 1 })
+			d := deliveriesOf(app, key)[0]
+			var cb struct {
+				TaskID   string          `json:"taskId"`
+				Solution json.RawMessage `json:"solution"`
+			}
+			if json.Unmarshal([]byte(d.Body), &cb) != nil || cb.TaskID != a.TaskID || string(cb.Solution) != string(a.Solution) || d.Header.Get(HeaderSource) != "poll" {
+				t.Errorf("delivery %s %q", d.Header.Get(HeaderSource), d.Body)
+			}
+		})
+	}
 }
