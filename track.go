@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"path"
@@ -310,39 +309,19 @@ func submitParams(r *http.Request, body []byte, limit int64) url.Values {
 	return parseURLEncoded(r.URL.RawQuery)
 }
 
-// addPingback adds pingback=<u> to a submission that has none: to the query
-// of a request without body, to the end of an urlencoded body, or as a new
-// part before the closing boundary of a multipart body (every other byte
-// unchanged). It returns the new body.
+// addPingback adds pingback=<u> to a submission that has none
+// (protocol.AddPingback): to the request's query when it has no body, else
+// to its body. It returns the new body.
 func addPingback(r *http.Request, body []byte, u string) ([]byte, bool) {
-	if len(body) == 0 {
-		q := r.URL.RawQuery
-		if q != "" {
-			q += "&"
-		}
-		r.URL.RawQuery = q + "pingback=" + url.QueryEscape(u)
+	q, nb, ok := protocol.AddPingback(r.URL.RawQuery, r.Header.Get("Content-Type"), body, u)
+	if !ok {
+		return nil, false
+	}
+	if q != r.URL.RawQuery {
+		r.URL.RawQuery = q
 		r.RequestURI = r.URL.RequestURI()
-		return body, true
 	}
-	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch ct {
-	case "application/x-www-form-urlencoded":
-		nb := bytes.TrimRight(bytes.Clone(body), "&")
-		return append(nb, "&pingback="+url.QueryEscape(u)...), true
-	case "multipart/form-data":
-		b := params["boundary"]
-		closing := []byte("--" + b + "--")
-		i := bytes.LastIndex(body, closing)
-		if b == "" || i < 0 {
-			return nil, false
-		}
-		part := "--" + b + "\r\nContent-Disposition: form-data; name=\"pingback\"\r\n\r\n" + u + "\r\n"
-		nb := make([]byte, 0, len(body)+len(part))
-		nb = append(nb, body[:i]...)
-		nb = append(nb, part...)
-		return append(nb, body[i:]...), true
-	}
-	return nil, false
+	return nb, true
 }
 
 // writeLocal writes a local answer: 200 with the body and its type.
