@@ -439,3 +439,36 @@ func TestCapSolverSynchronousAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestAckTimeoutDefaults: with an app that does not answer, the provider's
+// callback is answered 200 at the provider's default ack_timeout: 1s for
+// the anti-captcha family, which closes the connection at 2 s, 2s for the
+// others.
+func TestAckTimeoutDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		provider, body, ctype string
+		want                  time.Duration
+	}{
+		{"anticaptcha", `{"taskId":7100,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", time.Second},
+		{"capmonster", `{"taskId":7101,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", time.Second},
+		{"capsolver", `{"taskId":"ab-7102","errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", 2 * time.Second},
+		{"2captcha", `id=7103&code=T`, "application/x-www-form-urlencoded", 2 * time.Second},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			release := make(chan struct{})
+			app.tune(func() { app.release = release })
+			defer close(release)
+			startJSONCaddy(t, tc.provider, "", &jsonSim{url: "http://127.0.0.1:1"}, app, "")
+			start := time.Now()
+			resp := trkDo(t, http.MethodPost, "/cb/"+tc.provider, tc.ctype, strings.NewReader(tc.body))
+			took := time.Since(start)
+			if resp.status != http.StatusOK || string(resp.body) != "OK" {
+				t.Fatalf("answered %d %q", resp.status, resp.body)
+			}
+			if took < tc.want || took > tc.want+900*time.Millisecond {
+				t.Errorf("answered after %s, want at the default ack_timeout %s", took, tc.want)
+			}
+		})
+	}
+}
