@@ -156,7 +156,7 @@ func TestAdminRegisterTaskRejects(t *testing.T) {
 		{"unknown field", `{"provider":"2captcha","id":"72000000010","pingback_url":"` + trkCallbackURL + `","callback":"x"}`, `unknown field "callback"`},
 		{"wrong type", `{"provider":"2captcha","id":72000000010,"pingback_url":"` + trkCallbackURL + `"}`, "decoding JSON"},
 		{"missing provider", valid(map[string]string{"provider": ""}), "provider is required"},
-		{"unknown provider", valid(map[string]string{"provider": "anticaptcha"}), `unknown provider "anticaptcha"`},
+		{"unknown provider", valid(map[string]string{"provider": "deathbycaptcha"}), `unknown provider "deathbycaptcha"`},
 		{"missing id", valid(map[string]string{"id": ""}), "id is required"},
 		{"malformed id", valid(map[string]string{"id": "72ab"}), `malformed task id "72ab"`},
 		{"id too long", valid(map[string]string{"id": strings.Repeat("7", 33)}), "malformed task id"},

@@ -56,8 +56,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		}
 //		provider <name> {
 //			endpoint <base url>
+//			api_endpoint <base url>
 //			api_key <key>
 //			callback_method get|post
+//			callback_format form|json
+//			give_up <duration>
 //		}
 //		poll {
 //			after auto|<duration>
@@ -227,10 +230,24 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &pc.Endpoint); err != nil {
 				return err
 			}
+		case "api_endpoint":
+			if err := oneArg(d, &pc.APIEndpoint); err != nil {
+				return err
+			}
 		case "api_key":
 			if err := oneArg(d, &pc.APIKey); err != nil {
 				return err
 			}
+		case "callback_format":
+			if err := oneArg(d, &pc.CallbackFormat); err != nil {
+				return err
+			}
+		case "give_up":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			pc.GiveUp = dur
 		case "callback_method":
 			if err := oneArg(d, &pc.CallbackMethod); err != nil {
 				return err
@@ -305,7 +322,7 @@ func parseTrackDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, e
 // Syntax:
 //
 //	pingback_track [<matcher>] {
-//		provider captchaai|2captcha|rucaptcha
+//		provider <name>
 //		pingback_url <url>
 //		max_body <size>
 //	}
@@ -354,7 +371,7 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	pingback [<matcher>] {
-//		provider captchaai|2captcha|rucaptcha
+//		provider <name>
 //		ack_timeout <duration>
 //		max_body <size>
 //	}

@@ -1,5 +1,6 @@
 // Package pingback is a Caddy v2 plugin that makes captcha-solver pingbacks
-// (CaptchaAI, 2captcha, rucaptcha) reliable in front of an unchanged app:
+// (CaptchaAI, 2captcha, rucaptcha, anti-captcha, CapMonster, CapSolver)
+// reliable in front of an unchanged app:
 // the pingback handler stores every result durably before answering 200,
 // deduplicates re-deliveries and forwards to the app through the next
 // handler (normally reverse_proxy); failed forwards stay in a dead-letter
@@ -71,7 +72,8 @@ type App struct {
 	Replay *ReplayConfig `json:"replay,omitempty"`
 
 	// The providers' API settings for the fallback poller, keyed by
-	// provider name (captchaai, 2captcha, rucaptcha).
+	// provider name (captchaai, 2captcha, rucaptcha, anticaptcha,
+	// capmonster, capsolver).
 	Providers map[string]*ProviderConfig `json:"providers,omitempty"`
 
 	// How tracked tasks whose pingback is overdue are polled.
@@ -230,7 +232,7 @@ func (a *App) Validate() error {
 	case a.MinFreeSpace < 0:
 		return fmt.Errorf("min_free_space must not be negative, got %d", a.MinFreeSpace)
 	}
-	return a.Poll.validate()
+	return a.validatePolling()
 }
 
 // Start opens the store (or takes another reference to the one a running
@@ -239,6 +241,9 @@ func (a *App) Validate() error {
 // persistence.
 func (a *App) Start() error {
 	defer close(a.ready)
+	if err := a.checkProviderKeys(); err != nil {
+		return err
+	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
 		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger)
 	})

@@ -322,7 +322,7 @@ func (p *Postgres) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 }
 
 // The columns of a record, in the order scanRecord reads them.
-const pgRecordCols = `provider, id, code, source, received_at, submitted_at, server, request,
+const pgRecordCols = `provider, id, code, answer, source, received_at, submitted_at, server, request,
 	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at`
 
 // The columns of a delivery state, in the order scanDelivery reads them.
@@ -333,7 +333,7 @@ func scanRecord(row pgx.Row) (*Record, error) {
 	var code, req []byte
 	var received, sub, expires *int64
 	var d pgDelivery
-	err := row.Scan(&r.Provider, &r.ID, &code, &r.Source, &received, &sub, &r.Server, &req,
+	err := row.Scan(&r.Provider, &r.ID, &code, &r.Answer, &r.Source, &received, &sub, &r.Server, &req,
 		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
@@ -420,7 +420,7 @@ func (p *Postgres) Insert(ctx context.Context, rec *Record) (InsertResult, error
 	if err != nil {
 		return InsertResult{}, fmt.Errorf("encoding request: %w", err)
 	}
-	if size := len(req) + len(c.Code) + len(c.LastError) + 512; size > MaxRecordSize {
+	if size := len(req) + len(c.Code) + len(c.Answer) + len(c.LastError) + 512; size > MaxRecordSize {
 		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, size, MaxRecordSize)
 	}
 	var res InsertResult

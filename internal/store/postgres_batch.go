@@ -128,7 +128,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	keys := make([]Key, 0, n)
 	var (
 		provs, ids, sources, servers, states, lastErrs []string
-		codes, reqs                                    [][]byte
+		codes, answers, reqs                           [][]byte
 		received, subs, dues, abs, updated             []*int64
 		rel, expires                                   []int64
 		attempts, failures, interrupts, lastStatus     []int32
@@ -138,7 +138,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		c := op.in.rec
 		keys = append(keys, c.Key())
 		provs, ids = append(provs, c.Provider), append(ids, c.ID)
-		codes, reqs = append(codes, []byte(c.Code)), append(reqs, op.in.req)
+		codes, answers, reqs = append(codes, []byte(c.Code)), append(answers, c.Answer), append(reqs, op.in.req)
 		sources, servers = append(sources, string(c.Source)), append(servers, c.Server)
 		received, subs = append(received, nsPtr(c.ReceivedAt)), append(subs, nsPtr(c.SubmittedAt))
 		states = append(states, string(c.State))
@@ -173,23 +173,23 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	b.Queue(`SELECT provider, id, submitted_at FROM tasks
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, provs, ids)
 	b.Queue(`INSERT INTO records (`+pgRecordCols+`)
-		SELECT u.provider, u.id, u.code, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
+		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
 			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
 			u.last_status, u.last_error, u.updated_at, u.expires_at
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
-			$17::int[], $18::text[], $19::bigint[], $20::bigint[])
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[])
 			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
 				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
-				last_status, last_error, updated_at, expires_at, ord)
+				last_status, last_error, updated_at, expires_at, answer, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
 		ORDER BY u.ord
 		ON CONFLICT (provider, id) DO NOTHING
 		RETURNING provider, id`,
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
-		lastStatus, lastErrs, updated, expires)
+		lastStatus, lastErrs, updated, expires, answers)
 	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(provider, id, received)
 		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'`, provs, ids, received)

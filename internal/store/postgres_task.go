@@ -9,13 +9,13 @@ import (
 )
 
 // The columns of a task, in the order scanTask reads them.
-const pgTaskCols = `provider, id, method, submitted_at, pingback_url, server, state, next_poll_at, polls, last_error, updated_at, expires_at`
+const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at`
 
 func scanTask(row pgx.Row) (*Task, error) {
 	var t Task
-	var sub, next, updated, expires *int64
-	err := row.Scan(&t.Provider, &t.ID, &t.Method, &sub, &t.PingbackURL, &t.Server, &t.State, &next,
-		&t.Polls, &t.LastError, &updated, &expires)
+	var sub, next, appPolled, updated, expires *int64
+	err := row.Scan(&t.Provider, &t.ID, &t.Method, &t.API, &sub, &t.PingbackURL, &t.Server, &t.State, &next,
+		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -23,6 +23,7 @@ func scanTask(row pgx.Row) (*Task, error) {
 		return nil, err
 	}
 	t.SubmittedAt, t.NextPollAt, t.UpdatedAt, t.ExpiresAt = fromNS(sub), fromNS(next), fromNS(updated), fromNS(expires)
+	t.AppPolledAt = fromNS(appPolled)
 	return &t, nil
 }
 
@@ -35,15 +36,16 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, t.Provider, t.ID)
 		b.Queue(`INSERT INTO tasks (`+pgTaskCols+`)
-			SELECT $1, $2, $3, $4, $5, $6,
+			SELECT $1, $2, $3, $13, $4, $5, $6,
 				CASE WHEN r.id IS NULL THEN $7 ELSE 'done' END,
 				CASE WHEN r.id IS NULL THEN $8::bigint END,
-				$9, $10, $11, $12
+				$9, $14, $15::bigint, $10, $11, $12
 			FROM (SELECT 1) one LEFT JOIN records r ON r.provider = $1 AND r.id = $2
 			ON CONFLICT (provider, id) DO NOTHING
 			RETURNING id`,
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
-			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), t.ExpiresAt.UnixNano())
+			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), t.ExpiresAt.UnixNano(),
+			t.API, t.AppPolls, ns(t.AppPolledAt))
 		br := p.pool.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -101,10 +103,12 @@ func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error
 			}
 			result = &cur
 			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
-				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12
+				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12,
+				api = $13, app_polls = $14, app_polled_at = $15
 				WHERE provider = $1 AND id = $2`,
 				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
-				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano())
+				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano(),
+				cur.API, cur.AppPolls, ns(cur.AppPolledAt))
 			return nil
 		})
 	return result, err

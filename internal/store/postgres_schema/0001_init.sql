@@ -16,6 +16,7 @@ CREATE TABLE records (
 	provider     text    NOT NULL,
 	id           text    NOT NULL,
 	code         bytea   NOT NULL, -- as received: any bytes (text cannot hold NUL)
+	answer       bytea,            -- the provider's whole JSON answer, if it came as JSON
 	source       text    NOT NULL,
 	received_at  bigint,
 	submitted_at bigint,
@@ -49,12 +50,15 @@ CREATE TABLE tasks (
 	provider     text    NOT NULL,
 	id           text    NOT NULL,
 	method       text    NOT NULL DEFAULT '',
+	api          text    NOT NULL DEFAULT '', -- '' or 'legacy' (in.php), 'json' (createTask)
 	submitted_at bigint,
 	pingback_url text    NOT NULL,
 	server       text    NOT NULL DEFAULT '',
 	state        text    NOT NULL,
 	next_poll_at bigint,
 	polls        integer NOT NULL DEFAULT 0,
+	app_polls    integer NOT NULL DEFAULT 0,
+	app_polled_at bigint,
 	last_error   text    NOT NULL DEFAULT '',
 	updated_at   bigint,
 	expires_at   bigint  NOT NULL,
