@@ -83,7 +83,7 @@ func (a *App) deliver(ctx context.Context, d delivery) outcome {
 		return out
 	}
 	if !d.background {
-		a.recordOutcome(d.st, d.rec.Key(), attempt, out)
+		a.recordOutcome(context.Background(), d.st, d.rec.Key(), attempt, out)
 		return out
 	}
 	if !a.handle.track() {
@@ -93,7 +93,9 @@ func (a *App) deliver(ctx context.Context, d delivery) outcome {
 	}
 	go func() {
 		defer a.handle.untrack()
-		a.recordOutcome(d.st, d.rec.Key(), attempt, out)
+		// Nobody waits for this commit: it may wait a moment to share
+		// the next pingback's sync.
+		a.recordOutcome(store.Deferrable(context.Background()), d.st, d.rec.Key(), attempt, out)
 	}()
 	return out
 }
@@ -143,14 +145,14 @@ func (a *App) leaseFor(st store.Store) time.Duration {
 // reports itself unavailable (up to outcomeWaitMax, until it closes); if it
 // never takes it, the record keeps its lease, which lapses (at the lease's
 // end, or when the store is opened again) and the result is replayed.
-func (a *App) recordOutcome(st store.Store, key store.Key, attempt int, out outcome) {
+func (a *App) recordOutcome(ctx context.Context, st store.Store, key store.Key, attempt int, out outcome) {
 	var d store.Delivery
 	var err error
 	waiting := false // counted in outcomesWaiting
 	since := time.Now()
 	for try := 1; ; try++ {
 		now := a.now().UTC()
-		d, err = st.UpdateDelivery(context.Background(), key, func(d *store.Delivery) error {
+		d, err = st.UpdateDelivery(ctx, key, func(d *store.Delivery) error {
 			if d.State != store.StateForwarding || d.Attempts != attempt || d.Lease.Owner != st.Owner() {
 				return store.ErrSkip
 			}

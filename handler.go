@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -85,6 +86,9 @@ type Handler struct {
 	app      *App
 	provider provider
 	logger   *zap.Logger
+	// stored is the callbacks counter of this provider's stored results,
+	// resolved once (the hot path's counter).
+	stored prometheus.Counter
 }
 
 // CaddyModule returns the Caddy module information.
@@ -103,10 +107,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	var err error
 	h.provider, h.app, err = provisionProvider(ctx, h.Provider)
+	if err != nil {
+		return err
+	}
 	if h.AckTimeout == 0 {
 		h.AckTimeout = caddy.Duration(cmp.Or(h.provider.AckTimeout, DefaultAckTimeout))
 	}
-	return err
+	h.stored = h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored")
+	return nil
 }
 
 // Validate checks the configuration.
@@ -161,8 +169,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			RemoteAddr: r.RemoteAddr,
 			LocalAddr:  localAddr(r),
 			TLS:        r.TLS != nil,
-			Header:     r.Header.Clone(),
-			Body:       cb.body,
+			// Not a copy: Insert encodes the record before it returns,
+			// and the header changes only after that (below).
+			Header: r.Header,
+			Body:   cb.body,
 		},
 		Delivery: store.Delivery{
 			State:     store.StateForwarding,
@@ -242,13 +252,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			h.logger.Warn("commit slower than ack_timeout: the provider was answered 503; the result is stored and delivered all the same",
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 		}
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored").Inc()
+		h.stored.Inc()
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
 		}
 	}
 	stored := err == nil
+	rec.Request.Header = nil // r.Header, about to change; the store has its copy
 
 	// Restore the original request for the app, and forward it in this
 	// goroutine.

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // metrics are the plugin's Prometheus collectors. They are created once per
@@ -33,6 +35,11 @@ type metrics struct {
 	// storeAvailable is 1 while the store accepts writes, 0 while it
 	// refuses them (free space below min_free_space, or closed).
 	storeAvailable prometheus.Gauge
+	// storeWrites are the durable write path's counters (store.Stats):
+	// group commits, the operations they carried, journal syncs and
+	// checkpoints. Every acknowledged pingback was covered by one of the
+	// syncs; operations per commit is the group commit's batch size.
+	storeWrites []prometheus.Collector
 }
 
 var (
@@ -71,12 +78,13 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Namespace: "caddy", Subsystem: "pingback", Name: "store_available",
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
+			storeWrites: storeWriteCounters(),
 		}
 	})
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range []prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable} {
+	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -85,4 +93,38 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return theMetrics, nil
+}
+
+// storeWriteCounters exports store.ProcessStats.
+func storeWriteCounters() []prometheus.Collector {
+	counter := func(name, help string, v func(store.Stats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "caddy", Subsystem: "pingback", Name: name, Help: help,
+		}, func() float64 { return float64(v(store.ProcessStats())) })
+	}
+	return []prometheus.Collector{
+		counter("store_commits_total", "Group commits of the pingback store.", func(s store.Stats) uint64 { return s.Commits }),
+		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s store.Stats) uint64 { return s.Ops }),
+		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s store.Stats) uint64 { return s.Syncs }),
+		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s store.Stats) uint64 { return s.Checkpoints }),
+		syncHistogram{prometheus.NewDesc("caddy_pingback_store_sync_seconds",
+			"Time of the journal's write and fdatasync of each group commit (the durable point before pingbacks are answered).", nil, nil)},
+	}
+}
+
+// syncHistogram exports store.Stats' sync durations as a histogram.
+type syncHistogram struct{ desc *prometheus.Desc }
+
+func (h syncHistogram) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+func (h syncHistogram) Collect(ch chan<- prometheus.Metric) {
+	s := store.ProcessStats()
+	buckets := make(map[float64]uint64, len(store.SyncBuckets))
+	var n uint64
+	for i, le := range store.SyncBuckets {
+		n += s.SyncSeconds[i]
+		buckets[le] = n
+	}
+	n += s.SyncSeconds[len(store.SyncBuckets)]
+	ch <- prometheus.MustNewConstHistogram(h.desc, n, s.SyncSum, buckets)
 }

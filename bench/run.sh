@@ -5,6 +5,9 @@
 #   bash bench/run.sh                  # 5 alternating rounds of 10 s per path
 #   ROUNDS=3 DURATION=5s bash bench/run.sh
 #   PROFILE=1 bash bench/run.sh        # plus a CPU profile of one more plugin round
+#   RATE=1000 bash bench/run.sh        # open loop at a fixed rate (bench/loadgen), not wrk
+#   PIN=1 bash bench/run.sh            # Caddy on CPU 0, the load generator on CPU 1 (taskset)
+#   GUARD=1 bash bench/run.sh          # strace counts Caddy's syncs during one more plugin round
 #
 # What it does: builds ./cmd/caddy into a temp dir, starts it as a child
 # process (admin localhost:2996, HTTP port 9096, app port 9097, clear of the
@@ -20,9 +23,16 @@
 # with Caddy. The store lives in a temp dir under BENCH_DIR (default
 # /var/tmp: local disk here, not tmpfs); the script prints its filesystem.
 #
+# With RATE, every round is bench/loadgen at RATE requests per second
+# (open loop, latency from the intended send time, up to LG_CONNS in
+# flight), and p99.9 is printed too. Each round also prints the load
+# generator's CPU per request (user+system).
+#
 # Environment: ROUNDS (5), DURATION (10s), WARMUP (3s), CONNS (32),
 # THREADS (2), BENCH_DIR (/var/tmp), PROFILE (empty: no profile),
-# KEEP (1: keep the temp dir with the logs and profile).
+# RATE (empty: wrk), LG_CONNS (64), PIN (empty: no pinning), GUARD (empty),
+# STORAGE (a storage_dir to use instead of a fresh one, e.g. one filled by
+# bench/fill), KEEP (1: keep the temp dir with the logs and profile).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -33,6 +43,11 @@ THREADS=${THREADS:-2}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 PROFILE=${PROFILE:-}
 KEEP=${KEEP:-}
+RATE=${RATE:-}
+LG_CONNS=${LG_CONNS:-64}
+PIN=${PIN:-}
+GUARD=${GUARD:-}
+STORAGE=${STORAGE:-}
 
 ADMIN=localhost:2996
 PORT=9096
@@ -41,7 +56,7 @@ APP_PORT=9097
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-if ! command -v wrk >/dev/null; then
+if [ -z "$RATE" ] && ! command -v wrk >/dev/null; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		echo "wrk not found; installing the Debian package" >&2
 		apt-get update -qq && apt-get install -y -qq wrk >/dev/null
@@ -71,10 +86,20 @@ echo "cores:      $(nproc)"
 echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "storage:    $tmp/data ($(df --output=fstype "$tmp" | tail -1) on $(df --output=source "$tmp" | tail -1), mount options $(findmnt -no OPTIONS -T "$tmp"))"
 echo "go:         $(go version)"
-echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+[ -z "$RATE" ] && echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
 
-echo "== building ./cmd/caddy"
+echo "== building ./cmd/caddy and bench/loadgen"
 go build -o "$tmp/caddy" ./cmd/caddy
+go build -o "$tmp/loadgen" ./bench/loadgen
+data=${STORAGE:-$tmp/data}
+# PIN: Caddy on CPU 0, the load generator on CPU 1.
+caddy_pin=()
+gen_pin=()
+if [ -n "$PIN" ]; then
+	caddy_pin=(taskset -c 0)
+	gen_pin=(taskset -c 1)
+	echo "pinned:     Caddy on CPU 0, the load generator on CPU 1"
+fi
 
 cat >"$tmp/Caddyfile" <<EOF
 {
@@ -88,7 +113,7 @@ cat >"$tmp/Caddyfile" <<EOF
 		level WARN
 	}
 	pingback {
-		storage_dir $tmp/data
+		storage_dir $data
 	}
 }
 http://:$PORT {
@@ -109,8 +134,9 @@ http://:$APP_PORT {
 EOF
 
 XDG_DATA_HOME=$tmp/xdg-data XDG_CONFIG_HOME=$tmp/xdg-config \
-	"$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
+	"${caddy_pin[@]}" "$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
 caddy_pid=$!
+started=$(date +%s%N)
 
 ready=
 for _ in $(seq 100); do
@@ -127,23 +153,32 @@ if [ -z "$ready" ]; then
 	cat "$tmp/caddy.log" >&2
 	exit 1
 fi
+echo "start-up:   $(( ($(date +%s%N) - started) / 1000000 )) ms from exec to the first pingback accepted (store open included)"
+echo "memory:     after start-up $(grep -E '^(VmHWM|VmRSS|RssAnon|RssFile)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -)"
 
 # caddy_cpu: CPU time (user+system, clock ticks) Caddy has used so far.
 caddy_cpu() { awk '{ print $14 + $15 }' "/proc/$caddy_pid/stat"; }
 hz=$(getconf CLK_TCK)
 
-# load PATH DURATION TAG: one wrk run; prints
-# "reqs_per_s p50_us p99_us caddy_cpu_us_per_request".
+# load PATH DURATION TAG: one wrk (or loadgen) run; prints
+# "reqs_per_s p50_us p99_us caddy_cpu_us_per_request p999_us gen_cpu_us_per_request".
 # Every run gets its own id prefix (the start time in ms, 13 digits) so no
 # id repeats across runs.
 load() {
-	local path=$1 dur=$2 tag=$3 out cpu0 cpu1
+	local path=$1 dur=$2 tag=$3 out cpu0 cpu1 gencpu
 	out="$tmp/wrk-$tag.txt"
 	cpu0=$(caddy_cpu)
-	BENCH_PREFIX="$(date +%s%3N)" \
-		wrk -t "$THREADS" -c "$CONNS" -d "$dur" --latency -s bench/post.lua \
-		"http://127.0.0.1:$PORT$path" >"$out" 2>&1
+	local TIMEFORMAT='%U %S'
+	if [ -n "$RATE" ]; then
+		{ time "${gen_pin[@]}" "$tmp/loadgen" -url "http://127.0.0.1:$PORT$path" -rate "$RATE" -duration "$dur" \
+			-conns "$LG_CONNS" -prefix "$(date +%s%3N)" >"$out" 2>&1; } 2>"$out.time"
+	else
+		{ time BENCH_PREFIX="$(date +%s%3N)" \
+			"${gen_pin[@]}" wrk -t "$THREADS" -c "$CONNS" -d "$dur" --latency -s bench/post.lua \
+			"http://127.0.0.1:$PORT$path" >"$out" 2>&1; } 2>"$out.time"
+	fi
 	cpu1=$(caddy_cpu)
+	gencpu=$(awk '{ print ($1 + $2) * 1e6 }' "$out.time")
 	local line
 	line=$(grep '^RESULT ' "$out") || {
 		echo "wrk gave no result:" >&2
@@ -151,14 +186,17 @@ load() {
 		exit 1
 	}
 	local errs
-	errs=$(echo "$line" | awk '{for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] != "requests" && kv[1] !~ /_us$/) s += kv[2] } print s + 0}')
+	errs=$(echo "$line" | awk '{for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] != "requests" && kv[1] !~ /_us$/ && kv[1] != "late_ms" && kv[1] != "cpu_us_per_req") s += kv[2] } print s + 0}')
 	if [ "$errs" != 0 ]; then
 		echo "warning: $tag had errors: $line" >&2
 	fi
-	echo "$line" | awk -v cpu=$((cpu1 - cpu0)) -v hz="$hz" '{
+	if [ -n "$RATE" ] && late=$(echo "$line" | sed -n 's/.*late_ms=\([0-9]*\).*/\1/p') && [ "${late:-0}" -gt 100 ]; then
+		echo "warning: $tag: the generator fell ${late} ms behind schedule" >&2
+	fi
+	echo "$line" | awk -v cpu=$((cpu1 - cpu0)) -v hz="$hz" -v gen="$gencpu" '{
 		for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-		printf "%.0f %d %d %.0f\n", v["requests"] / (v["duration_us"] / 1e6), v["p50_us"], v["p99_us"],
-			cpu * 1e6 / hz / v["requests"]
+		printf "%.0f %d %d %.0f %d %.1f\n", v["requests"] / (v["duration_us"] / 1e6), v["p50_us"], v["p99_us"],
+			cpu * 1e6 / hz / v["requests"], v["p999_us"], gen / v["requests"]
 	}'
 }
 
@@ -166,9 +204,13 @@ echo "== warm-up ($WARMUP per path)"
 load /bare "$WARMUP" warmup-bare >/dev/null
 load /cb "$WARMUP" warmup-cb >/dev/null
 
-echo "== $ROUNDS rounds of $DURATION per path, $CONNS connections, $THREADS wrk threads"
+if [ -n "$RATE" ]; then
+	echo "== $ROUNDS rounds of $DURATION per path, open loop at $RATE requests/s, up to $LG_CONNS in flight"
+else
+	echo "== $ROUNDS rounds of $DURATION per path, $CONNS connections, $THREADS wrk threads"
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-6s %-7s %9s %8s %8s %10s\n' round path "req/s" "p50 ms" "p99 ms" "CPU us/req"
+printf '%-6s %-7s %9s %8s %8s %9s %10s %10s\n' round path "req/s" "p50 ms" "p99 ms" "p99.9 ms" "CPU us/req" "gen us/req"
 : >"$tmp/bare.dat"
 : >"$tmp/cb.dat"
 for r in $(seq "$ROUNDS"); do
@@ -179,7 +221,7 @@ for r in $(seq "$ROUNDS"); do
 		name=bare
 		[ "$p" = cb ] && name=plugin
 		echo "$res" | awk -v r="$r" -v n="$name" \
-			'{ printf "%-6s %-7s %9d %8.2f %8.2f %10d\n", r, n, $1, $2 / 1000, $3 / 1000, $4 }'
+			'{ printf "%-6s %-7s %9d %8.2f %8.2f %9.2f %10d %10.1f\n", r, n, $1, $2 / 1000, $3 / 1000, $5 / 1000, $4, $6 }'
 	done
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -191,17 +233,20 @@ median() {
 }
 # The same round's plugin/bare ratios: throughput, p50, p99, CPU.
 paste -d' ' "$tmp/cb.dat" "$tmp/bare.dat" |
-	awk '{ printf "%.4f %.4f %.4f %.4f\n", $1 / $5, $2 / $6, $3 / $7, $4 / $8 }' >"$tmp/ratio.dat"
+	awk '{ printf "%.4f %.4f %.4f %.4f\n", $1 / $7, $2 / $8, $3 / $9, $4 / $10 }' >"$tmp/ratio.dat"
 
 echo "== medians of $ROUNDS rounds"
-printf '%-8s %9s %8s %8s %10s\n' path "req/s" "p50 ms" "p99 ms" "CPU us/req"
+printf '%-8s %9s %8s %8s %9s %10s %10s\n' path "req/s" "p50 ms" "p99 ms" "p99.9 ms" "CPU us/req" "gen us/req"
 for p in bare cb; do
 	name=bare
 	[ "$p" = cb ] && name=plugin
 	awk -v n="$name" -v a="$(median 1 "$tmp/$p.dat")" -v b="$(median 2 "$tmp/$p.dat")" \
 		-v c="$(median 3 "$tmp/$p.dat")" -v d="$(median 4 "$tmp/$p.dat")" \
-		'BEGIN { printf "%-8s %9d %8.2f %8.2f %10d\n", n, a, b / 1000, c / 1000, d }'
+		-v e="$(median 5 "$tmp/$p.dat")" -v f="$(median 6 "$tmp/$p.dat")" \
+		'BEGIN { printf "%-8s %9d %8.2f %8.2f %9.2f %10d %10.1f\n", n, a, b / 1000, c / 1000, e / 1000, d, f }'
 done
+awk -v b="$(median 4 "$tmp/bare.dat")" -v c="$(median 4 "$tmp/cb.dat")" -v b9="$(median 3 "$tmp/bare.dat")" -v c9="$(median 3 "$tmp/cb.dat")" \
+	'BEGIN { printf "plugin - bare, medians: Caddy CPU %+d us per request, p99 %+.2f ms\n", c - b, (c9 - b9) / 1000 }'
 awk -v br="$(median 1 "$tmp/bare.dat")" -v cr="$(median 1 "$tmp/cb.dat")" \
 	-v b9="$(median 3 "$tmp/bare.dat")" -v c9="$(median 3 "$tmp/cb.dat")" \
 	-v rt="$(median 1 "$tmp/ratio.dat")" -v r5="$(median 2 "$tmp/ratio.dat")" \
@@ -214,8 +259,39 @@ awk -v br="$(median 1 "$tmp/bare.dat")" -v cr="$(median 1 "$tmp/cb.dat")" \
 
 # Every plugin request must have been a new id that was stored: no
 # duplicates, no invalid ones, no store errors.
+echo "caddy memory: $(grep -E '^(VmHWM|VmRSS|RssAnon|RssFile)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -)"
+
+# Guard: every acknowledged (stored) pingback's insert was covered by a
+# journal sync before its answer; the store counts its commits, the
+# operations they carried and its syncs (an insert and an outcome update
+# per pingback).
 echo "== plugin counters (admin /metrics)"
-curl -fsS "http://$ADMIN/metrics" | grep -E '^caddy_pingback_(callbacks|forwards)_total' || echo "(no pingback metrics)"
+curl -fsS "http://$ADMIN/metrics" >"$tmp/metrics.txt"
+grep -E '^caddy_pingback_(callbacks|forwards|store_[a-z]+)_total' "$tmp/metrics.txt" || echo "(no pingback metrics)"
+awk '/^caddy_pingback_store_commits_total/ { c = $2 } /^caddy_pingback_store_operations_total/ { o = $2 }
+	/^caddy_pingback_store_syncs_total/ { s = $2 } END {
+	if (c > 0) printf "group commit: %.1f operations per commit, %.1f per journal sync\n", o / c, (s > 0 ? o / s : 0) }' "$tmp/metrics.txt"
+# The journal's write+fdatasync per group commit, from the histogram
+# (bucket bounds, so "at most"): the sync tail against the disk's own.
+awk -F'[ "]' '/^caddy_pingback_store_sync_seconds_bucket/ { le[n] = $3; c[n++] = $NF } /^caddy_pingback_store_sync_seconds_count/ { t = $NF }
+	END { if (t == 0) exit; split("0.5 0.9 0.99 0.999", q, " ")
+		printf "journal write+sync per commit (%d, bucket bounds):", t
+		for (k = 1; k <= 4; k++) for (i = 0; i < n; i++) if (c[i] >= q[k] * t) { printf " p%s <= %s ms", q[k] * 100, (le[i] == "+Inf" ? "inf" : le[i] * 1000); break }
+		print "" }' "$tmp/metrics.txt"
+
+if [ -n "$GUARD" ]; then
+	echo "== guard: syscalls of Caddy during one more plugin round (strace -c; strace slows Caddy down)"
+	stored0=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total.*result="stored"/ { s += $2 } END { print s + 0 }')
+	strace -f -c -e trace=fdatasync,fsync,msync,pwrite64 -p "$caddy_pid" -o "$tmp/strace.txt" &
+	strace_pid=$!
+	sleep 1
+	load /cb "$DURATION" guard-cb >/dev/null
+	kill -INT "$strace_pid"
+	wait "$strace_pid" 2>/dev/null || true
+	stored1=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total.*result="stored"/ { s += $2 } END { print s + 0 }')
+	cat "$tmp/strace.txt"
+	echo "pingbacks stored (and answered 200) during the round: $((stored1 - stored0))"
+fi
 
 if [ -n "$PROFILE" ]; then
 	secs=$((${DURATION%s} > 4 ? ${DURATION%s} - 2 : 2))

@@ -20,7 +20,8 @@ import (
 )
 
 // BenchmarkStore measures what one live callback costs the Badger store
-// (SyncWrites on, group commit) with 32 concurrent callers, as at 32
+// (journal, group commit; "syncwrites/" the design before the journal:
+// Badger's SyncWrites and no journal) with 32 concurrent callers, as at 32
 // concurrent clients: "insert" is the durable write before the 200,
 // "insert+outcome" adds the outcome update that follows the forward. Besides
 // ns/op (wall time per callback across all callers) it reports cpu-us/op:
@@ -29,12 +30,15 @@ func BenchmarkStore(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		outcome bool
+		journal int64
 	}{
-		{"insert", false},
-		{"insert+outcome", true},
+		{"insert", false, 0},
+		{"insert+outcome", true, 0},
+		{"syncwrites/insert", false, -1},
+		{"syncwrites/insert+outcome", true, -1},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			st, err := store.OpenBadger(store.BadgerOptions{Dir: b.TempDir()})
+			st, err := store.OpenBadger(store.BadgerOptions{Dir: b.TempDir(), JournalSize: bc.journal})
 			if err != nil {
 				b.Fatal(err)
 			}

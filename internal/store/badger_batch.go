@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -22,6 +21,7 @@ import (
 //	q/<DueAt><provider>/<id>                  → empty; queued and failed records by due time
 //	l/<epoch><Lease.Until><provider>/<id>     → empty; forwarding records by lease
 //	x/<ExpiresAt><provider>/<id>              → empty; the expiry watch of records ever left undelivered
+//	v/<state>/<provider>/<id>                 → empty; queued, failed, rejected and parked records by state (List)
 //
 // r/, q/ and l/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
@@ -34,6 +34,7 @@ const (
 	duePrefix      = "q/"
 	leasePrefix    = "l/"
 	expiryPrefix   = "x/"
+	statePrefix    = "v/"
 
 	expiryGrace = time.Hour
 )
@@ -45,6 +46,9 @@ const (
 type batch struct {
 	txn    *badger.Txn
 	writes []write
+	// epoch, if set, is the lease epoch whose lease changes go to leases.
+	epoch  uint64
+	leases []leaseEvent
 }
 
 // write is one buffered write: a set, or a deletion when del is true.
@@ -83,9 +87,18 @@ func (w *batch) flush() error {
 // scan calls fn with each key under prefix, in order, while fn returns
 // true. The key is only valid during the call.
 func (w *batch) scan(prefix string, fn func(k []byte) bool) error {
+	return w.scanFrom(prefix, nil, fn)
+}
+
+// scanFrom is scan from the first key at or after start (nil: the
+// prefix's first).
+func (w *batch) scanFrom(prefix string, start []byte, fn func(k []byte) bool) error {
 	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 	defer it.Close()
-	for it.Rewind(); it.Valid(); it.Next() {
+	if start == nil {
+		start = []byte(prefix)
+	}
+	for it.Seek(start); it.Valid(); it.Next() {
 		if !fn(it.Item().Key()) {
 			break
 		}
@@ -110,7 +123,7 @@ func (w *batch) recordOnly(k Key) (*Record, error) {
 		return nil, err
 	}
 	rec := new(Record)
-	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, rec) }); err != nil {
+	if err := item.Value(func(v []byte) error { return decodeRecord(v, rec) }); err != nil {
 		return nil, fmt.Errorf("decoding record %s: %w", k, err)
 	}
 	return rec, nil
@@ -139,15 +152,27 @@ func (w *batch) overlayDelivery(rec *Record) error {
 	return nil
 }
 
-// delivery returns the delivery state under k and the record's expiry
-// (Unix seconds), or ErrNotFound.
+// delivery returns the delivery state of k and the record's expiry (Unix
+// seconds), or ErrNotFound: its s/ value, or, for a record whose state has
+// not changed since it was stored (the insert writes no s/), the state in
+// its r/ value.
 func (w *batch) delivery(k Key) (Delivery, uint64, error) {
 	var d Delivery
 	item, err := w.get(deliveryKey(k))
+	if errors.Is(err, ErrNotFound) {
+		item, err = w.get(recordKey(k))
+		if err != nil {
+			return d, 0, err
+		}
+		if err := item.Value(func(v []byte) error { return decodeRecordDelivery(v, &d) }); err != nil {
+			return d, 0, fmt.Errorf("decoding record %s: %w", k, err)
+		}
+		return d, item.ExpiresAt(), nil
+	}
 	if err != nil {
 		return d, 0, err
 	}
-	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+	if err := item.Value(func(v []byte) error { return decodeDelivery(v, &d) }); err != nil {
 		return d, 0, fmt.Errorf("decoding delivery of %s: %w", k, err)
 	}
 	exp := item.ExpiresAt()
@@ -163,7 +188,7 @@ func (w *batch) delivery(k Key) (Delivery, uint64, error) {
 func (w *batch) writeDelivery(k Key, old, d *Delivery, exp uint64, val []byte) {
 	w.moveIndexes(k, old, d, exp)
 	if val == nil {
-		val, _ = json.Marshal(d) // a Delivery always encodes
+		val = encodeDelivery(d)
 	}
 	w.set(deliveryKey(k), val, graced(exp))
 }
@@ -182,21 +207,64 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 		oldDue, oldLease = dueIndexKey(k, old), leaseIndexKey(k, old)
 	}
 	newDue, newLease := dueIndexKey(k, d), leaseIndexKey(k, d)
+	var oldState []byte
+	if old != nil {
+		oldState = stateIndexKey(k, old)
+	}
+	newState := stateIndexKey(k, d)
+	if oldState != nil && string(oldState) != string(newState) {
+		w.del(oldState)
+	}
+	if newState != nil {
+		w.set(newState, nil, exp)
+	}
 	if oldDue != nil && string(oldDue) != string(newDue) {
 		w.del(oldDue)
 	}
 	if oldLease != nil && string(oldLease) != string(newLease) {
 		w.del(oldLease)
+		w.leaseChange(k, old, false)
 	}
 	if newDue != nil {
 		w.set(newDue, nil, exp)
 	}
 	if newLease != nil {
 		w.set(newLease, nil, exp)
+		w.leaseChange(k, d, true)
 	}
 	if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
 		w.set(timeKey(expiryPrefix, time.Unix(int64(exp), 0), k), nil, graced(exp))
 	}
+}
+
+// leaseChange notes that the lease of d (forwarding) starts or ends, if
+// it is one of w.epoch.
+func (w *batch) leaseChange(k Key, d *Delivery, start bool) {
+	if w.epoch == 0 {
+		return
+	}
+	switch epoch := ownerEpoch(d.Lease.Owner); {
+	case epoch == w.epoch:
+		w.leases = append(w.leases, leaseEvent{leaseAt: leaseAt{k, unixNano(d.Lease.Until)}, start: start})
+	case start && epoch < w.epoch:
+		// A lease handed to an earlier owner (an update function may
+		// name one): the claim scan must look at earlier epochs again.
+		w.leases = append(w.leases, leaseEvent{older: true})
+	}
+}
+
+// stateIndexKey is the v/ entry of a delivery in a state List finds by
+// index (queued, failed, rejected, parked), else nil: the happy path
+// (forwarding, then delivered) writes none.
+func stateIndexKey(k Key, d *Delivery) []byte {
+	if !indexedState(d.State) {
+		return nil
+	}
+	return []byte(statePrefix + string(d.State) + "/" + k.Provider + "/" + k.ID)
+}
+
+func indexedState(s State) bool {
+	return s == StateQueued || s == StateFailed || s == StateRejected || s == StateParked
 }
 
 // dueIndexKey is the q/ entry of a queued or failed delivery, else nil.

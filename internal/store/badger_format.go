@@ -2,7 +2,6 @@ package store
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,24 +17,32 @@ import (
 //	  forwarding record sat in q/ at the time it would count as stuck.
 //	2: failures and interrupts counted apart from attempts, leases in l/
 //	  by owner epoch, queued state, expiry watch x/, s/ outliving r/.
-const formatVersion = 2
+//	3: the journal (badger_journal.go) in front of Badger, which code of
+//	  format 2 would ignore; values of r/, s/ and t/ written in the binary
+//	  encoding of badger_codec.go (JSON values of format 2 stay readable,
+//	  so a store of format 2 needs no rewrite).
+const formatVersion = 3
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
 func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
-	version, err := storedFormat(db)
+	version, err := checkFormat(db)
 	if err != nil {
 		return 0, err
 	}
 	switch {
-	case version > formatVersion:
-		return 0, fmt.Errorf("stored format %d is newer than this plugin's (%d): upgrade the plugin", version, formatVersion)
 	case version == 1:
 		n, err := migrateFormat1(db)
 		if err != nil {
 			return 0, fmt.Errorf("upgrading stored format 1 to %d: %w", formatVersion, err)
 		}
 		log.Info("upgraded the stored format", zap.Int("from", 1), zap.Int("to", formatVersion), zap.Int("records", n))
+	case version == 2:
+		n, err := buildStateIndex(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format 2 to %d: %w", formatVersion, err)
+		}
+		log.Info("upgraded the stored format", zap.Int("from", 2), zap.Int("to", formatVersion), zap.Int("indexed", n))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {
@@ -62,6 +69,16 @@ func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
 		return txn.Set([]byte(metaFormatKey), []byte(strconv.Itoa(formatVersion)))
 	})
 	return epoch, err
+}
+
+// checkFormat returns the stored format, or an error if this code cannot
+// open it.
+func checkFormat(db *badger.DB) (int, error) {
+	version, err := storedFormat(db)
+	if err == nil && version > formatVersion {
+		err = fmt.Errorf("stored format %d is newer than this plugin's (%d): upgrade the plugin", version, formatVersion)
+	}
+	return version, err
 }
 
 // storedFormat reads m/format: 0 for an empty database, 1 for a database
@@ -93,6 +110,55 @@ func storedFormat(db *badger.DB) (int, error) {
 	return version, err
 }
 
+// buildStateIndex writes the v/ entries of a store of format 2, which had
+// none: one per record in a state List finds by index. Running it again is
+// harmless.
+func buildStateIndex(db *badger.DB) (int, error) {
+	var keys [][]byte
+	var exps []uint64
+	err := db.View(func(txn *badger.Txn) error {
+		w := &batch{txn: txn}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(deliveryPrefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k, ok := parseTail(it.Item().Key()[len(deliveryPrefix):])
+			if !ok {
+				continue
+			}
+			d, exp, err := w.delivery(k)
+			if err != nil {
+				return err
+			}
+			if sk := stateIndexKey(k, &d); sk != nil {
+				keys, exps = append(keys, sk), append(exps, exp)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(keys), inChunks(db, len(keys), 1000, func(w *batch, i int) { w.set(keys[i], nil, exps[i]) })
+}
+
+// inChunks calls fn for 0..n-1, chunk calls per transaction, and writes
+// what they buffered in w.
+func inChunks(db *badger.DB, n, chunk int, fn func(w *batch, i int)) error {
+	for start := 0; start < n; start += chunk {
+		err := db.Update(func(txn *badger.Txn) error {
+			w := &batch{txn: txn}
+			for i := start; i < min(start+chunk, n); i++ {
+				fn(w, i)
+			}
+			return w.flush()
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // migrateFormat1 rewrites every delivery state of format 1: failures are
 // taken to be the attempts of records that failed or were parked (every
 // ended attempt of theirs failed), and a forwarding record, whose forward
@@ -116,7 +182,7 @@ func migrateFormat1(db *badger.DB) (int, error) {
 				continue
 			}
 			var d Delivery
-			if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &d) }); err != nil {
+			if err := item.Value(func(v []byte) error { return decodeDelivery(v, &d) }); err != nil {
 				return fmt.Errorf("decoding delivery of %s: %w", k, err)
 			}
 			// The record's expiry is its r/ key's: s/ had the same in
@@ -136,36 +202,30 @@ func migrateFormat1(db *badger.DB) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	const chunk = 500
-	for start := 0; start < len(all); start += chunk {
-		err := db.Update(func(txn *badger.Txn) error {
-			w := &batch{txn: txn}
-			for _, e := range all[start:min(start+chunk, len(all))] {
-				old, cur := e.d, e.d
-				switch cur.State {
-				case StateFailed, StateParked:
-					if cur.Failures == 0 {
-						cur.Failures = cur.Attempts
-					}
-				case StateForwarding:
-					// Format 1 kept it in q/ at its stuck time; format 2
-					// keeps it in l/ under the lapsed epoch 0, with the
-					// stuck time as the lease's end.
-					if cur.Lease.Owner != "" {
-						break // rewritten by an earlier run
-					}
-					if !old.DueAt.IsZero() {
-						w.del(timeKey(duePrefix, old.DueAt, e.key))
-					}
-					cur.DueAt, cur.Lease = time.Time{}, Lease{Owner: ownerName(0), Until: old.DueAt}
-				}
-				w.writeDelivery(e.key, &old, &cur, e.exp, nil)
+	err = inChunks(db, len(all), 500, func(w *batch, i int) {
+		e := all[i]
+		old, cur := e.d, e.d
+		switch cur.State {
+		case StateFailed, StateParked:
+			if cur.Failures == 0 {
+				cur.Failures = cur.Attempts
 			}
-			return w.flush()
-		})
-		if err != nil {
-			return start, err
+		case StateForwarding:
+			// Format 1 kept it in q/ at its stuck time; format 2
+			// keeps it in l/ under the lapsed epoch 0, with the
+			// stuck time as the lease's end.
+			if cur.Lease.Owner != "" {
+				break // rewritten by an earlier run
+			}
+			if !old.DueAt.IsZero() {
+				w.del(timeKey(duePrefix, old.DueAt, e.key))
+			}
+			cur.DueAt, cur.Lease = time.Time{}, Lease{Owner: ownerName(0), Until: old.DueAt}
 		}
+		w.writeDelivery(e.key, &old, &cur, e.exp, nil)
+	})
+	if err != nil {
+		return 0, err
 	}
 	return len(all), nil
 }

@@ -191,7 +191,7 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 
 func TestBadgerFormatNewer(t *testing.T) {
 	for _, x := range []struct{ format, want string }{
-		{"3", "stored format 3 is newer than this plugin's (2)"},
+		{"4", "stored format 4 is newer than this plugin's (3)"},
 		{"two", `format key "two"`},
 	} {
 		t.Run(x.format, func(t *testing.T) {
@@ -211,7 +211,7 @@ func TestBadgerFormatNewer(t *testing.T) {
 				t.Errorf("OpenBadger: %v; want it to name the directory and say %q", err, x.want)
 			}
 			// The refused open released the directory and wrote nothing.
-			setRaw(t, dir, metaFormatKey, "2")
+			setRaw(t, dir, metaFormatKey, "3")
 			b = openTestBadger(t, BadgerOptions{Dir: dir})
 			if b.epoch != 2 {
 				t.Errorf("epoch after the refused open: %d, want 2 (the refused open took none)", b.epoch)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -147,7 +146,7 @@ func (w *batch) task(k Key) (*Task, error) {
 		return nil, err
 	}
 	t := new(Task)
-	if err := item.Value(func(v []byte) error { return json.Unmarshal(v, t) }); err != nil {
+	if err := item.Value(func(v []byte) error { return decodeTask(v, t) }); err != nil {
 		return nil, fmt.Errorf("decoding task %s: %w", k, err)
 	}
 	return t, nil
@@ -155,7 +154,7 @@ func (w *batch) task(k Key) (*Task, error) {
 
 // writeTask stores t and moves its poll index entry from old's NextPollAt.
 func (w *batch) writeTask(old, t *Task) error {
-	val, err := json.Marshal(t)
+	val, err := encodeTask(t)
 	if err != nil {
 		return fmt.Errorf("encoding task: %w", err)
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -50,7 +49,7 @@ func checkIndexes(txn *badger.Txn) error {
 		case strings.HasPrefix(k, deliveryPrefix):
 			key, _ := parseTail([]byte(k[len(deliveryPrefix):]))
 			var d Delivery
-			if err := json.Unmarshal(e.val, &d); err != nil {
+			if err := decodeDelivery(e.val, &d); err != nil {
 				bad("%s: %v", k, err)
 				continue
 			}
@@ -60,6 +59,7 @@ func checkIndexes(txn *badger.Txn) error {
 				continue
 			}
 			exp := r.exp
+			wantIndexes(want, key, &d, exp)
 			if e.exp != graced(exp) {
 				bad("%s: TTL %d, want the record's %d plus the grace", k, e.exp, exp)
 			}
@@ -69,23 +69,24 @@ func checkIndexes(txn *badger.Txn) error {
 			if d.State == StateForwarding && !d.DueAt.IsZero() {
 				bad("%s: forwarding with a due time", k)
 			}
-			if dk := dueIndexKey(key, &d); dk != nil {
-				want[string(dk)] = exp
-			}
-			if lk := leaseIndexKey(key, &d); lk != nil {
-				want[string(lk)] = exp
-			}
-			if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
-				want[string(timeKey(expiryPrefix, time.Unix(int64(exp), 0), key))] = graced(exp)
-			}
+
 		case strings.HasPrefix(k, recordPrefix):
 			key, _ := parseTail([]byte(k[len(recordPrefix):]))
 			if _, ok := keys[string(deliveryKey(key))]; !ok {
-				bad("%s: no delivery state", k)
+				// Not changed since the insert: the state is the record's.
+				var d Delivery
+				if err := decodeRecordDelivery(e.val, &d); err != nil {
+					bad("%s: %v", k, err)
+					continue
+				}
+				if (d.State == StateForwarding) != (d.Lease.Owner != "") {
+					bad("%s: state %s with lease %+v", k, d.State, d.Lease)
+				}
+				wantIndexes(want, key, &d, e.exp)
 			}
 		case strings.HasPrefix(k, taskPrefix):
 			var t Task
-			if err := json.Unmarshal(e.val, &t); err != nil {
+			if err := decodeTask(e.val, &t); err != nil {
 				bad("%s: %v", k, err)
 				continue
 			}
@@ -99,7 +100,7 @@ func checkIndexes(txn *badger.Txn) error {
 	}
 	for k, e := range keys {
 		switch {
-		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix):
+		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix):
 			exp, ok := want[k]
 			if !ok {
 				bad("stale index entry %q", k)
@@ -130,6 +131,22 @@ func checkIndexes(txn *badger.Txn) error {
 	return nil
 }
 
+// wantIndexes adds the index entries delivery state d of key calls for.
+func wantIndexes(want map[string]uint64, key Key, d *Delivery, exp uint64) {
+	if dk := dueIndexKey(key, d); dk != nil {
+		want[string(dk)] = exp
+	}
+	if lk := leaseIndexKey(key, d); lk != nil {
+		want[string(lk)] = exp
+	}
+	if d.State != StateDelivered && d.State != StateForwarding && exp > 0 {
+		want[string(timeKey(expiryPrefix, time.Unix(int64(exp), 0), key))] = graced(exp)
+	}
+	if sk := stateIndexKey(key, d); sk != nil {
+		want[string(sk)] = exp
+	}
+}
+
 // clone returns a deep copy of r. Keep it in step with Record's fields: all
 // but Request.Header and Request.Body are values.
 func (r *Record) clone() *Record {
@@ -137,4 +154,15 @@ func (r *Record) clone() *Record {
 	c.Request.Header = r.Request.Header.Clone()
 	c.Request.Body = bytes.Clone(r.Request.Body)
 	return &c
+}
+
+// crash closes b the way a crash would leave it: the committer stops, the
+// journal gets no final checkpoint and Badger keeps what it was given.
+func (b *Badger) crash() {
+	b.once.Do(func() {
+		b.stopLoops()
+		b.journal.wg.Wait()
+		_ = b.journal.closeFiles()
+		b.closeErr = b.db.Close()
+	})
 }

@@ -69,8 +69,10 @@ func TestBadgerFullDiskUnavailable(t *testing.T) {
 	dir := testfs.Small(t, DefaultMinFreeSpace+48<<20)
 	dbDir := filepath.Join(dir, "db")
 	core, logs := observer.New(zapcore.WarnLevel)
-	// MinFreeSpace 0: the default, DefaultMinFreeSpace.
-	b, err := OpenBadger(BadgerOptions{Dir: dbDir, Logger: zap.New(core)})
+	// MinFreeSpace 0: the default, DefaultMinFreeSpace. The filesystem
+	// has room for Badger's growth plus the smallest journal (two files
+	// preallocated at open, which never grow).
+	b, err := OpenBadger(BadgerOptions{Dir: dbDir, Logger: zap.New(core), JournalSize: minJournalSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +184,7 @@ func TestBadgerFullDiskUnavailable(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := openTestBadger(t, BadgerOptions{Dir: dbDir})
+	b2 := openTestBadger(t, BadgerOptions{Dir: dbDir, JournalSize: minJournalSize})
 	checkStored(t, b2, stored)
 	t.Logf("%d records intact after the full disk and a reopen", len(stored))
 }
@@ -230,7 +232,7 @@ func TestBadgerSIGBUSWithoutGuard(t *testing.T) {
 // free and inserts until something happens. It is expected never to
 // return: SIGBUS kills the process.
 func sigbusChild(t *testing.T, dir string) {
-	b, err := OpenBadger(BadgerOptions{Dir: filepath.Join(dir, "db"), MinFreeSpace: -1})
+	b, err := OpenBadger(BadgerOptions{Dir: filepath.Join(dir, "db"), MinFreeSpace: -1, JournalSize: minJournalSize})
 	if err != nil {
 		t.Fatal(err)
 	}

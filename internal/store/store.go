@@ -255,7 +255,8 @@ type Store interface {
 	// If rec is in StateForwarding, the stored copy's lease is Owner()'s
 	// (the caller sets Lease.Until), written in the insert's own
 	// transaction. A pending task under the same key is marked done in the
-	// same transaction. Insert does not change rec.
+	// same transaction. Insert does not change rec, and does not use it
+	// after it returns (the caller may reuse its header map).
 	//
 	// It returns once the commit is durable; Existing is set for a
 	// duplicate (nothing written). On error nothing can be assumed stored:
