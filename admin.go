@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -65,6 +66,9 @@ type taskRegistration struct {
 	ID          string `json:"id"`
 	PingbackURL string `json:"pingback_url"`
 	Method      string `json:"method,omitempty"`
+	// API is "legacy" (in.php; the default for providers that have it) or
+	// "json" (createTask; the default for JSON-only providers).
+	API         string `json:"api,omitempty"`
 	SubmittedAt string `json:"submitted_at,omitempty"`
 }
 
@@ -100,7 +104,17 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 			return badInput("submitted_at is in the future")
 		}
 	}
-	task, created, err := a.trackTask(r.Context(), reg.Provider, reg.ID, reg.Method, reg.PingbackURL, submitted, true)
+	api := protocol.API(reg.API)
+	if p, err := lookupProvider(reg.Provider); api == "" && err == nil && !p.Has(protocol.Legacy) {
+		api = protocol.JSON
+	}
+	if api != "" && api != protocol.Legacy && api != protocol.JSON {
+		return badInput("api must be legacy or json, got %q", reg.API)
+	}
+	task, created, err := a.trackTask(r.Context(), trackSpec{
+		provider: reg.Provider, id: reg.ID, api: api, method: reg.Method,
+		pingbackURL: reg.PingbackURL, submittedAt: submitted,
+	}, true)
 	var bad *badRequest
 	if errors.As(err, &bad) {
 		return badInput("%s", bad.reason)

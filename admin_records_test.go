@@ -98,7 +98,7 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 		{http.MethodPost, "/pingback/records/2captcha/81", http.StatusNotFound},
 		{http.MethodPost, "/pingback/records", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/pingback/records?state=lost", http.StatusBadRequest},
-		{http.MethodGet, "/pingback/records?provider=anticaptcha", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/records?provider=deathbycaptcha", http.StatusBadRequest},
 		{http.MethodGet, "/pingback/records?limit=0", http.StatusBadRequest},
 	} {
 		if status, body := adminRequest(t, tc.method, tc.path); status != tc.status || !strings.Contains(string(body), `"error"`) {

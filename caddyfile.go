@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"strconv"
@@ -39,6 +40,12 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //
 //	pingback {
 //		storage_dir <path>
+//		store badger|postgres {
+//			dir <path>                 # badger
+//			dsn <dsn>                  # postgres
+//			schema <name>              # postgres
+//			lease_term <duration>      # postgres
+//		}
 //		retention <duration>
 //		min_free_space <size>
 //		replay {
@@ -49,8 +56,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		}
 //		provider <name> {
 //			endpoint <base url>
+//			api_endpoint <base url>
 //			api_key <key>
 //			callback_method get|post
+//			callback_format form|json
+//			give_up <duration>
 //		}
 //		poll {
 //			after auto|<duration>
@@ -75,6 +85,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &a.StorageDir); err != nil {
 				return err
 			}
+		case "store":
+			raw, err := storeArg(d)
+			if err != nil {
+				return err
+			}
+			a.StoreRaw = raw
 		case "retention":
 			dur, err := durationArg(d)
 			if err != nil {
@@ -133,6 +149,31 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	})
 }
 
+// storeArg parses `store <module> { ... }` into the store guest module's
+// JSON, with its "module" key.
+func storeArg(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	if !d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	var mod caddyfile.Unmarshaler
+	name := d.Val()
+	switch name {
+	case "badger":
+		mod = new(BadgerStore)
+	case "postgres":
+		mod = new(PostgresStore)
+	default:
+		return nil, d.Errf("unknown store '%s': want badger or postgres", name)
+	}
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	if err := mod.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return caddyconfig.JSONModuleObject(mod, "module", name, nil), nil
+}
+
 func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return eachSubdirective(d, "replay ", nil, func(name string) error {
 		switch name {
@@ -189,10 +230,24 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &pc.Endpoint); err != nil {
 				return err
 			}
+		case "api_endpoint":
+			if err := oneArg(d, &pc.APIEndpoint); err != nil {
+				return err
+			}
 		case "api_key":
 			if err := oneArg(d, &pc.APIKey); err != nil {
 				return err
 			}
+		case "callback_format":
+			if err := oneArg(d, &pc.CallbackFormat); err != nil {
+				return err
+			}
+		case "give_up":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			pc.GiveUp = dur
 		case "callback_method":
 			if err := oneArg(d, &pc.CallbackMethod); err != nil {
 				return err
@@ -267,7 +322,7 @@ func parseTrackDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, e
 // Syntax:
 //
 //	pingback_track [<matcher>] {
-//		provider captchaai|2captcha|rucaptcha
+//		provider <name>
 //		pingback_url <url>
 //		max_body <size>
 //	}
@@ -316,7 +371,7 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	pingback [<matcher>] {
-//		provider captchaai|2captcha|rucaptcha
+//		provider <name>
 //		ack_timeout <duration>
 //		max_body <size>
 //	}

@@ -2,12 +2,16 @@ package pingback
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"strings"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // callback is a parsed pingback: the task id, its result and the raw body.
@@ -15,6 +19,9 @@ type callback struct {
 	id   string
 	code string
 	body []byte
+	// answer is a JSON callback's body, the provider's whole answer (nil
+	// for a form callback): stored beside code.
+	answer []byte
 }
 
 // badRequest is a client error: the status and a short plain-text reason.
@@ -25,19 +32,20 @@ type badRequest struct {
 
 func (e *badRequest) Error() string { return e.reason }
 
-// readCallback reads and parses a legacy pingback: GET with query fields id
-// and code (CaptchaAI: YOUR_URL?id=TASK_ID&code=TOKEN, per its blog
-// https://blog.captchaai.com/captchaai-pingback-task-notification-patterns),
-// or POST with the same fields form-encoded (2captcha, rucaptcha: body
-// id=51555263943&code=ANSWER, https://2captcha.com/2captcha-api#pingback) as
-// application/x-www-form-urlencoded or multipart/form-data. In a POST, body
-// fields win over query fields of the same name. Query and urlencoded body
-// are read as parseURLEncoded reads them: split on '&' only, so a ';' in a
-// code is data. The body is read whole, up to maxBody bytes, and returned
-// exactly as sent. Errors are *badRequest: 405 for other methods, 413 for a
-// body over maxBody, 415 for a body of another content type, 400 for a
-// missing or repeated field, a malformed id, a malformed Content-Type or
-// multipart body.
+// readCallback reads and parses a pingback, in the forms of
+// internal/protocol (sources in docs/protocols.md): GET with query fields id
+// and code (CaptchaAI), or POST with the same fields form-encoded (2captcha,
+// rucaptcha) as application/x-www-form-urlencoded or multipart/form-data;
+// and, for providers with a JSON API, POST application/json (the
+// anti-captcha family's getTaskResult answer with taskId, and the other
+// plausible shapes ParseJSONCallback takes). In a form POST, body fields win
+// over query fields of the same name. Query and urlencoded body are read as
+// parseURLEncoded reads them: split on '&' only, so a ';' in a code is data.
+// The body is read whole, up to maxBody bytes, and returned exactly as sent.
+// Errors are *badRequest: 405 for other methods, 413 for a body over
+// maxBody, 415 for a body of another content type, 400 for a missing or
+// repeated field, a malformed id, a malformed Content-Type, multipart or
+// JSON body.
 func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody int64) (callback, error) {
 	var cb callback
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
@@ -60,20 +68,48 @@ func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody in
 		cb.body = body
 	}
 
+	// JSON for providers with a JSON API: a JSON Content-Type, or a body
+	// that is a JSON object under another (or no) type, since the format
+	// of some providers' callbacks is undocumented: a callback with a
+	// recognisable task id and result is never refused for its type.
+	var pcb protocol.Callback
+	var err error
+	ct := r.Header.Get("Content-Type")
+	jsonAPI := r.Method == http.MethodPost && len(cb.body) > 0 && p.Has(protocol.JSON)
+	if jsonAPI && (isJSONBody(ct) || looksLikeJSONObject(cb.body)) {
+		pcb, err = p.ParseJSONCallback(cb.body)
+		switch {
+		case err == nil:
+			cb.id, cb.code, cb.answer = pcb.ID, pcb.Code, pcb.Answer
+			return cb, nil
+		case isJSONBody(ct):
+			return cb, &badRequest{http.StatusBadRequest, err.Error()}
+		}
+		// A JSON object under another type without a callback in it:
+		// read as that type says.
+	}
 	form, err := parseFields(r, cb.body, maxBody)
 	if err != nil {
 		return cb, err
 	}
-	if cb.id, err = field(form, "id"); err != nil {
-		return cb, err
+	if pcb, err = p.ParseFormCallback(form); err != nil {
+		return cb, &badRequest{http.StatusBadRequest, err.Error()}
 	}
-	if cb.code, err = field(form, "code"); err != nil {
-		return cb, err
-	}
-	if !p.validID(cb.id) {
-		return cb, &badRequest{http.StatusBadRequest, "malformed id: want " + p.idRule}
-	}
+	cb.id, cb.code, cb.answer = pcb.ID, pcb.Code, pcb.Answer
 	return cb, nil
+}
+
+// looksLikeJSONObject reports whether body is one JSON object.
+func looksLikeJSONObject(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '{' && json.Valid(body)
+}
+
+// isJSONBody reports whether a Content-Type names JSON: application/json,
+// or any application/*+json.
+func isJSONBody(contentType string) bool {
+	ct, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (ct == "application/json" || strings.HasPrefix(ct, "application/") && strings.HasSuffix(ct, "+json"))
 }
 
 // parseFields returns the request's fields: the query for GET; for POST the
@@ -116,18 +152,6 @@ func parseFields(r *http.Request, body []byte, maxBody int64) (url.Values, error
 	default:
 		return nil, &badRequest{http.StatusUnsupportedMediaType, "unsupported Content-Type: use application/x-www-form-urlencoded or multipart/form-data"}
 	}
-}
-
-// field returns the single non-empty value of name.
-func field(form url.Values, name string) (string, error) {
-	vals := form[name]
-	switch {
-	case len(vals) == 0 || vals[0] == "":
-		return "", &badRequest{http.StatusBadRequest, "missing " + name}
-	case len(vals) > 1:
-		return "", &badRequest{http.StatusBadRequest, "more than one " + name}
-	}
-	return vals[0], nil
 }
 
 // mergeQuery adds to body the query fields it lacks: a body field wins over a

@@ -185,14 +185,14 @@ func FuzzReadCallback(f *testing.F) {
 			r.Header.Set("Content-Type", contentType)
 		}
 		w := httptest.NewRecorder()
-		p := providers["captchaai"]
+		p := mustProvider("captchaai")
 		cb, err := readCallback(w, r, p, fuzzMaxBody)
 
 		if w.Body.Len() != 0 {
 			t.Errorf("readCallback wrote a response body %q", w.Body.String())
 		}
 		ref, refOK := readCallbackRef(method, contentType, query, body)
-		if refOK && len(ref["id"]) == 1 && p.validID(ref["id"][0]) && len(ref["code"]) == 1 && ref["code"][0] != "" && err != nil {
+		if refOK && len(ref["id"]) == 1 && p.ValidID(ref["id"][0]) && len(ref["code"]) == 1 && ref["code"][0] != "" && err != nil {
 			t.Fatalf("refused (%v), but the reference reads id %q code %q", err, ref["id"][0], ref["code"][0])
 		}
 		if err != nil {
@@ -214,7 +214,7 @@ func FuzzReadCallback(f *testing.F) {
 		if len(body) > fuzzMaxBody {
 			t.Fatalf("a %d-byte body accepted with max_body %d", len(body), fuzzMaxBody)
 		}
-		if !p.validID(cb.id) || cb.code == "" {
+		if !p.ValidID(cb.id) || cb.code == "" {
 			t.Fatalf("accepted id %q code %q", cb.id, cb.code)
 		}
 		if !bytes.Equal(cb.body, body) {
@@ -288,7 +288,19 @@ func TestReadCallback(t *testing.T) {
 		{name: "semicolon in the id", method: "GET", target: "/cb?id=1;2&code=x", status: 400, reason: "malformed id"},
 		{name: "multipart without boundary", method: "POST", target: "/cb", contentType: "multipart/form-data", body: "--x\r\nContent-Disposition: form-data; name=\"id\"\r\n\r\n1\r\n--x--\r\n", status: 400, reason: "without boundary"},
 		{name: "malformed multipart", method: "POST", target: "/cb", contentType: "multipart/form-data; boundary=zzz", body: "not multipart at all", status: 400, reason: "malformed multipart"},
-		{name: "other content type", method: "POST", target: "/cb?id=1&code=x", contentType: "application/json", body: `{"id":1}`, status: 415, reason: "unsupported Content-Type"},
+		{name: "other content type", method: "POST", target: "/cb?id=1&code=x", contentType: "application/xml", body: `<id>1</id>`, status: 415, reason: "unsupported Content-Type"},
+		// JSON callbacks (2captcha API v2): every plausible shape.
+		{name: "JSON id and code", method: "POST", target: "/cb", contentType: "application/json", body: `{"id":"77","code":"TOKEN"}`, id: "77", code: "TOKEN"},
+		{name: "JSON getTaskResult shape", method: "POST", target: "/cb", contentType: "application/json; charset=utf-8", body: `{"taskId":77,"errorId":0,"status":"ready","solution":{"token":"T","gRecaptchaResponse":"T"}}`, id: "77", code: `{"gRecaptchaResponse":"T","token":"T"}`},
+		{name: "JSON task error", method: "POST", target: "/cb", contentType: "application/json", body: `{"taskId":77,"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE"}`, id: "77", code: "ERROR_CAPTCHA_UNSOLVABLE"},
+		{name: "JSON without a result", method: "POST", target: "/cb", contentType: "application/json", body: `{"id":1}`, status: 400, reason: "no result"},
+		{name: "JSON without an id", method: "POST", target: "/cb", contentType: "application/json", body: `{"code":"x"}`, status: 400, reason: "missing taskId"},
+		{name: "JSON not an object", method: "POST", target: "/cb", contentType: "application/json", body: `[1]`, status: 400, reason: "malformed JSON"},
+		// A JSON callback under another type, or none, is still a callback.
+		{name: "JSON without a Content-Type", method: "POST", target: "/cb", body: `{"taskId":78,"solution":{"token":"T"}}`, id: "78", code: `{"token":"T"}`},
+		{name: "JSON as text/plain", method: "POST", target: "/cb", contentType: "text/plain", body: ` {"id":79,"code":"T"}`, id: "79", code: "T"},
+		{name: "JSON as a form type", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: `{"taskId":80,"code":"T"}`, id: "80", code: "T"},
+		{name: "JSON object without a callback as text/plain", method: "POST", target: "/cb", contentType: "text/plain", body: `{"a":1}`, status: 415, reason: "unsupported Content-Type"},
 		{name: "malformed content type", method: "POST", target: "/cb?id=1&code=x", contentType: "multipart/form-data; boundary", body: "x", status: 400, reason: "malformed Content-Type"},
 		{name: "PUT", method: "PUT", target: "/cb?id=1&code=x", status: 405, reason: "use GET or POST"},
 		{name: "body over max_body, length unknown", method: "POST", target: "/cb", contentType: "application/x-www-form-urlencoded", body: "id=1&code=" + strings.Repeat("x", maxBody), chunked: true, status: 413, reason: "body too large"},
@@ -303,7 +315,7 @@ func TestReadCallback(t *testing.T) {
 				r.ContentLength = -1
 			}
 			w := httptest.NewRecorder()
-			cb, err := readCallback(w, r, providers["2captcha"], maxBody)
+			cb, err := readCallback(w, r, mustProvider("2captcha"), maxBody)
 			if tc.status != 0 {
 				var bad *badRequest
 				if !errors.As(err, &bad) {
@@ -337,7 +349,7 @@ func TestReadCallbackContentLengthOverMaxBody(t *testing.T) {
 	r := httptest.NewRequest(http.MethodPost, "/cb", body)
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	r.ContentLength = 65
-	_, err := readCallback(httptest.NewRecorder(), r, providers["captchaai"], 64)
+	_, err := readCallback(httptest.NewRecorder(), r, mustProvider("captchaai"), 64)
 	var bad *badRequest
 	if !errors.As(err, &bad) || bad.status != http.StatusRequestEntityTooLarge {
 		t.Fatalf("got %v, want 413", err)
@@ -348,4 +360,13 @@ func TestReadCallbackContentLengthOverMaxBody(t *testing.T) {
 	if body.reads != 0 {
 		t.Errorf("the body was read %d times before refusing it", body.reads)
 	}
+}
+
+// mustProvider returns a known provider.
+func mustProvider(name string) provider {
+	p, err := lookupProvider(name)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }

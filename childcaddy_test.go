@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
@@ -60,7 +61,14 @@ func childCaddyBinary(t *testing.T) string {
 			caddyBinary.err = fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
 			return
 		}
-		final := filepath.Join(dir, "caddy")
+		// One binary per checkout: test runs of other checkouts (other
+		// branches) on the same machine must not replace it under this one.
+		wd, err := os.Getwd()
+		if err != nil {
+			caddyBinary.err = err
+			return
+		}
+		final := filepath.Join(dir, fmt.Sprintf("caddy-%x", sha256.Sum256([]byte(wd)))[:len("caddy-")+16])
 		if err := os.Rename(tmp.Name(), final); err != nil {
 			caddyBinary.err = err
 			return
@@ -137,6 +145,8 @@ func (s *syncBuffer) String() string {
 // childCaddy is a Caddy process running a Caddyfile.
 type childCaddy struct {
 	t      *testing.T
+	admin  string // admin address (host:port)
+	base   string // HTTP base URL
 	cmd    *exec.Cmd
 	output *syncBuffer   // stdout and stderr (Caddy logs to stderr)
 	exited chan struct{} // closed once the process has been waited for
@@ -149,12 +159,27 @@ type childCaddy struct {
 // output is logged if the test failed.
 func startChildCaddy(t *testing.T, caddyfile string) *childCaddy {
 	t.Helper()
+	return startChildCaddyAt(t, caddyfile, childAdmin, childBase)
+}
+
+// startChildCaddyAt is startChildCaddy for a child whose Caddyfile sets
+// admin address admin and serves base (a second child beside the first).
+func startChildCaddyAt(t *testing.T, caddyfile, admin, base string) *childCaddy {
+	t.Helper()
+	c := launchChildCaddy(t, caddyfile, admin, base)
+	c.waitReady(30 * time.Second)
+	return c
+}
+
+// launchChildCaddy starts the child without waiting for it to serve.
+func launchChildCaddy(t *testing.T, caddyfile, admin, base string) *childCaddy {
+	t.Helper()
 	bin := childCaddyBinary(t)
 	file := filepath.Join(t.TempDir(), "Caddyfile")
 	if err := os.WriteFile(file, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &childCaddy{t: t, output: new(syncBuffer), exited: make(chan struct{})}
+	c := &childCaddy{t: t, admin: admin, base: base, output: new(syncBuffer), exited: make(chan struct{})}
 	c.cmd = exec.Command(bin, "run", "--config", file, "--adapter", "caddyfile")
 	c.cmd.Env = childEnv(t)
 	c.cmd.Stdout = c.output
@@ -176,10 +201,9 @@ func startChildCaddy(t *testing.T, caddyfile string) *childCaddy {
 			<-c.exited
 		}
 		if t.Failed() {
-			t.Logf("child caddy (pid %d) output:\n%s", pid, c.output.String())
+			t.Logf("child caddy (pid %d, admin %s) output:\n%s", pid, admin, c.output.String())
 		}
 	})
-	c.waitReady(30 * time.Second)
 	return c
 }
 
@@ -203,9 +227,9 @@ func (c *childCaddy) waitReady(timeout time.Duration) {
 			c.t.Fatalf("child caddy exited during startup (%v):\n%s", c.state, c.output.String())
 		default:
 		}
-		return answers("http://"+childAdmin+"/config/") &&
+		return answers("http://"+c.admin+"/config/") &&
 			strings.Contains(c.output.String(), "pingback store ready") &&
-			answers(childBase+"/")
+			answers(c.base+"/")
 	})
 }
 
@@ -223,7 +247,7 @@ func (c *childCaddy) kill() *os.ProcessState {
 // like `caddy stop`) and waits until it has.
 func (c *childCaddy) stop() {
 	c.t.Helper()
-	resp, err := http.Post("http://"+childAdmin+"/stop", "", nil)
+	resp, err := http.Post("http://"+c.admin+"/stop", "", nil)
 	if err != nil {
 		c.t.Fatalf("POST /stop: %v", err)
 	}

@@ -142,12 +142,15 @@ func (a *App) leaseFor(st store.Store) time.Duration {
 
 // recordOutcome stores the outcome of forward number attempt, if the
 // record is still leased to this handle for that attempt. A store that
-// cannot take the write is tried again a few times; if it never does, the
-// record keeps its lease, which lapses (at the lease's end, or when the
-// store is opened again) and the result is replayed.
+// cannot take the write is tried again a few times, and for as long as it
+// reports itself unavailable (up to outcomeWaitMax, until it closes); if it
+// never takes it, the record keeps its lease, which lapses (at the lease's
+// end, or when the store is opened again) and the result is replayed.
 func (a *App) recordOutcome(ctx context.Context, st store.Store, key store.Key, attempt int, out outcome) {
 	var d store.Delivery
 	var err error
+	waiting := false // counted in outcomesWaiting
+	since := time.Now()
 	for try := 1; ; try++ {
 		now := a.now().UTC()
 		d, err = st.UpdateDelivery(ctx, key, func(d *store.Delivery) error {
@@ -158,10 +161,31 @@ func (a *App) recordOutcome(ctx context.Context, st store.Store, key store.Key, 
 			return nil
 		})
 		if err == nil || errors.Is(err, store.ErrSkip) || errors.Is(err, store.ErrNotFound) ||
-			errors.Is(err, store.ErrClosed) || try == outcomeRetries {
+			errors.Is(err, store.ErrClosed) {
+			break
+		}
+		if !st.Available() && time.Since(since) < outcomeWaitMax && !a.handle.isClosing() {
+			// The store is away (a database outage, a full disk): wait
+			// for it, counted in outcomesWaiting so that this process
+			// claims nothing meanwhile; once it is back, the outcome is
+			// recorded before a claim could take the lapsed lease and
+			// forward the result a second time. The tries count again
+			// from then.
+			if !waiting {
+				waiting = true
+				a.handle.outcomesWaiting.Add(1)
+			}
+			try = 0
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if try >= outcomeRetries {
 			break
 		}
 		time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+	}
+	if waiting {
+		a.handle.outcomesWaiting.Add(-1)
 	}
 	switch {
 	case err == nil:
@@ -178,6 +202,11 @@ func (a *App) recordOutcome(ctx context.Context, st store.Store, key store.Key, 
 			zap.String("outcome", out.class.String()), zap.Error(err))
 	}
 }
+
+// outcomeWaitMax bounds how long an outcome waits for a store that is
+// unavailable (a database outage) before it is given up and its lease left
+// to lapse.
+const outcomeWaitMax = 2 * time.Minute
 
 // applyOutcome moves a forwarding delivery to the state its outcome
 // calls for.

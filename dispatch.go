@@ -37,27 +37,99 @@ type dispatch struct {
 // and calls the server's ServeHTTP in-process, so the route's handlers and
 // the user's reverse_proxy run as they do for the provider's request.
 func (a *App) dispatch(ctx context.Context, rec *store.Record, source store.Source, attempt int) outcome {
-	srv, err := a.serverFor(rec)
+	app, err := a.httpApp()
 	if err != nil {
 		return outcome{class: retryable, status: http.StatusBadGateway, err: err}
 	}
+	direct, others := serverCandidates(app, rec.Server, addrPort(rec.Request.LocalAddr))
+	if direct == "" && len(others) == 0 {
+		return outcome{class: retryable, status: http.StatusBadGateway, err: errors.New("the running config has no http server")}
+	}
+	if direct != "" {
+		if out, reached := a.serveStored(ctx, app.Servers[direct], rec, source, attempt); reached {
+			return out
+		} else if out.err != nil {
+			return out // a handler before the pingback handler panicked
+		}
+	}
+	// Not received here (another instance's port, or the route moved): the
+	// first other server whose route for this host and path has a pingback
+	// handler.
+	for _, name := range others {
+		if !a.probeRecord(ctx, app.Servers[name], rec) {
+			continue
+		}
+		if out, reached := a.serveStored(ctx, app.Servers[name], rec, source, attempt); reached || out.err != nil {
+			return out
+		}
+	}
+	return outcome{class: retryable, status: http.StatusBadGateway,
+		err: fmt.Errorf("no pingback handler took %s %s%s on server %q or any other (route changed?)", rec.Request.Method, rec.Request.Host, uriPath(rec.Request.URI), rec.Server)}
+}
+
+// serveStored dispatches rec through srv; reached says whether a pingback
+// handler took it (and out is then its outcome). A handler before it that
+// panicked gives reached false and an outcome with an error.
+func (a *App) serveStored(ctx context.Context, srv *caddyhttp.Server, rec *store.Record, source store.Source, attempt int) (out outcome, reached bool) {
 	req, err := rebuildRequest(ctx, rec)
 	if err != nil {
 		// A stored request that cannot be rebuilt never will be.
-		return outcome{class: rejected, status: http.StatusBadRequest, err: err}
+		return outcome{class: rejected, status: http.StatusBadRequest, err: err}, true
 	}
 	setDeliveryHeaders(req.Header, rec.Key(), source, attempt)
 	d := new(dispatch)
 	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
 	if v := serveRecovering(srv, req); v != nil && !d.reached {
-		// A handler before the pingback handler panicked.
-		return outcome{class: retryable, err: fmt.Errorf("route aborted the replay: %v", v)}
+		return outcome{class: retryable, err: fmt.Errorf("route aborted the replay: %v", v)}, false
 	}
-	if !d.reached {
-		return outcome{class: retryable, status: http.StatusBadGateway,
-			err: fmt.Errorf("no pingback handler took %s %s on server %q (route changed?)", rec.Request.Method, uriPath(rec.Request.URI), rec.Server)}
+	return d.out, d.reached
+}
+
+// probeRecord reports whether a pingback handler on srv takes rec's
+// request (nothing is forwarded).
+func (a *App) probeRecord(ctx context.Context, srv *caddyhttp.Server, rec *store.Record) bool {
+	req, err := rebuildRequest(ctx, rec)
+	if err != nil {
+		return false
 	}
-	return d.out
+	d := &dispatch{probe: true}
+	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
+	serveRecovering(srv, req)
+	return d.reached
+}
+
+// serverCandidates orders the servers a stored request may go through.
+// direct is dispatched to without a probe: the server named name if it
+// listens on port (or port is unknown), else the one listening on port
+// (the Caddyfile adapter names servers srv0, srv1, ... in order, so adding
+// a site can move a name to another port), else the server named name (a
+// request received by another instance, on a port this one does not
+// listen on). others are the remaining servers, by name, to be probed for
+// a pingback handler on the request's host and path.
+func serverCandidates(app *caddyhttp.App, name string, port uint) (direct string, others []string) {
+	switch srv := app.Servers[name]; {
+	case srv != nil && (port == 0 || listensOn(srv, port)):
+		direct = name
+	case port != 0 && serverOnPort(app, port) != "":
+		direct = serverOnPort(app, port)
+	case srv != nil:
+		direct = name
+	}
+	for _, n := range sortedServerNames(app) {
+		if n != direct {
+			others = append(others, n)
+		}
+	}
+	return direct, others
+}
+
+func sortedServerNames(app *caddyhttp.App) []string {
+	names := make([]string, 0, len(app.Servers))
+	for name := range app.Servers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // serveRecovering serves req in-process through srv and returns what a
@@ -82,37 +154,9 @@ func (a *App) httpApp() (*caddyhttp.App, error) {
 	return app, nil
 }
 
-// serverFor finds the server a stored record is dispatched through: the one
-// that received it, by name, if that server still listens on the port the
-// request came in on; otherwise the one listening on that port now. (The
-// Caddyfile adapter names servers srv0, srv1, ... in order, so adding a site
-// can move a name to another port.)
-func (a *App) serverFor(rec *store.Record) (*caddyhttp.Server, error) {
-	app, err := a.httpApp()
-	if err != nil {
-		return nil, err
-	}
-	port := addrPort(rec.Request.LocalAddr)
-	if srv := app.Servers[rec.Server]; srv != nil && (port == 0 || listensOn(srv, port)) {
-		return srv, nil
-	}
-	if port != 0 {
-		if name := serverOnPort(app, port); name != "" {
-			return app.Servers[name], nil
-		}
-		return nil, fmt.Errorf("no http server listens on port %d, where this result was received", port)
-	}
-	return nil, fmt.Errorf("no http server named %q in the running config", rec.Server)
-}
-
 // serverOnPort names the server that listens on the TCP port, or "".
 func serverOnPort(app *caddyhttp.App, port uint) string {
-	names := make([]string, 0, len(app.Servers))
-	for name := range app.Servers {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range sortedServerNames(app) {
 		if listensOn(app.Servers[name], port) {
 			return name
 		}
@@ -210,19 +254,26 @@ func hostOnly(hostport string) string {
 	return hostport
 }
 
-// serverForURL finds the http app's server that listens on u's port, where
-// a pingback to u would arrive, and returns its name. It fails if no server
-// of this Caddy does.
-func (a *App) serverForURL(u *url.URL) (string, *caddyhttp.Server, error) {
+// serverForURL names the http app's server that a pingback to u, sent
+// with method, goes through: by the same rule as a stored result's
+// dispatch (the server listening on u's port, else the first server whose
+// route for u's host and path has a pingback handler), found with an
+// in-process probe. It fails if no server of this Caddy serves u.
+func (a *App) serverForURL(ctx context.Context, u *url.URL, method string) (string, error) {
 	app, err := a.httpApp()
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
-	port := urlPort(u)
-	if name := serverOnPort(app, port); name != "" {
-		return name, app.Servers[name], nil
+	rec := &store.Record{Request: store.Request{
+		Method: method, URI: u.RequestURI(), Host: u.Host, RemoteAddr: "127.0.0.1:0", TLS: u.Scheme == "https",
+	}}
+	direct, others := serverCandidates(app, "", urlPort(u))
+	for _, name := range append([]string{direct}, others...) {
+		if name != "" && a.probeRecord(ctx, app.Servers[name], rec) {
+			return name, nil
+		}
 	}
-	return "", nil, fmt.Errorf("no server of this Caddy listens on port %d, so it does not serve the pingback URL %s://%s%s", port, u.Scheme, u.Host, u.EscapedPath())
+	return "", fmt.Errorf("no pingback handler serves %s %s on this Caddy", method, u.Redacted())
 }
 
 // urlPort is u's port, 80 or 443 by default.
@@ -237,41 +288,27 @@ func urlPort(u *url.URL) uint {
 }
 
 // probePingbackURL checks that a pingback to u, sent with method, would reach
-// a pingback handler of this Caddy: it dispatches a probe through the server
-// and route that serve u, and the pingback handler reports without
-// forwarding anything to the app. Handlers placed before it on the route run
-// as for any request.
+// a pingback handler of this Caddy, and names the server it goes through:
+// it dispatches a probe through the servers and routes that serve u (see
+// serverForURL), and the pingback handler reports without forwarding
+// anything to the app. Handlers placed before it on the route run as for
+// any request.
 //
 // The answer is cached for the life of the config: the routes cannot change
 // within it.
-func (a *App) probePingbackURL(ctx context.Context, u *url.URL, method string) error {
+func (a *App) probePingbackURL(ctx context.Context, u *url.URL, method string) (string, error) {
 	k := method + " " + u.String()
 	if v, ok := a.probes.Load(k); ok {
-		err, _ := v.(error)
-		return err
+		r := v.(probeResult)
+		return r.server, r.err
 	}
-	err := a.probe(ctx, u, method)
-	a.probes.Store(k, err)
-	return err
+	name, err := a.serverForURL(ctx, u, method)
+	a.probes.Store(k, probeResult{server: name, err: err})
+	return name, err
 }
 
-func (a *App) probe(ctx context.Context, u *url.URL, method string) error {
-	_, srv, err := a.serverForURL(u)
-	if err != nil {
-		return err
-	}
-	uri := u.RequestURI()
-	req, err := rebuildRequest(ctx, &store.Record{Request: store.Request{
-		Method: method, URI: uri, Host: u.Host, RemoteAddr: "127.0.0.1:0", TLS: u.Scheme == "https",
-	}})
-	if err != nil {
-		return err
-	}
-	d := &dispatch{probe: true}
-	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
-	serveRecovering(srv, req)
-	if !d.reached {
-		return fmt.Errorf("no pingback handler serves %s %s on this Caddy", method, u.Redacted())
-	}
-	return nil
+// probeResult is a cached probe: the server's name, or why none serves.
+type probeResult struct {
+	server string
+	err    error
 }

@@ -87,8 +87,8 @@ func (a *App) recovering(what string, round func()) {
 func (a *App) replayDue() {
 	st := a.handle.store
 	free := cap(a.inflight) - len(a.inflight)
-	if free <= 0 || !st.Available() {
-		return
+	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 {
+		return // outcomes waiting for the store are recorded first
 	}
 	now := a.now().UTC()
 	claimed, err := st.Claim(a.loopCtx, store.ClaimRequest{

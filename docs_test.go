@@ -25,11 +25,13 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
+
+	"github.com/caddy-pingback/pingback/internal/pgtest"
 )
 
 // The tests in this file read the configs shown in the documentation at test
 // time: every fenced ```caddyfile and ```json block of the repository's
-// markdown files, and Caddyfile.example. A block is marked, if at all, by an
+// markdown files, Caddyfile.example and Caddyfile.postgres.example. A block is marked, if at all, by an
 // HTML comment (invisible on GitHub) on the line before its fence:
 //
 //	<!-- syntax -->              a syntax reference with placeholders: not adapted
@@ -106,11 +108,14 @@ func docBlocks(t *testing.T) []docBlock {
 	for _, f := range files {
 		blocks = append(blocks, markdownBlocks(t, f)...)
 	}
-	example, err := os.ReadFile("Caddyfile.example")
-	if err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"Caddyfile.example", "Caddyfile.postgres.example"} {
+		example, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, docBlock{file: name, line: 1, lang: "caddyfile", text: string(example)})
 	}
-	return append(blocks, docBlock{file: "Caddyfile.example", line: 1, lang: "caddyfile", text: string(example)})
+	return blocks
 }
 
 // adaptDocBlock turns a block into JSON config: Caddyfiles through the
@@ -134,6 +139,9 @@ func adaptDocBlock(t *testing.T, b docBlock) []byte {
 }
 
 func TestDocConfigsAdapt(t *testing.T) {
+	// The PostgreSQL examples read their DSN from the environment;
+	// validating never connects.
+	t.Setenv("PINGBACK_DSN", "postgres://pingback@db.example:5432/pingback")
 	blocks := docBlocks(t)
 	var adapted, skipped int
 	for _, b := range blocks {
@@ -385,7 +393,13 @@ func servableConfig(t *testing.T, cfg map[string]any, port int, app *appStub) []
 	c["admin"] = map[string]any{"listen": testAdmin, "config": map[string]any{"persist": false}}
 	c["storage"] = map[string]any{"module": "file_system", "root": t.TempDir()}
 	if pb, ok := apps["pingback"].(map[string]any); ok {
-		pb["storage_dir"] = t.TempDir()
+		if st, _ := pb["store"].(map[string]any); st != nil && st["module"] == "postgres" {
+			// The example's PostgreSQL store, on the test database.
+			dsn := pgtest.DSN(t)
+			pb["store"] = map[string]any{"module": "postgres", "dsn": dsn, "schema": pgtest.Schema(t, dsn)}
+		} else {
+			pb["storage_dir"] = t.TempDir()
+		}
 	}
 	httpApp := apps["http"].(map[string]any)
 	httpApp["http_port"] = freePort(t)

@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,15 +63,19 @@ const (
 // a retryable failure for the replay loop; any other 4xx is rejected and
 // kept in the dead-letter queue without automatic retries.
 type Handler struct {
-	// The solving service that calls this route: captchaai, 2captcha or
-	// rucaptcha. Required. It decides the task id format (all three: 1 to
-	// 32 digits) and is half of the deduplication key.
+	// The solving service that calls this route: captchaai, 2captcha,
+	// rucaptcha, anticaptcha, capmonster or capsolver. Required. It decides
+	// the task id format (1 to 32 digits; capsolver: UUID-style strings),
+	// the callback forms taken (form fields id and code; JSON for the
+	// providers with a JSON API) and is half of the deduplication key.
 	Provider string `json:"provider,omitempty"`
 
 	// Longest time the provider waits for its answer. When the app is
 	// slower, the provider gets 200 "OK" at this point and the forward's
-	// outcome is recorded when it finishes. Anti-captcha-style callers drop
-	// the connection at 2 seconds (provider-protocol.md §2.3). Default: 2s.
+	// outcome is recorded when it finishes. The anti-captcha family drops
+	// the connection at 2 seconds
+	// (https://docs.capmonster.cloud/docs/api/methods/create-task). Default:
+	// 1s for anticaptcha and capmonster, 2s for the others.
 	AckTimeout caddy.Duration `json:"ack_timeout,omitempty"`
 
 	// Largest accepted request body, in bytes; larger ones get 413.
@@ -97,9 +102,6 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision sets defaults and finds the pingback app.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	if h.AckTimeout == 0 {
-		h.AckTimeout = caddy.Duration(DefaultAckTimeout)
-	}
 	if h.MaxBody == 0 {
 		h.MaxBody = DefaultMaxBody
 	}
@@ -107,6 +109,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.provider, h.app, err = provisionProvider(ctx, h.Provider)
 	if err != nil {
 		return err
+	}
+	if h.AckTimeout == 0 {
+		h.AckTimeout = caddy.Duration(cmp.Or(h.provider.AckTimeout, DefaultAckTimeout))
 	}
 	h.stored = h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored")
 	return nil
@@ -152,6 +157,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		Provider:   h.Provider,
 		ID:         cb.id,
 		Code:       cb.code,
+		Answer:     cb.answer,
 		Source:     store.SourceCallback,
 		ReceivedAt: now,
 		Server:     serverName(r),
@@ -249,7 +255,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.stored.Inc()
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
-			h.app.handle.provider(h.Provider).latencies.observe(now.Sub(res.SubmittedAt))
+			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
 		}
 	}
 	stored := err == nil

@@ -1,5 +1,6 @@
 // Package pingback is a Caddy v2 plugin that makes captcha-solver pingbacks
-// (CaptchaAI, 2captcha, rucaptcha) reliable in front of an unchanged app:
+// (CaptchaAI, 2captcha, rucaptcha, anti-captcha, CapMonster, CapSolver)
+// reliable in front of an unchanged app:
 // the pingback handler stores every result durably before answering 200,
 // deduplicates re-deliveries and forwards to the app through the next
 // handler (normally reverse_proxy); failed forwards stay in a dead-letter
@@ -8,13 +9,13 @@ package pingback
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -48,6 +49,12 @@ type App struct {
 	// the same directory share one open database.
 	StorageDir string `json:"storage_dir,omitempty"`
 
+	// The store, a guest module in the namespace pingback.stores:
+	// {"module": "badger", "dir": "..."} (the default; storage_dir is its
+	// shorthand, and setting both is an error) or {"module": "postgres",
+	// "dsn": "..."}, shared by several Caddy instances. Opened in Start.
+	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=pingback.stores inline_key=module"`
+
 	// How long a result is kept after it was received, whatever its state
 	// (parked entries included). A result that expires undelivered is
 	// counted in caddy_pingback_expired_undelivered_total and logged.
@@ -65,15 +72,18 @@ type App struct {
 	Replay *ReplayConfig `json:"replay,omitempty"`
 
 	// The providers' API settings for the fallback poller, keyed by
-	// provider name (captchaai, 2captcha, rucaptcha).
+	// provider name (captchaai, 2captcha, rucaptcha, anticaptcha,
+	// capmonster, capsolver).
 	Providers map[string]*ProviderConfig `json:"providers,omitempty"`
 
 	// How tracked tasks whose pingback is overdue are polled.
 	Poll *PollConfig `json:"poll,omitempty"`
 
-	ctx    caddy.Context
-	logger *zap.Logger
-	dir    string // absolute, cleaned StorageDir: the pool key
+	ctx      caddy.Context
+	logger   *zap.Logger
+	storeMod StoreModule // the store module (storage_dir: Badger)
+	dir      string      // the store's location: the pool key (Badger: the absolute, cleaned directory)
+	name     string      // how logs name the store: a directory, or host:port/database
 
 	handle *storeHandle  // set by Start once the store is open; never unset
 	ready  chan struct{} // closed when Start has finished, opened or not
@@ -184,19 +194,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		r.Concurrency = DefaultConcurrency
 	}
 
-	dir := a.StorageDir
-	if dir == "" {
-		dir = filepath.Join(caddy.AppDataDir(), "pingback")
+	if err := a.provisionStore(ctx); err != nil {
+		return err
 	}
-	dir = caddy.NewReplacer().ReplaceAll(dir, "")
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return fmt.Errorf("storage_dir %q: %w", dir, err)
-	}
-	if real, err := filepath.EvalSymlinks(abs); err == nil {
-		abs = real
-	}
-	a.dir = filepath.Clean(abs)
 
 	if err := a.provisionPolling(); err != nil {
 		return err
@@ -232,7 +232,7 @@ func (a *App) Validate() error {
 	case a.MinFreeSpace < 0:
 		return fmt.Errorf("min_free_space must not be negative, got %d", a.MinFreeSpace)
 	}
-	return a.Poll.validate()
+	return a.validatePolling()
 }
 
 // Start opens the store (or takes another reference to the one a running
@@ -241,8 +241,11 @@ func (a *App) Validate() error {
 // persistence.
 func (a *App) Start() error {
 	defer close(a.ready)
+	if err := a.checkProviderKeys(); err != nil {
+		return err
+	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
-		return openStoreHandle(a.dir, a.MinFreeSpace, a.logger)
+		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger)
 	})
 	if err != nil {
 		return fmt.Errorf("pingback storage: %w", err)
@@ -251,7 +254,7 @@ func (a *App) Start() error {
 	a.handle = v.(*storeHandle)
 	if loaded && a.handle.minFree != a.MinFreeSpace {
 		a.logger.Warn("min_free_space of this config ignored: the store is already open with another; it applies once Caddy restarts",
-			zap.String("storage_dir", a.dir), zap.Int64("in_use", a.handle.minFree), zap.Int64("configured", a.MinFreeSpace))
+			zap.String("store", a.name), zap.Int64("in_use", a.handle.minFree), zap.Int64("configured", a.MinFreeSpace))
 	}
 	a.handle.join(a)
 	a.inflight = make(chan struct{}, a.Replay.Concurrency)
@@ -261,7 +264,7 @@ func (a *App) Start() error {
 	a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
 	go a.replayLoop()
 	go a.pollLoop()
-	a.logger.Info("pingback store ready", zap.String("storage_dir", a.dir))
+	a.logger.Info("pingback store ready", zap.String("store", a.name))
 	return nil
 }
 
@@ -295,7 +298,7 @@ func (a *App) Cleanup() error {
 	a.held = false
 	deleted, err := stores.Delete(a.dir)
 	if deleted {
-		a.logger.Info("pingback store closed", zap.String("storage_dir", a.dir))
+		a.logger.Info("pingback store closed", zap.String("store", a.name))
 	}
 	return err
 }
@@ -353,22 +356,14 @@ type storeHandle struct {
 	apps      []*App                    // started apps, oldest first; the last one owns the loops
 	providers map[string]*providerState // the poller's state per provider
 	closing   bool                      // Destruct began: no new outcomes
-	outcomes  sync.WaitGroup            // forwards in flight and outcomes being recorded: Destruct waits for them
+	// outcomesWaiting counts outcomes waiting for an unavailable store to
+	// take them; the replay loop claims nothing meanwhile.
+	outcomesWaiting atomic.Int64
+	outcomes        sync.WaitGroup // forwards in flight and outcomes being recorded: Destruct waits for them
 }
 
-func openStoreHandle(dir string, minFree int64, logger *zap.Logger) (*storeHandle, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating storage_dir %s: %w", dir, err)
-	}
-	opts := store.BadgerOptions{
-		Dir:          dir,
-		Logger:       logger.Named("badger"),
-		MinFreeSpace: minFree,
-	}
-	if testStoreOptions != nil {
-		testStoreOptions(&opts)
-	}
-	s, err := store.OpenBadger(opts)
+func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {
+	s, err := mod.OpenStore(logger, minFree)
 	if err != nil {
 		return nil, err
 	}
@@ -412,6 +407,13 @@ func (h *storeHandle) track() bool {
 
 func (h *storeHandle) untrack() { h.outcomes.Done() }
 
+// isClosing reports whether Destruct began.
+func (h *storeHandle) isClosing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closing
+}
+
 func (h *storeHandle) join(a *App) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -454,3 +456,12 @@ var (
 	_ caddy.CleanerUpper = (*App)(nil)
 	_ caddy.Destructor   = (*storeHandle)(nil)
 )
+
+// readyStore returns the open store once Start has run, without waiting;
+// nil before, or if the store did not open.
+func (a *App) readyStore() store.Store {
+	if h := a.readyHandle(); h != nil {
+		return h.store
+	}
+	return nil
+}

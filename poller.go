@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"net/url"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -30,35 +27,63 @@ const (
 
 	// The poller's res.php budget per provider and process: at most 10
 	// requests per task tracked since start plus pollAllowance, half of
-	// 2captcha's rule R > 20·C + 1200 (provider-protocol.md §1.6, ERROR:
-	// 1005), so the account stays well under it.
+	// 2captcha's rule R > 20·C + 1200 (ERROR: 1005,
+	// https://2captcha.com/2captcha-api#limits), so the account stays well
+	// under it.
 	pollAllowance = 600
 
 	// resTimeout bounds one res.php request.
 	resTimeout = 15 * time.Second
 )
 
-// ProviderConfig is what the poller needs to ask one provider's res.php for
-// results.
+// ProviderConfig is what the poller needs to ask one provider for results:
+// res.php for tasks submitted with in.php, getTaskResult for tasks
+// submitted with createTask.
 type ProviderConfig struct {
-	// Base URL of the provider's in.php and res.php. Default per provider:
-	// https://ocr.captchaai.com, https://2captcha.com, https://rucaptcha.com.
+	// Base URL of the provider's legacy in.php and res.php. Default per
+	// provider: https://ocr.captchaai.com, https://2captcha.com,
+	// https://rucaptcha.com; none for the JSON-only providers.
 	Endpoint string `json:"endpoint,omitempty"`
 
-	// The account's API key, sent to res.php. Placeholders such as
-	// {env.CAPTCHAAI_KEY} are resolved at provision. Required for polling;
-	// never logged.
+	// Base URL of the provider's JSON API (createTask, getTaskResult).
+	// Default per provider: https://api.2captcha.com,
+	// https://api.rucaptcha.com, https://api.anti-captcha.com,
+	// https://api.capmonster.cloud, https://api.capsolver.com; none for
+	// captchaai.
+	APIEndpoint string `json:"api_endpoint,omitempty"`
+
+	// The account's API key, sent to res.php as key and to getTaskResult
+	// as clientKey. Placeholders such as {env.CAPTCHAAI_KEY} are resolved
+	// at provision; a key that is given but resolves empty fails the app's
+	// start (not `caddy validate`). Required for polling; never logged.
 	APIKey string `json:"api_key,omitempty"`
 
-	// How polled results are delivered to the pingback URL, in the
-	// provider's own pingback format: "get" (query id, code) or "post"
-	// (form id, code). Default: get for captchaai, post for 2captcha and
-	// rucaptcha (provider-protocol.md §2.1, §2.2).
+	// How polled results of in.php tasks are delivered to the pingback
+	// URL, in the provider's own pingback format: "get" (query id, code)
+	// or "post" (form id, code). Default: get for captchaai, post for
+	// 2captcha and rucaptcha (docs/protocols.md).
 	CallbackMethod string `json:"callback_method,omitempty"`
 
-	endpoint string // resolved, without trailing slash
-	key      string // resolved
-	method   string // resolved, http.MethodGet or http.MethodPost
+	// How polled results of createTask tasks are delivered to the
+	// callback URL: "form" (POST form id, code) or "json" (POST the
+	// getTaskResult answer with taskId). Default: form for 2captcha and
+	// rucaptcha, json for anticaptcha, capmonster and capsolver.
+	CallbackFormat string `json:"callback_format,omitempty"`
+
+	// Time after submission at which this provider's tasks without a
+	// result expire. The effective value is the smallest of this, the
+	// global poll give_up and the provider's documented result retention
+	// (capmonster: 5m; 15m for 2captcha, rucaptcha and captchaai).
+	// Default: the global poll give_up.
+	GiveUp caddy.Duration `json:"give_up,omitempty"`
+
+	endpoint    string                  // resolved, without trailing slash
+	apiEndpoint string                  // resolved, without trailing slash
+	key         string                  // resolved
+	keyErr      error                   // a key given that resolved empty: fails Start
+	method      string                  // resolved, http.MethodGet or http.MethodPost
+	format      protocol.CallbackFormat // resolved, for createTask tasks
+	giveUp      time.Duration           // effective
 }
 
 // PollConfig configures the fallback poller, which asks res.php for the
@@ -70,13 +95,18 @@ type PollConfig struct {
 	// have been observed).
 	After caddy.Duration `json:"after,omitempty"`
 
-	// Time between two polls of one task. Default: 10s; never below 5s
-	// (provider-protocol.md §3).
+	// Time between two polls of one task. Default: 10s; never below 5s,
+	// the least gap 2captcha and anti-captcha ask for
+	// (https://2captcha.com/2captcha-api#solving_captchas,
+	// https://anti-captcha.com/apidoc/methods/getTaskResult).
 	Interval caddy.Duration `json:"interval,omitempty"`
 
 	// Time after submission at which a task without a result is marked
-	// expired and no longer polled; providers forget results after about
-	// 15 minutes (provider-protocol.md §1.6). Default: 15m.
+	// expired and no longer polled; legacy providers forget results after
+	// about 15 minutes (docs/protocols.md). It must be longer than the
+	// first poll time (after; auto: 120s until delays are observed).
+	// Per provider, the smaller of this and the provider's retention
+	// applies (see ProviderConfig.GiveUp). Default: 15m.
 	GiveUp caddy.Duration `json:"give_up,omitempty"`
 
 	// Most task ids asked in one bulk request (res.php?ids=a,b,c); only
@@ -106,36 +136,26 @@ func (a *App) provisionPolling() error {
 	if p.Rate == 0 {
 		p.Rate = DefaultPollRate
 	}
-	repl := caddy.NewReplacer()
 	for name, pc := range a.Providers {
-		prov, err := lookupProvider(name)
-		if err != nil {
-			return err
-		}
 		if pc == nil {
 			pc = new(ProviderConfig)
 			a.Providers[name] = pc
 		}
-		pc.endpoint = strings.TrimRight(repl.ReplaceAll(pc.Endpoint, ""), "/")
-		if pc.endpoint == "" {
-			pc.endpoint = prov.endpoint
-		}
-		if u, err := url.Parse(pc.endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("provider %s: endpoint %q is not an http(s) URL", name, pc.endpoint)
-		}
-		pc.key = repl.ReplaceAll(pc.APIKey, "")
-		switch strings.ToLower(pc.CallbackMethod) {
-		case "":
-			pc.method = prov.callbackMethod
-		case "get":
-			pc.method = http.MethodGet
-		case "post":
-			pc.method = http.MethodPost
-		default:
-			return fmt.Errorf("provider %s: callback_method must be get or post, got %q", name, pc.CallbackMethod)
+		if err := pc.provision(name, time.Duration(p.GiveUp)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// firstPoll is the longest time from submission to a task's first poll:
+// after, or with auto the most it can be (autoAfterMax, what it is until
+// delays are observed).
+func (p *PollConfig) firstPoll() time.Duration {
+	if p.After > 0 {
+		return time.Duration(p.After)
+	}
+	return autoAfterMax
 }
 
 // validate checks the poll settings' ranges.
@@ -145,8 +165,8 @@ func (p *PollConfig) validate() error {
 		return fmt.Errorf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(p.Interval))
 	case p.After < 0:
 		return fmt.Errorf("poll after must be positive, got %s", time.Duration(p.After))
-	case p.GiveUp <= p.After:
-		return fmt.Errorf("poll give_up (%s) must be longer than after (%s)", time.Duration(p.GiveUp), time.Duration(p.After))
+	case time.Duration(p.GiveUp) <= p.firstPoll():
+		return fmt.Errorf("poll give_up (%s) must be longer than the first poll time (%s): every task would expire unpolled", time.Duration(p.GiveUp), afterText(p))
 	case p.Batch < 1:
 		return fmt.Errorf("poll batch must be at least 1, got %d", p.Batch)
 	case p.Rate <= 0 || p.Rate > 1000 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate):
@@ -161,8 +181,9 @@ func (a *App) providerConfig(name string) *ProviderConfig {
 	if pc := a.Providers[name]; pc != nil {
 		return pc
 	}
-	prov, _ := lookupProvider(name)
-	return &ProviderConfig{endpoint: prov.endpoint, method: prov.callbackMethod}
+	pc := new(ProviderConfig)
+	_ = pc.provision(name, time.Duration(a.Poll.GiveUp))
+	return pc
 }
 
 // pollAfter is the overdue delay for a task of the provider.
@@ -170,7 +191,7 @@ func (a *App) pollAfter(provider string) time.Duration {
 	if a.Poll.After > 0 {
 		return time.Duration(a.Poll.After)
 	}
-	return a.handle.provider(provider).latencies.after()
+	return a.autoAfter(provider)
 }
 
 // providerState is the poller's process-wide state for one provider, kept
@@ -187,6 +208,11 @@ type providerState struct {
 	polls        int // res.php requests since start
 	tracked      int // tasks tracked since start
 	budgetLogged bool
+
+	// The shared "after" estimate (a store shared by instances) and when
+	// it was read.
+	sharedAfter   time.Duration
+	sharedAfterAt time.Time
 }
 
 // provider returns the state of the named provider, creating it.
@@ -242,7 +268,7 @@ func (a *App) pollDue() {
 	}
 	byProvider := map[string][]*store.Task{}
 	for _, t := range tasks {
-		if !now.Before(t.SubmittedAt.Add(time.Duration(a.Poll.GiveUp))) {
+		if !now.Before(t.SubmittedAt.Add(a.providerConfig(t.Provider).giveUp)) {
 			a.expireTask(t, "no result within give_up")
 			continue
 		}
@@ -269,7 +295,8 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	logNoKey := noKey && !ps.noKeyLogged
 	ps.noKeyLogged = ps.noKeyLogged || noKey
 	polls, tracked := ps.polls, ps.tracked
-	overBudget := polls >= 10*tracked+pollAllowance
+	// A shared store counts the budget of every instance (takePoll).
+	overBudget := a.handle.sharedPolling() == nil && polls >= 10*tracked+pollAllowance
 	logBudget := overBudget && !ps.budgetLogged
 	ps.budgetLogged = ps.budgetLogged || overBudget
 	ps.mu.Unlock()
@@ -298,9 +325,11 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 		return
 	}
 
-	var bulk, single []*store.Task
+	var bulk, single, jsonTasks []*store.Task
 	for _, t := range tasks {
-		if tokenMethods[t.Method] {
+		if t.API == string(protocol.JSON) {
+			jsonTasks = append(jsonTasks, t)
+		} else if protocol.TokenMethods[t.Method] {
 			bulk = append(bulk, t)
 		} else {
 			single = append(single, t)
@@ -323,12 +352,13 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 			return
 		}
 	}
+	a.pollJSONTasks(name, ps, pc, jsonTasks, now)
 }
 
 // pollGroup asks res.php once for the tasks of g and acts on the answers.
 // It reports whether polling this provider may go on in this round.
 func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store.Task, now time.Time) bool {
-	if !ps.limiter.Allow() {
+	if ok, _, _ := a.takePoll(name, ps); !ok {
 		return false
 	}
 	claimed := g[:0:0]
@@ -355,11 +385,11 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 	cancel()
 	if err != nil {
 		a.metrics.resphp.WithLabelValues(name, "error").Inc()
-		a.backoffProvider(name, ps, now, answer{kind: answerBackoff, text: err.Error()})
+		a.backoffProvider(name, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: err.Error()})
 		return false
 	}
 	if len(answers) != len(claimed) {
-		if len(answers) == 1 && (answers[0].kind == answerBackoff || answers[0].kind == answerKeyError) {
+		if len(answers) == 1 && (answers[0].Kind == protocol.Backoff || answers[0].Kind == protocol.KeyError) {
 			return a.onAnswer(name, ps, nil, answers[0], now)
 		}
 		// Never guess which element belongs to which id: ask one by one.
@@ -385,7 +415,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 // pollSingleNow asks res.php for one already claimed task (the bulk
 // fallback), waiting for the rate limiter.
 func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *store.Task, now time.Time) bool {
-	if err := ps.limiter.Wait(a.loopCtx); err != nil {
+	if !a.waitPoll(name, ps) {
 		return false
 	}
 	ps.mu.Lock()
@@ -401,7 +431,7 @@ func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *sto
 		if err != nil {
 			text = err.Error()
 		}
-		a.backoffProvider(name, ps, now, answer{kind: answerBackoff, text: text})
+		a.backoffProvider(name, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: text})
 		return false
 	}
 	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
@@ -409,27 +439,27 @@ func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *sto
 }
 
 // onAnswer acts on one answer for task t (nil for a provider-wide answer).
-func (a *App) onAnswer(name string, ps *providerState, t *store.Task, ans answer, now time.Time) bool {
-	switch ans.kind {
-	case answerResult, answerTaskError:
+func (a *App) onAnswer(name string, ps *providerState, t *store.Task, ans protocol.Answer, now time.Time) bool {
+	switch ans.Kind {
+	case protocol.Result, protocol.TaskError:
 		ps.ok()
-		a.deliverPolled(t, ans.text)
-	case answerNotReady:
+		a.deliverPolled(t, ans)
+	case protocol.NotReady:
 		ps.ok() // rescheduled when claimed
-	case answerUnknownTask:
+	case protocol.UnknownTask:
 		ps.ok()
-		a.expireTask(t, "provider does not know the task: "+ans.text)
-	case answerKeyError:
+		a.expireTask(t, "provider does not know the task: "+ans.Code)
+	case protocol.KeyError:
 		ps.mu.Lock()
 		first := ps.stoppedKey != a.providerConfig(name).key
 		ps.stoppedKey = a.providerConfig(name).key
 		ps.mu.Unlock()
 		if first {
 			a.logger.Error("provider rejected the API key: polling stopped for this provider until the key changes",
-				zap.String("provider", name), zap.String("answer", ans.text))
+				zap.String("provider", name), zap.String("answer", ans.Code))
 		}
 		return false
-	case answerBackoff:
+	case protocol.Backoff:
 		a.backoffProvider(name, ps, now, ans)
 		return false
 	}
@@ -445,16 +475,16 @@ func (ps *providerState) ok() {
 // backoffProvider blocks polling the provider: exponentially longer with
 // consecutive failures (5s doubling up to 10m), at least the block the
 // answer documents, with full jitter on top of that floor.
-func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans answer) {
+func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans protocol.Answer) {
 	ps.mu.Lock()
 	ps.failures++
 	capd := min(5*time.Second<<min(ps.failures-1, 7), 10*time.Minute)
-	wait := max(ans.wait, 5*time.Second) + time.Duration(a.jitter(int64(capd)+1))
+	wait := max(ans.Wait, 5*time.Second) + time.Duration(a.jitter(int64(capd)+1))
 	ps.blockedUntil = now.Add(wait)
 	n := ps.failures
 	ps.mu.Unlock()
 	a.logger.Warn("provider unavailable for polling; backing off",
-		zap.String("provider", name), zap.String("answer", truncate(ans.text, 120)),
+		zap.String("provider", name), zap.String("answer", truncate(ans.Code, 120)),
 		zap.Int("consecutive", n), zap.Duration("wait", wait))
 }
 
@@ -504,86 +534,4 @@ func (a *App) expireTask(t *store.Task, why string) {
 		a.metrics.tasks.WithLabelValues(t.Provider, "expired").Inc()
 		a.logger.Info("task expired without a result", zap.String("key", t.Key().String()), zap.String("reason", why))
 	}
-}
-
-// deliverPolled stores a polled result like a pingback (durable, deduplicated:
-// if the pingback was stored first this is a duplicate and stops here),
-// queued for its first forward, and wakes the replay loop, which delivers it
-// to the task's pingback URL in-process, in the provider's pingback format,
-// with X-Pingback-Source: poll, as soon as a forward slot is free.
-func (a *App) deliverPolled(t *store.Task, code string) {
-	now := a.now().UTC()
-	rec, err := a.polledRecord(t, code, now)
-	if err != nil {
-		a.logger.Error("cannot deliver polled result", zap.String("key", t.Key().String()), zap.Error(err))
-		a.expireTask(t, err.Error())
-		return
-	}
-	// Not loopCtx: a result fetched while the config stops is stored all
-	// the same (else it would cost another res.php request).
-	res, err := a.handle.store.Insert(context.Background(), rec)
-	switch {
-	case err != nil:
-		// The task stays pending: polled again next interval.
-		a.logger.Error("storing polled result failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
-		return
-	case res.Existing != nil:
-		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
-		return
-	}
-	a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
-	a.metrics.tasks.WithLabelValues(t.Provider, "recovered").Inc()
-	a.logger.Info("result recovered by polling", zap.String("key", t.Key().String()))
-	a.handle.wake()
-}
-
-// polledRecord builds the record of a polled result: the request is the
-// pingback the provider would have sent to the task's pingback URL.
-func (a *App) polledRecord(t *store.Task, code string, now time.Time) (*store.Record, error) {
-	u, err := url.Parse(t.PingbackURL)
-	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("task pingback URL %q is not an absolute URL", t.PingbackURL)
-	}
-	srv, _, err := a.serverForURL(u)
-	if err != nil {
-		return nil, err
-	}
-	fields := url.Values{"id": {t.ID}, "code": {code}}
-	req := store.Request{
-		Method:     a.providerConfig(t.Provider).method,
-		Host:       u.Host,
-		Proto:      "HTTP/1.1",
-		RemoteAddr: "127.0.0.1:0",
-		LocalAddr:  ":" + strconv.FormatUint(uint64(urlPort(u)), 10),
-		TLS:        u.Scheme == "https",
-		Header:     http.Header{"User-Agent": {"caddy-pingback poller"}},
-	}
-	uri := u.EscapedPath()
-	if uri == "" {
-		uri = "/"
-	}
-	if req.Method == http.MethodGet {
-		q := u.Query()
-		q.Set("id", t.ID)
-		q.Set("code", code)
-		req.URI = uri + "?" + q.Encode()
-	} else {
-		req.URI = uri
-		if u.RawQuery != "" {
-			req.URI += "?" + u.RawQuery
-		}
-		req.Body = []byte(fields.Encode())
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	return &store.Record{
-		Provider:   t.Provider,
-		ID:         t.ID,
-		Code:       code,
-		Source:     store.SourcePoll,
-		ReceivedAt: now,
-		Server:     srv,
-		Request:    req,
-		Delivery:   store.Delivery{State: store.StateQueued, DueAt: now, UpdatedAt: now},
-		ExpiresAt:  now.Add(time.Duration(a.Retention)),
-	}, nil
 }

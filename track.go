@@ -5,11 +5,9 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"path"
@@ -21,6 +19,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -30,7 +29,8 @@ func init() {
 
 // DefaultTrackMaxBody is the largest submission the track handler reads to
 // learn its parameters; in.php takes images up to about 600 kB, 1.4 MB once
-// base64-encoded (provider-protocol.md §1.6).
+// base64-encoded (ERROR_TOO_BIG_CAPTCHA_FILESIZE,
+// https://2captcha.com/2captcha-api#in_errors).
 const DefaultTrackMaxBody = 8 << 20
 
 // Tracker sits in front of a reverse_proxy to the provider's API, so the
@@ -46,17 +46,28 @@ const DefaultTrackMaxBody = 8 << 20
 // On res.php?action=get&id=<id> with the provider's configured api_key it
 // answers from the store when the plugin already holds the result (by
 // pingback or by its own poll), in the format the app asked for (json=0 or
-// json=1), without calling the provider; otherwise it passes the request
-// through, and a result the provider
-// returns is stored, so a later pingback is a duplicate.
+// json=1; the provider's kept JSON answer byte for byte), without calling
+// the provider; otherwise it passes the request through, and a result the
+// provider returns is stored, so a later pingback is a duplicate.
+//
+// On the JSON API (POST .../createTask, .../getTaskResult) it does the same:
+// a createTask request is forwarded byte-identical except for an added
+// callbackUrl (the last member) when PingbackURL is set and the request
+// carries none; its answer's taskId is recorded; a synchronous answer
+// (status "ready" with the solution) is stored as a result at once. A
+// getTaskResult request with the configured clientKey for a result the
+// plugin holds in getTaskResult's shape is answered locally; any other
+// request passes through unchanged, and a result seen in its answer is
+// stored as delivered.
 type Tracker struct {
-	// The provider behind this route: captchaai, 2captcha or rucaptcha.
-	// Required.
+	// The provider behind this route: captchaai, 2captcha, rucaptcha,
+	// anticaptcha, capmonster or capsolver. Required.
 	Provider string `json:"provider,omitempty"`
 
-	// Pingback URL added to submissions that carry none, so that apps
-	// which only poll gain pingbacks too. It must be an absolute http(s)
-	// URL served by this Caddy. Default: none (submissions are unchanged).
+	// Pingback URL added to submissions that carry none (in.php's
+	// pingback, createTask's callbackUrl), so that apps which only poll
+	// gain pingbacks too. It must be an absolute http(s) URL served by this
+	// Caddy. Default: none (submissions are unchanged).
 	PingbackURL string `json:"pingback_url,omitempty"`
 
 	// Largest submission body read to learn its parameters, in bytes.
@@ -112,6 +123,14 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return t.serveSubmit(w, r, next)
 	case "res.php":
 		return t.serveResult(w, r, next)
+	case "createTask":
+		if r.Method == http.MethodPost && t.provider.Has(protocol.JSON) {
+			return t.serveCreateTask(w, r, next)
+		}
+	case "getTaskResult":
+		if r.Method == http.MethodPost && t.provider.Has(protocol.JSON) {
+			return t.serveGetTaskResult(w, r, next)
+		}
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -147,9 +166,10 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 		return nil
 	}
 	if rec.Status() == http.StatusOK && pingback != "" {
-		if id, ok := parseSubmitAnswer(decodedBody(rec.Header(), buf.Bytes())); ok && t.provider.validID(id) {
+		if id, ok := protocol.ParseInAnswer(decodedBody(rec.Header(), buf.Bytes())); ok && t.provider.ValidID(id) {
 			ctx := context.WithoutCancel(r.Context())
-			if _, _, err := t.app.trackTask(ctx, t.Provider, id, params.Get("method"), pingback, submitted, false); err != nil {
+			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted}
+			if _, _, err := t.app.trackTask(ctx, ts, false); err != nil {
 				t.logger.Error("task NOT tracked: its result will not be polled if the pingback is lost",
 					zap.String("provider", t.Provider), zap.String("id", id), zap.Error(err))
 			}
@@ -170,7 +190,7 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	params := submitParams(r, body, 64<<10)
 	setBody(r, body)
 	id := params.Get("id")
-	if params.Get("action") != "get" || id == "" || params.Get("ids") != "" || !t.provider.validID(id) {
+	if params.Get("action") != "get" || id == "" || params.Get("ids") != "" || !t.provider.ValidID(id) {
 		return next.ServeHTTP(w, r)
 	}
 	asJSON := params.Get("json") == "1"
@@ -182,7 +202,8 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	// reaches this site read other accounts' results.
 	if st != nil && t.keyMatches(params.Get("key")) {
 		if held, err := st.Get(r.Context(), key); err == nil {
-			return writeResAnswer(w, asJSON, held.Code)
+			body, ct := protocol.LocalResAnswer(held.Code, held.Answer, asJSON)
+			return writeLocal(w, ct, body)
 		}
 	}
 
@@ -194,34 +215,16 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	if !rec.Buffered() {
 		return nil
 	}
-	resBody := decodedBody(rec.Header(), buf.Bytes())
-	code, ok := parseResultAnswer(resBody)
-	if !ok {
-		code, ok = parseTaskError(resBody)
-	}
+	ans, ok := protocol.SeenResAnswer(decodedBody(rec.Header(), buf.Bytes()))
 	if err := rec.WriteResponse(); err != nil {
 		return err
 	}
 	// Stored once the app has it (a failed write stores nothing, so a
 	// later pingback or poll still delivers it).
 	if ok && rec.Status() == http.StatusOK && st != nil {
-		t.storeSeenResult(st, key, code)
+		t.storeSeenResult(st, key, ans)
 	}
 	return nil
-}
-
-// parseTaskError reads a task-final error (ERROR_CAPTCHA_UNSOLVABLE and the
-// like) from res.php?action=get's answer, plain or JSON. It is the task's
-// outcome, which the poller delivers like a result, so the app must not get
-// it a second time either.
-func parseTaskError(body []byte) (string, bool) {
-	body = bytes.TrimSpace(body)
-	s := string(body)
-	var ra resAnswer
-	if json.Unmarshal(body, &ra) == nil && ra.Request != nil {
-		s = requestText(ra.Request)
-	}
-	return s, taskErrors[s]
 }
 
 // keyMatches reports whether key is the configured API key of the provider.
@@ -233,26 +236,27 @@ func (t *Tracker) keyMatches(key string) bool {
 
 // storeSeenResult stores a result the app fetched itself, as delivered (the
 // app has it): a later pingback or poll for it is then a duplicate.
-func (t *Tracker) storeSeenResult(st store.Store, key store.Key, code string) {
+func (t *Tracker) storeSeenResult(st store.Store, key store.Key, ans protocol.Answer) {
 	a := t.app
 	now := a.now().UTC()
 	rec := &store.Record{
 		Provider:   key.Provider,
 		ID:         key.ID,
-		Code:       code,
+		Code:       ans.Code,
+		Answer:     ans.Raw,
 		Source:     store.SourcePoll,
 		ReceivedAt: now,
 		Delivery:   store.Delivery{State: store.StateDelivered, UpdatedAt: now},
 		ExpiresAt:  now.Add(time.Duration(a.Retention)),
 	}
 	if task, err := st.GetTask(context.Background(), key); err == nil {
-		if full, err := a.polledRecord(task, code, now); err == nil {
+		if full, err := a.polledRecord(task, ans, now); err == nil {
 			full.Delivery = store.Delivery{State: store.StateDelivered, UpdatedAt: now}
 			rec = full
 		}
 	}
 	if _, err := st.Insert(context.Background(), rec); err != nil {
-		t.logger.Error("storing a result seen on res.php failed", zap.String("key", key.String()), zap.Error(err))
+		t.logger.Error("storing a result seen in a passed-through answer failed", zap.String("key", key.String()), zap.Error(err))
 	}
 }
 
@@ -305,108 +309,27 @@ func submitParams(r *http.Request, body []byte, limit int64) url.Values {
 	return parseURLEncoded(r.URL.RawQuery)
 }
 
-// addPingback adds pingback=<u> to a submission that has none: to the query
-// of a request without body, to the end of an urlencoded body, or as a new
-// part before the closing boundary of a multipart body (every other byte
-// unchanged). It returns the new body.
+// addPingback adds pingback=<u> to a submission that has none
+// (protocol.AddPingback): to the request's query when it has no body, else
+// to its body. It returns the new body.
 func addPingback(r *http.Request, body []byte, u string) ([]byte, bool) {
-	if len(body) == 0 {
-		q := r.URL.RawQuery
-		if q != "" {
-			q += "&"
-		}
-		r.URL.RawQuery = q + "pingback=" + url.QueryEscape(u)
+	q, nb, ok := protocol.AddPingback(r.URL.RawQuery, r.Header.Get("Content-Type"), body, u)
+	if !ok {
+		return nil, false
+	}
+	if q != r.URL.RawQuery {
+		r.URL.RawQuery = q
 		r.RequestURI = r.URL.RequestURI()
-		return body, true
 	}
-	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch ct {
-	case "application/x-www-form-urlencoded":
-		nb := bytes.TrimRight(bytes.Clone(body), "&")
-		return append(nb, "&pingback="+url.QueryEscape(u)...), true
-	case "multipart/form-data":
-		b := params["boundary"]
-		closing := []byte("--" + b + "--")
-		i := bytes.LastIndex(body, closing)
-		if b == "" || i < 0 {
-			return nil, false
-		}
-		part := "--" + b + "\r\nContent-Disposition: form-data; name=\"pingback\"\r\n\r\n" + u + "\r\n"
-		nb := make([]byte, 0, len(body)+len(part))
-		nb = append(nb, body[:i]...)
-		nb = append(nb, part...)
-		return append(nb, body[i:]...), true
-	}
-	return nil, false
+	return nb, true
 }
 
-// parseSubmitAnswer reads the task id from in.php's answer: plain
-// `OK|<id>` or JSON `{"status":1,"request":<id>}`, the id a string or a
-// number (provider-protocol.md §1.3).
-func parseSubmitAnswer(body []byte) (string, bool) {
-	body = bytes.TrimSpace(body)
-	if id, ok := bytes.CutPrefix(body, []byte("OK|")); ok {
-		return string(id), len(id) > 0
-	}
-	var ra resAnswer
-	if json.Unmarshal(body, &ra) != nil || ra.Status != 1 || ra.Request == nil {
-		return "", false
-	}
-	var id string
-	if json.Unmarshal(ra.Request, &id) == nil {
-		return id, id != ""
-	}
-	var n json.Number
-	if json.Unmarshal(ra.Request, &n) == nil {
-		if _, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
-			return n.String(), true
-		}
-	}
-	return "", false
-}
-
-// parseResultAnswer reads a result from res.php?action=get's answer: plain
-// `OK|<answer>` (split on the first "|" only; answers may contain "|") or
-// JSON with status 1 (provider-protocol.md §1.4, §1.5).
-func parseResultAnswer(body []byte) (string, bool) {
-	body = bytes.TrimSpace(body)
-	if res, ok := bytes.CutPrefix(body, []byte("OK|")); ok {
-		return string(res), len(res) > 0
-	}
-	var ra resAnswer
-	if json.Unmarshal(body, &ra) != nil || ra.Status != 1 || ra.Request == nil {
-		return "", false
-	}
-	s := requestText(ra.Request)
-	return s, s != ""
-}
-
-// writeResAnswer answers res.php?action=get locally: a result as `OK|<code>`
-// or {"status":1,"request":"<code>"}; a task error (ERROR_...) as the bare
-// code or {"status":0,"request":"<code>"}.
-func writeResAnswer(w http.ResponseWriter, asJSON bool, code string) error {
-	isErr := strings.HasPrefix(code, "ERROR")
-	if !asJSON {
-		if !isErr {
-			code = "OK|" + code
-		}
-		return writeText(w, http.StatusOK, code)
-	}
-	status := 1
-	if isErr {
-		status = 0
-	}
-	b, err := json.Marshal(struct {
-		Status  int    `json:"status"`
-		Request string `json:"request"`
-	}{status, code})
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+// writeLocal writes a local answer: 200 with the body and its type.
+func writeLocal(w http.ResponseWriter, contentType string, body []byte) error {
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	_, err = w.Write(b)
+	_, err := w.Write(body)
 	return err
 }
 

@@ -1,7 +1,9 @@
 // Command captchasim serves a simulated captcha-solving provider speaking
-// the legacy 2captcha/rucaptcha/CaptchaAI in.php/res.php protocol, with
-// pingbacks and fault injection, so a pingback receiver and its fallback
-// poller can be rehearsed against outages. See package
+// the legacy 2captcha/rucaptcha/CaptchaAI in.php/res.php protocol and the
+// JSON createTask/getTaskResult API (anti-captcha, CapMonster, CapSolver,
+// 2captcha API v2), with pingbacks and callbacks and fault injection, so a
+// pingback receiver and its fallback poller can be rehearsed against
+// outages. See package
 // github.com/caddy-pingback/pingback/internal/captchasim for the protocol
 // details.
 //
@@ -9,7 +11,8 @@
 //
 //	captchasim -listen 127.0.0.1:8910 -solve-min 5s -solve-max 20s -drop 0.1 -dup 0.05
 //
-// It serves /in.php, /res.php and /stats until SIGINT or SIGTERM.
+// It serves /in.php, /res.php, /createTask, /getTaskResult, /getBalance and
+// /stats until SIGINT or SIGTERM.
 package main
 
 import (
@@ -68,6 +71,9 @@ func run(args []string) error {
 	fs.BoolVar(&cfg.EnforceBudget, "budget", false, "enforce the res.php budget R > C*per-task + allowance (ERROR: 1005)")
 	fs.IntVar(&cfg.BudgetPerTask, "budget-per-task", captchasim.DefaultBudgetPerTask, "res.php calls allowed per submitted task")
 	budgetAllowance := fs.Int("budget-allowance", captchasim.DefaultBudgetAllowance, "fixed res.php allowance of the budget rule (0 allowed)")
+	fs.StringVar(&cfg.JSONFlavor, "json-flavor", captchasim.FlavorAntiCaptcha, "JSON API behaviour: anticaptcha (also CapMonster), capsolver or 2captcha")
+	fs.StringVar(&cfg.JSONCallback, "json-callback", "", "JSON API callback form: form or json (default: form for 2captcha, json otherwise)")
+	fs.IntVar(&cfg.MaxResultCalls, "max-result-calls", 0, "answer ERROR_TOO_MUCH_REQUESTS beyond this many getTaskResult calls per task (CapMonster: 120; 0: no limit)")
 	fs.DurationVar(&cfg.BudgetBlockFor, "budget-block-for", 0, "keep answering ERROR: 1005 this long once the budget bites (0: only while over budget)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,7 +117,8 @@ func run(args []string) error {
 		"submit_5xx", eff.SubmitServerErrorRate, "submit_noslot", eff.SubmitNoSlotRate,
 		"budget", eff.EnforceBudget, "budget_per_task", eff.BudgetPerTask,
 		"budget_allowance", eff.BudgetAllowance, "budget_block_for", eff.BudgetBlockFor,
-		"numeric_json_ids", eff.NumericJSONIDs)
+		"numeric_json_ids", eff.NumericJSONIDs, "json_flavor", eff.JSONFlavor, "json_callback", eff.JSONCallback,
+		"max_result_calls", eff.MaxResultCalls)
 
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
@@ -130,7 +137,8 @@ func run(args []string) error {
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	logger.Info("serving", "in", "http://"+addr+"/in.php", "res", "http://"+addr+"/res.php", "stats", "http://"+addr+"/stats")
+	logger.Info("serving", "in", "http://"+addr+"/in.php", "res", "http://"+addr+"/res.php",
+		"json_api", "http://"+addr+" (createTask, getTaskResult, getBalance)", "stats", "http://"+addr+"/stats")
 
 	select {
 	case err := <-errc:
@@ -146,7 +154,7 @@ func run(args []string) error {
 	sim.Close()
 	st := sim.Stats()
 	logger.Info("final stats",
-		"submits", st.Submits, "res_calls", st.ResCalls, "solved", st.TasksSolved,
+		"submits", st.Submits, "res_calls", st.ResCalls, "get_task_result_calls", st.GetTaskResultCalls, "solved", st.TasksSolved,
 		"unsolvable", st.TasksUnsolvable, "pingbacks_sent", st.PingbacksSent,
 		"pingbacks_failed", st.PingbacksFailed, "pingbacks_dropped", st.PingbacksDropped,
 		"server_errors", st.ServerErrors, "budget_blocks", st.BudgetBlocks)

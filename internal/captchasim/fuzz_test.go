@@ -104,7 +104,7 @@ func FuzzBulkIDs(f *testing.F) {
 	f.Cleanup(func() { _ = sim.Close() })
 	now := time.Now()
 	sim.mu.Lock()
-	first := sim.newTaskLocked("hcaptcha", "", now).id
+	first := sim.newTaskLocked("hcaptcha", "", now, false).id
 	sim.mu.Unlock()
 
 	f.Fuzz(func(t *testing.T, ids string) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// serveIn handles in.php, the submit endpoint (source: provider-protocol.md
+// serveIn handles in.php, the submit endpoint (source: docs/protocols.md
 // §1.2, §1.3). Parameters may come as a GET query, a POST
 // application/x-www-form-urlencoded body or a POST multipart/form-data body.
 // Used parameters: key, method, json (0/1), pingback, file (multipart
@@ -56,7 +56,7 @@ func (s *Sim) serveIn(w http.ResponseWriter, r *http.Request) {
 		writeCode(w, asJSON, code)
 		return
 	}
-	t := s.newTaskLocked(method, pingback, now)
+	t := s.newTaskLocked(method, pingback, now, false)
 	s.mu.Unlock()
 
 	s.log.Info("in.php: task accepted", "id", t.id, "method", method, "pingback", pingback, "solve_in", t.delay)

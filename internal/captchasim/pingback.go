@@ -26,8 +26,16 @@ func validPingback(raw string) bool {
 // deliver sends one task's pingback: it waits delay first (LateDelay for a
 // late pingback; Close cancels the wait) and then makes sends calls back to
 // back (2 for a duplicated pingback). There are no retries: providers
-// document none (source: provider-protocol.md §2.1 "Retries", §2.2).
+// document none (source: docs/protocols.md §2.1 "Retries", §2.2).
 func (s *Sim) deliver(rawURL, id, code string, delay time.Duration, sends int) {
+	s.deliverCalls(rawURL, id, delay, sends, func(ctx context.Context) (int, error) {
+		return s.callPingback(ctx, rawURL, id, code)
+	})
+}
+
+// deliverCalls is deliver with the HTTP call given: the legacy form or
+// query, or a JSON API callback.
+func (s *Sim) deliverCalls(rawURL, id string, delay time.Duration, sends int, call func(context.Context) (int, error)) {
 	defer s.pingbacksRun.Done()
 	defer func() {
 		if v := recover(); v != nil {
@@ -53,7 +61,7 @@ func (s *Sim) deliver(rawURL, id, code string, delay time.Duration, sends int) {
 			default:
 			}
 		}
-		s.sendPingback(rawURL, id, code)
+		s.sendPingback(rawURL, id, call)
 	}
 }
 
@@ -67,10 +75,10 @@ func (s *Sim) cancelled(id string) {
 
 // sendPingback makes one pingback call and counts it: Sent always, Failed
 // when the call errors or the status is not 2xx.
-func (s *Sim) sendPingback(rawURL, id, code string) {
+func (s *Sim) sendPingback(rawURL, id string, call func(context.Context) (int, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.PingbackTimeout)
 	defer cancel()
-	status, err := s.callPingback(ctx, rawURL, id, code)
+	status, err := call(ctx)
 	if err == nil && (status < 200 || status > 299) {
 		err = errors.New("non-2xx status")
 	}
@@ -89,8 +97,8 @@ func (s *Sim) sendPingback(rawURL, id, code string) {
 
 // callPingback performs the HTTP call and returns the response status.
 // POST sends the form body "id=<id>&code=<code>" (source:
-// provider-protocol.md §2.1); GET appends the same pairs to the URL's own
-// query, which is kept byte for byte (source: provider-protocol.md §2.2).
+// docs/protocols.md §2.1); GET appends the same pairs to the URL's own
+// query, which is kept byte for byte (source: docs/protocols.md §2.2).
 func (s *Sim) callPingback(ctx context.Context, rawURL, id, code string) (int, error) {
 	form := "id=" + url.QueryEscape(id) + "&code=" + url.QueryEscape(code)
 	var req *http.Request

@@ -15,7 +15,7 @@ const (
 	// maxRequestBytes bounds a whole in.php/res.php request body.
 	maxRequestBytes = 2 << 20
 	// maxImageBytes is the largest accepted captcha image, 600 kB
-	// (source: provider-protocol.md §1.6, ERROR_TOO_BIG_CAPTCHA_FILESIZE).
+	// (source: docs/protocols.md §1.6, ERROR_TOO_BIG_CAPTCHA_FILESIZE).
 	maxImageBytes = 600 << 10
 )
 
@@ -36,7 +36,7 @@ func (p params) get(key string) string { return p.vals.Get(key) }
 var errTooBig = errors.New("request too large")
 
 // parseParams reads the request parameters from any of the encodings the
-// legacy protocol accepts (source: provider-protocol.md §1.1, §1.2): the
+// legacy protocol accepts (source: docs/protocols.md §1.1, §1.2): the
 // URL query (GET, and also merged under POST bodies), an
 // application/x-www-form-urlencoded body, or a multipart/form-data body with
 // an optional "file" upload. Other body types are ignored. Malformed bodies
@@ -125,7 +125,7 @@ func merge(body, query url.Values) url.Values {
 }
 
 // isDigits reports whether s is a non-empty string of ASCII digits, the only
-// valid task id format (source: provider-protocol.md §1.6,
+// valid task id format (source: docs/protocols.md §1.6,
 // ERROR_WRONG_ID_FORMAT).
 func isDigits(s string) bool {
 	if s == "" {
@@ -141,7 +141,7 @@ func isDigits(s string) bool {
 
 // reply is the json=1 envelope: {"status":1,"request":...} on success,
 // {"status":0,"request":"ERROR_..."} on errors and CAPCHA_NOT_READY (source:
-// provider-protocol.md §1.3, §1.4).
+// docs/protocols.md §1.3, §1.4).
 type reply struct {
 	Status  int    `json:"status"`
 	Request any    `json:"request"`
@@ -194,7 +194,7 @@ var serverErrorStatuses = [...]int{http.StatusInternalServerError, http.StatusBa
 
 // writeServerError writes an nginx-style HTML error page with the given 5xx
 // status, the "anything that doesn't look like the answer" case clients must
-// retry (source: provider-protocol.md §1.6).
+// retry (source: docs/protocols.md §1.6).
 func writeServerError(w http.ResponseWriter, status int) {
 	text := fmt.Sprintf("%d %s", status, http.StatusText(status))
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

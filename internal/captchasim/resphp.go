@@ -45,7 +45,7 @@ var resActions = map[string]bool{
 	"get": true, "get2": true, "getbalance": true, "reportgood": true, "reportbad": true,
 }
 
-// serveRes handles res.php (source: provider-protocol.md §1.4). Parameters
+// serveRes handles res.php (source: docs/protocols.md §1.4). Parameters
 // (GET query or POST body): key, action, id, ids, json (0/1). Actions:
 //
 //	get&id=ID         OK|<answer> | CAPCHA_NOT_READY | ERROR_CAPTCHA_UNSOLVABLE
@@ -143,7 +143,7 @@ func (s *Sim) resLocked(p params, perr error, action string, now time.Time) resu
 }
 
 // overBudgetLocked applies the 2captcha rule R > C*20 + 1200 (source:
-// provider-protocol.md §1.6, ERROR: 1005) with the configured per-task
+// docs/protocols.md §1.6, ERROR: 1005) with the configured per-task
 // allowance and fixed allowance, and the optional BudgetBlockFor. s.mu must
 // be held and the current request already counted in ResCalls.
 func (s *Sim) overBudgetLocked(now time.Time) bool {
@@ -192,7 +192,7 @@ func (s *Sim) getLocked(id string, now time.Time) result {
 }
 
 // bulkGetLocked answers action=get&ids=a,b,c: one element per id, in id
-// order, joined with '|' (source: provider-protocol.md §1.4). Any malformed
+// order, joined with '|' (source: docs/protocols.md §1.4). Any malformed
 // id fails the whole request with ERROR_WRONG_ID_FORMAT. s.mu must be held.
 func (s *Sim) bulkGetLocked(rawIDs string, now time.Time) result {
 	ids := strings.Split(rawIDs, ",")
@@ -230,7 +230,7 @@ func (s *Sim) bulkGetLocked(rawIDs string, now time.Time) result {
 	return result{ok: true, text: strings.Join(elems, "|")}
 }
 
-// reportLocked answers reportgood/reportbad (source: provider-protocol.md
+// reportLocked answers reportgood/reportbad (source: docs/protocols.md
 // §1.4). s.mu must be held.
 func (s *Sim) reportLocked(id string, now time.Time) result {
 	if !isDigits(id) {

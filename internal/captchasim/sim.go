@@ -1,13 +1,17 @@
 // Package captchasim simulates a captcha-solving provider that speaks the
 // legacy in.php/res.php protocol of 2captcha, rucaptcha and CaptchaAI
-// (source: provider-protocol.md §1), including pingback delivery (§2.1, §2.2)
+// (source: docs/protocols.md §1) and the JSON createTask/getTaskResult API
+// of anti-captcha, CapMonster, CapSolver and 2captcha API v2 (§6),
+// including pingback and callback delivery (§2.1, §2.2, §2.3)
 // and the faults real providers show: lost, duplicated and late pingbacks,
 // HTML 5xx pages, ERROR_NO_SLOT_AVAILABLE, bulk answers of the wrong length
 // and the ERROR: 1005 res.php budget (§1.6, §3).
 //
 // A *Sim is an http.Handler. Mount it on any listener (httptest.NewServer in
 // tests, cmd/captchasim for rehearsals); it answers on paths ending in
-// "in.php", "res.php" and "stats", so it can live under a prefix.
+// "in.php", "res.php", "createTask", "getTaskResult", "getBalance" and
+// "stats", so it can live under a prefix. It is written from the
+// documentation, independently of the plugin's internal/protocol.
 //
 // All randomness comes from a math/rand/v2 PCG source seeded by Config.Seed;
 // per-task decisions (solve delay, answer, unsolvable, pingback faults) are
@@ -28,7 +32,7 @@ import (
 )
 
 // DefaultKey is the API key a Sim accepts when Config.Key is empty: 32
-// characters, like a real 2captcha key (source: provider-protocol.md §1.2).
+// characters, like a real 2captcha key (source: docs/protocols.md §1.2).
 const DefaultKey = "5157cafe5157cafe5157cafe5157cafe"
 
 // Defaults applied by New to zero-valued Config fields.
@@ -43,7 +47,7 @@ const (
 )
 
 // Protocol answers and error codes used by the simulator (source:
-// provider-protocol.md §1.3, §1.4, §1.6). Note the provider's own spelling
+// docs/protocols.md §1.3, §1.4, §1.6). Note the provider's own spelling
 // of CAPCHA_NOT_READY.
 const (
 	CodeNotReady          = "CAPCHA_NOT_READY"
@@ -93,19 +97,19 @@ type Config struct {
 
 	// UnsolvableRate is the probability that a task ends as
 	// ERROR_CAPTCHA_UNSOLVABLE instead of an answer (source:
-	// provider-protocol.md §1.6). Default 0.
+	// docs/protocols.md §1.6). Default 0.
 	UnsolvableRate float64
 
 	// NumericJSONIDs makes in.php answer json=1 submits of method
 	// userrecaptcha with the id as a JSON number ({"status":1,"request":
 	// 12345678901}) instead of a string, the CaptchaAI quirk (source:
-	// provider-protocol.md §1.3). Other methods keep string ids. Default
+	// docs/protocols.md §1.3). Other methods keep string ids. Default
 	// false.
 	NumericJSONIDs bool
 
 	// PingbackMethod is how solved tasks are delivered to their pingback
 	// URL: "POST" sends an application/x-www-form-urlencoded body
-	// id=<id>&code=<code> (2captcha, source: provider-protocol.md §2.1);
+	// id=<id>&code=<code> (2captcha, source: docs/protocols.md §2.1);
 	// "GET" appends ?id=<id>&code=<code> to the URL's own query (CaptchaAI
 	// per its blog, §2.2). Default "POST".
 	PingbackMethod string
@@ -130,17 +134,17 @@ type Config struct {
 	LateRate float64
 
 	// LateDelay is how long a late pingback waits after solving. Default 2m
-	// (past the ~120s token lifetime, source: provider-protocol.md §5 item 6).
+	// (past the ~120s token lifetime, source: docs/protocols.md §5 item 6).
 	LateDelay time.Duration
 
 	// ForgetAfter is how long after submission a task stays retrievable;
 	// afterwards res.php answers ERROR_WRONG_CAPTCHA_ID (source:
-	// provider-protocol.md §1.6, "results are only retrievable ~15 min").
+	// docs/protocols.md §1.6, "results are only retrievable ~15 min").
 	// Negative disables forgetting. Default 15m.
 	ForgetAfter time.Duration
 
 	// Price is the decimal price get2 reports, e.g. "0.00085" (source:
-	// provider-protocol.md §1.4). Default DefaultPrice.
+	// docs/protocols.md §1.4). Default DefaultPrice.
 	Price string
 
 	// Balance is the decimal string getbalance reports. Default
@@ -149,7 +153,7 @@ type Config struct {
 
 	// ServerErrorRate is the probability that a res.php request is answered
 	// with HTTP 500, 502 or 503 and an HTML error page (source:
-	// provider-protocol.md §1.6 "Non-protocol bodies"). Default 0.
+	// docs/protocols.md §1.6 "Non-protocol bodies"). Default 0.
 	ServerErrorRate float64
 
 	// NoSlotRate is the probability that a res.php request is answered with
@@ -158,7 +162,7 @@ type Config struct {
 
 	// BulkMismatchRate is the probability that a bulk res.php get
 	// (ids=a,b,c) answers with one element too few (or, for a single id,
-	// one too many), as seen in the wild (source: provider-protocol.md §4,
+	// one too many), as seen in the wild (source: docs/protocols.md §4,
 	// KinanCity#62). Default 0.
 	BulkMismatchRate float64
 
@@ -167,14 +171,14 @@ type Config struct {
 
 	// SubmitNoSlotRate is the probability that in.php answers
 	// ERROR_NO_SLOT_AVAILABLE, where real providers return it (source:
-	// provider-protocol.md §1.6). Default 0.
+	// docs/protocols.md §1.6). Default 0.
 	SubmitNoSlotRate float64
 
 	// EnforceBudget turns on the 2captcha res.php budget rule: a res.php
 	// request is answered ERROR: 1005 when R > C*BudgetPerTask +
 	// BudgetAllowance, where R counts res.php requests received including
 	// this one (every action, also getbalance and answered faults) and C
-	// counts tasks accepted by in.php (source: provider-protocol.md §1.6).
+	// counts tasks accepted by in.php (source: docs/protocols.md §1.6).
 	// Default false.
 	EnforceBudget bool
 
@@ -186,6 +190,27 @@ type Config struct {
 	// Negative means 0 (so tests can make the rule bite at once). Default
 	// 1200.
 	BudgetAllowance int
+
+	// JSONFlavor is how the JSON API (createTask, getTaskResult,
+	// getBalance) behaves, after the provider it imitates (source:
+	// docs/protocols.md §2.3, §6): "anticaptcha" (also CapMonster) gives
+	// numeric task ids and POSTs the getTaskResult answer with a numeric
+	// taskId as its callback; "capsolver" gives UUID task ids (a string
+	// taskId in callbacks) and answers ImageToTextTask synchronously in
+	// createTask; "2captcha" gives numeric ids, a solution with both
+	// gRecaptchaResponse and token, and POSTs the form id=&code= as its
+	// callback unless JSONCallback is "json". Default "anticaptcha".
+	JSONFlavor string
+
+	// JSONCallback overrides the callback form of the 2captcha flavor:
+	// "form" or "json". Default: form for 2captcha, json otherwise.
+	JSONCallback string
+
+	// MaxResultCalls, if above 0, answers getTaskResult calls for one task
+	// beyond this many with ERROR_TOO_MUCH_REQUESTS and counts them in
+	// Stats.ResultLimitExceeded: CapMonster bans an account after 120
+	// (source: docs/protocols.md §3). Default 0 (no limit).
+	MaxResultCalls int
 
 	// BudgetBlockFor keeps answering ERROR: 1005 for this long (by Now)
 	// after the rule first bites, like the provider's 5-minute block. Zero
@@ -240,6 +265,10 @@ type task struct {
 	resCalls  int64
 	reported  bool
 	forgotten bool
+	// api is set for a task created with createTask (JSON API); method is
+	// then its task type.
+	api    bool
+	solved time.Time
 }
 
 // TaskInfo is a snapshot of one task, for tests that need to know what the
@@ -310,6 +339,23 @@ func New(cfg Config) (*Sim, error) {
 	default:
 		return nil, fmt.Errorf("pingback method %q is not GET or POST", cfg.PingbackMethod)
 	}
+	switch cfg.JSONFlavor {
+	case "":
+		cfg.JSONFlavor = FlavorAntiCaptcha
+	case FlavorAntiCaptcha, FlavorCapSolver, Flavor2Captcha:
+	default:
+		return nil, fmt.Errorf("JSON flavor %q is not anticaptcha, capsolver or 2captcha", cfg.JSONFlavor)
+	}
+	switch cfg.JSONCallback {
+	case "":
+		cfg.JSONCallback = "json"
+		if cfg.JSONFlavor == Flavor2Captcha {
+			cfg.JSONCallback = "form"
+		}
+	case "form", "json":
+	default:
+		return nil, fmt.Errorf("JSON callback %q is not form or json", cfg.JSONCallback)
+	}
 	if cfg.PingbackTimeout < 0 || cfg.LateDelay < 0 || cfg.BudgetBlockFor < 0 {
 		return nil, errors.New("durations must not be negative")
 	}
@@ -351,7 +397,7 @@ func New(cfg Config) (*Sim, error) {
 		log:    cfg.Logger,
 		client: client,
 		rng:    rng,
-		// An 11-digit first id, like 2captcha's (source: provider-protocol.md §1.3).
+		// An 11-digit first id, like 2captcha's (source: docs/protocols.md §1.3).
 		nextID:  firstID + rng.Uint64N(8*firstID),
 		tasks:   make(map[string]*task),
 		closeCh: make(chan struct{}),
@@ -384,6 +430,11 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.serveStats(w, r)
+	case "createTask", "getTaskResult", "getBalance":
+		if !allowMethods(w, r, http.MethodPost) {
+			return
+		}
+		s.serveJSON(w, r, path.Base(r.URL.Path))
 	default:
 		http.NotFound(w, r)
 	}

@@ -13,15 +13,15 @@ const (
 	// answerText is a short image-captcha text such as "W9H5K".
 	answerText answerKind = iota
 	// answerToken is a long token without '|' (reCAPTCHA, hCaptcha,
-	// Turnstile; source: provider-protocol.md §1.5).
+	// Turnstile; source: docs/protocols.md §1.5).
 	answerToken
 	// answerPipeToken is a token that contains '|' characters (FunCaptcha,
-	// KeyCaptcha; source: provider-protocol.md §1.5).
+	// KeyCaptcha; source: docs/protocols.md §1.5).
 	answerPipeToken
 )
 
 // methodKinds maps the in.php methods with a known answer shape (source:
-// provider-protocol.md §1.2, §1.5). Other well-formed methods get a token.
+// docs/protocols.md §1.2, §1.5). Other well-formed methods get a token.
 var methodKinds = map[string]answerKind{
 	"post":          answerText,
 	"base64":        answerText,
@@ -86,15 +86,21 @@ func (s *Sim) answerFor(method string) string {
 // newTaskLocked creates, registers and schedules a task. Every random
 // decision about it is drawn here, in a fixed order, so a seed reproduces
 // the same task whatever the timing. s.mu must be held.
-func (s *Sim) newTaskLocked(method, pingback string, now time.Time) *task {
+func (s *Sim) newTaskLocked(method, pingback string, now time.Time, api bool) *task {
 	t := &task{
 		id:        strconv.FormatUint(s.nextID, 10),
 		method:    method,
 		pingback:  pingback,
 		submitted: now,
 		state:     StatePending,
+		api:       api,
 	}
 	s.nextID++
+	if api && s.cfg.JSONFlavor == FlavorCapSolver {
+		// A UUID-style id, drawn from the same source.
+		t.id = s.randString(hexChars, 8) + "-" + s.randString(hexChars, 4) + "-4" + s.randString(hexChars, 3) +
+			"-a" + s.randString(hexChars, 3) + "-" + s.randString(hexChars, 12)
+	}
 	t.delay = s.between(s.cfg.SolveMin, s.cfg.SolveMax)
 	t.unsolv = s.chance(s.cfg.UnsolvableRate)
 	t.answer = s.answerFor(method)
@@ -140,6 +146,7 @@ func (s *Sim) Solve(id string) bool {
 		t.state = StateSolved
 		s.st.TasksSolved++
 	}
+	t.solved = s.cfg.Now()
 	s.log.Info("task solved", "id", t.id, "method", t.method, "state", string(t.state))
 	if t.pingback == "" {
 		return true
@@ -161,6 +168,10 @@ func (s *Sim) Solve(id string) bool {
 	}
 	// Add under s.mu while not closed, so Close's Wait cannot miss it.
 	s.pingbacksRun.Add(1)
+	if t.api {
+		go s.deliverCalls(t.pingback, t.id, delay, sends, s.jsonCallbackLocked(t))
+		return true
+	}
 	go s.deliver(t.pingback, t.id, code, delay, sends)
 	return true
 }

@@ -23,9 +23,16 @@ type Stats struct {
 	// "get2", "getbalance", "reportgood", "reportbad", "other" (unknown
 	// action) and "none" (no action).
 	ResCallsByAction map[string]int64 `json:"res_calls_by_action"`
+	// CreateTaskCalls and GetTaskResultCalls count JSON API requests.
+	CreateTaskCalls    int64 `json:"create_task_calls"`
+	GetTaskResultCalls int64 `json:"get_task_result_calls"`
+	// ResultLimitExceeded counts getTaskResult calls beyond
+	// Config.MaxResultCalls for one task (CapMonster would ban).
+	ResultLimitExceeded int64 `json:"result_limit_exceeded"`
 	// BulkCalls counts action=get requests with ids=.
 	BulkCalls int64 `json:"bulk_calls"`
-	// ResCallsPerTaskMax is the most res.php calls that named one task.
+	// ResCallsPerTaskMax is the most res.php (or getTaskResult) calls that
+	// named one task.
 	ResCallsPerTaskMax int64 `json:"res_calls_per_task_max"`
 	// ResCallsPerTaskAvg is res.php calls that named a task (a bulk call
 	// counts once per id it names) divided by Submits; 0 without submits.

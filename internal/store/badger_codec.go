@@ -17,7 +17,7 @@ import (
 // encoding, one tag byte then the fields in a fixed order:
 //
 //	record   tagRecord1   delivery provider id code source received_at
-//	                      submitted_at server request expires_at
+//	                      submitted_at server request expires_at answer
 //	request               method uri host proto remote_addr local_addr tls
 //	                      header body
 //	delivery tagDelivery1 (stand-alone, s/) or inside a record, without tag:
@@ -26,7 +26,7 @@ import (
 //	                      updated_at
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
-//	                      expires_at
+//	                      expires_at api server app_polls app_polled_at
 //
 // string and []byte: uvarint length, bytes; int: zig-zag varint; bool: one
 // byte; time: 0 for the zero time, else 1, varint Unix seconds, uvarint
@@ -48,11 +48,11 @@ const (
 var (
 	recordFields = []string{"Provider", "ID", "Code", "Source", "ReceivedAt", "SubmittedAt", "Server",
 		"Request", "Request.Method", "Request.URI", "Request.Host", "Request.Proto", "Request.RemoteAddr",
-		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt"}
+		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer"}
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
-		"Polls", "LastError", "UpdatedAt", "ExpiresAt"}
+		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt"}
 )
 
 // Whether the binary encoding covers every field of each type.
@@ -103,7 +103,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 		return json.Marshal(r)
 	}
 	var e enc
-	e.b = make([]byte, 0, 256+len(r.Request.Body)+64*len(r.Request.Header))
+	e.b = make([]byte, 0, 256+len(r.Request.Body)+len(r.Answer)+64*len(r.Request.Header))
 	e.b = append(e.b, tagRecord1)
 	e.delivery(&r.Delivery) // first: decodeRecordDelivery reads only it
 	e.str(r.Provider)
@@ -124,6 +124,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	e.header(q.Header)
 	e.bytes(q.Body)
 	e.time(r.ExpiresAt)
+	e.bytes(r.Answer)
 	return e.b, nil
 }
 
@@ -152,6 +153,7 @@ func decodeRecord(v []byte, r *Record) error {
 	q.Header = d.header()
 	q.Body = d.bytes()
 	r.ExpiresAt = d.time()
+	r.Answer = d.bytes()
 	return d.end()
 }
 
@@ -210,6 +212,10 @@ func encodeTask(t *Task) ([]byte, error) {
 	e.str(t.LastError)
 	e.time(t.UpdatedAt)
 	e.time(t.ExpiresAt)
+	e.str(t.API)
+	e.str(t.Server)
+	e.int(t.AppPolls)
+	e.time(t.AppPolledAt)
 	return e.b, nil
 }
 
@@ -230,6 +236,10 @@ func decodeTask(v []byte, t *Task) error {
 	t.LastError = d.str()
 	t.UpdatedAt = d.time()
 	t.ExpiresAt = d.time()
+	t.API = d.str()
+	t.Server = d.str()
+	t.AppPolls = d.int()
+	t.AppPolledAt = d.time()
 	return d.end()
 }
 

@@ -138,8 +138,15 @@ type Record struct {
 	Provider string `json:"provider"`
 	ID       string `json:"id"`
 	// Code is the result as the provider sent it; it may be an error
-	// string such as ERROR_CAPTCHA_UNSOLVABLE. Never log it.
+	// string such as ERROR_CAPTCHA_UNSOLVABLE. For a JSON API result it is
+	// the canonical JSON of the answer's solution (or its errorCode).
+	// Never log it.
 	Code string `json:"code"`
+	// Answer is the provider's whole answer for this result, byte for
+	// byte, when it came as JSON (a res.php json=1 answer, a getTaskResult
+	// answer, a JSON callback's body); nil otherwise. Local res.php and
+	// getTaskResult answers reproduce it. Never log it.
+	Answer []byte `json:"answer,omitempty"`
 	// Source is how the result arrived: SourceCallback or SourcePoll.
 	Source     Source    `json:"source"`
 	ReceivedAt time.Time `json:"received_at"`

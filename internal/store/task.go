@@ -28,20 +28,36 @@ const (
 type Task struct {
 	Provider string `json:"provider"`
 	ID       string `json:"id"`
-	// Method is in.php's method (userrecaptcha, post, ...); empty if unknown.
-	Method      string    `json:"method,omitempty"`
+	// Method is in.php's method (userrecaptcha, post, ...) or createTask's
+	// task type (RecaptchaV2TaskProxyless, ...); empty if unknown.
+	Method string `json:"method,omitempty"`
+	// API is the API family the task was submitted through: "" or
+	// "legacy" (in.php, polled with res.php) or "json" (createTask,
+	// polled with getTaskResult).
+	API         string    `json:"api,omitempty"`
 	SubmittedAt time.Time `json:"submitted_at"`
 	// PingbackURL is where the result is delivered: the pingback URL the
 	// submission carried (or the one the plugin added).
-	PingbackURL string    `json:"pingback_url"`
-	State       TaskState `json:"state"`
+	PingbackURL string `json:"pingback_url"`
+	// Server is the name of the http app's server that serves the
+	// pingback URL (in the config that tracked the task): polled results
+	// are dispatched through the server of that name, then by host and
+	// path. Empty for tasks stored before it was recorded.
+	Server string    `json:"server,omitempty"`
+	State  TaskState `json:"state"`
 	// NextPollAt is when the poller asks res.php next; zero means never.
 	NextPollAt time.Time `json:"next_poll_at,omitzero"`
-	// Polls counts res.php requests spent on this task.
-	Polls     int       `json:"polls,omitempty"`
-	LastError string    `json:"last_error,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
-	ExpiresAt time.Time `json:"expires_at"`
+	// Polls counts res.php or getTaskResult requests the poller spent on
+	// this task.
+	Polls int `json:"polls,omitempty"`
+	// AppPolls counts the app's own getTaskResult requests for this task
+	// seen by pingback_track, and AppPolledAt is the last one's time
+	// (counted for providers that limit calls per task).
+	AppPolls    int       `json:"app_polls,omitempty"`
+	AppPolledAt time.Time `json:"app_polled_at,omitzero"`
+	LastError   string    `json:"last_error,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	ExpiresAt   time.Time `json:"expires_at"`
 }
 
 // Key returns the task's key, the same as its result's.

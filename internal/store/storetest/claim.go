@@ -175,7 +175,7 @@ func testClaimConcurrent(t *testing.T, h Harness) {
 		wg.Go(func() {
 			<-start
 			for {
-				recs, err := s.Claim(ctx, store.ClaimRequest{Now: now, Limit: 4, Lease: leaseLen, Decide: forward})
+				recs, err := claimAt(s, store.ClaimRequest{Now: now, Limit: 4, Lease: leaseLen, Decide: forward})
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
@@ -196,7 +196,7 @@ func testClaimConcurrent(t *testing.T, h Harness) {
 	for range claimers {
 		wg.Go(func() {
 			<-start
-			recs, err := s.Claim(ctx, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("one")}, Lease: leaseLen, Decide: forward})
+			recs, err := claimAt(s, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("one")}, Lease: leaseLen, Decide: forward})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -153,7 +153,7 @@ func claimReq(t *testing.T, s store.Store, req store.ClaimRequest) []*store.Reco
 	if req.Lease == 0 {
 		req.Lease = leaseLen
 	}
-	recs, err := s.Claim(ctx, req)
+	recs, err := claimAt(s, req)
 	if err != nil {
 		t.Fatalf("Claim(now %s, limit %d, keys %v): %v", req.Now.Format(time.RFC3339Nano), req.Limit, req.Keys, err)
 	}

@@ -241,7 +241,7 @@ func (m *model) claim() {
 			due = append(due, id)
 		}
 	}
-	recs, err := m.s.Claim(ctx, store.ClaimRequest{Now: m.now, Limit: limit, Lease: m.lease, Decide: decide})
+	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: limit, Lease: m.lease, Decide: decide})
 	if err != nil {
 		m.fatalf("Claim: %v", err)
 	}
@@ -287,7 +287,7 @@ func (m *model) claimKeys() {
 	if m.rnd.IntN(4) == 0 {
 		keys = append(keys, key("absent"))
 	}
-	recs, err := m.s.Claim(ctx, store.ClaimRequest{Now: m.now, Limit: len(keys), Keys: keys, Lease: m.lease, Decide: decide})
+	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: len(keys), Keys: keys, Lease: m.lease, Decide: decide})
 	if err != nil {
 		m.fatalf("Claim(keys %v): %v", keys, err)
 	}

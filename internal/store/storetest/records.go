@@ -396,7 +396,7 @@ func testClose(t *testing.T, h Harness) {
 			return err
 		},
 		"Claim": func() error {
-			_, err := s.Claim(ctx, store.ClaimRequest{Now: t0, Limit: 1, Lease: time.Minute, Decide: forward})
+			_, err := claimAt(s, store.ClaimRequest{Now: t0, Limit: 1, Lease: time.Minute, Decide: forward})
 			return err
 		},
 		"Renew":    func() error { return s.Renew(ctx, key("1"), 1, t0) },

@@ -7,7 +7,9 @@
 //
 // The suite injects every time the contract takes (ClaimRequest.Now, the
 // times of records, Expire's now) and never sleeps, so a store under test
-// must honour ClaimRequest.Now for due times and leases. Records expire a
+// must honour ClaimRequest.Now for due times and leases, or, if it measures
+// them by its own clock (a shared database's now()), let the harness set
+// that clock (Harness.SetClock) to the time of each claim. Records expire a
 // month after a base time an hour ahead of the wall clock, so a store that
 // also drops expired records by its own clock (Badger's TTL) keeps them
 // for the length of a test.
@@ -49,6 +51,14 @@ type Harness struct {
 	// whose lease ran out; otherwise any non-empty text passes.
 	ExpiredReason string
 
+	// SetClock, if set, is called before every Claim with the claim's
+	// time, for a store that measures due times and leases by its own
+	// clock rather than ClaimRequest.Now: the harness sets the store's
+	// clock to now. Lease ends given to the store (Insert, Renew) are then
+	// read relative to that clock. Nil for stores that honour
+	// ClaimRequest.Now.
+	SetClock func(s store.Store, now time.Time)
+
 	// Check, if set, checks the internal consistency of s (its indexes
 	// against its records, say). The suite runs it after every step of
 	// the model test and at the end of every test on each store still
@@ -62,6 +72,7 @@ func Run(t *testing.T, h Harness) {
 	if h.Open == nil {
 		t.Fatal("storetest: Harness.Open is required")
 	}
+	clocks = h.SetClock
 	if h.Check != nil {
 		h.Open = checked(h.Open, h.Check)
 		if h.Reopen != nil {
@@ -107,6 +118,19 @@ func Run(t *testing.T, h Harness) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
+}
+
+// clocks is the running suite's Harness.SetClock (the suite's tests do
+// not run in parallel).
+var clocks func(s store.Store, now time.Time)
+
+// claimAt makes the claim req on s, first setting the store's clock to
+// req.Now if the harness keeps one.
+func claimAt(s store.Store, req store.ClaimRequest) ([]*store.Record, error) {
+	if clocks != nil {
+		clocks(s, req.Now)
+	}
+	return s.Claim(ctx, req)
 }
 
 // checked wraps open so that check runs on the store at the end of the

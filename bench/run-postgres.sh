@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Throughput and latency of pingback callbacks through the plugin with the
+# PostgreSQL store, against a bare reverse_proxy to the same app, in the same
+# run: one Caddy on the database, and two Caddy instances on one database.
+#
+#   bash bench/run-postgres.sh                  # 5 alternating rounds of 10 s per path
+#   ROUNDS=3 DURATION=5s bash bench/run-postgres.sh
+#
+# What it does: starts a throw-away PostgreSQL cluster with .ci/postgres
+# (unless PINGBACK_BENCH_PG_DSN names a database), builds ./cmd/caddy, and
+# starts two Caddy processes (A: admin localhost:2990, HTTP 9090; B: admin
+# localhost:2991, HTTP 9091; the app on 9092, a site of A), both with
+#   /bare -> reverse_proxy to the app
+#   /cb   -> pingback { provider 2captcha } + reverse_proxy to the app
+# and the store `store postgres` on the same database (a fresh schema per
+# run); and a third, C (admin localhost:2992, HTTP 9093), the same config on
+# the Badger store (storage_dir in a temp dir under /var/tmp), for the
+# Badger figure of the same run. Every request is a form POST with a NEW task id (bench/post.lua), so
+# every plugin request is a committed insert plus an outcome update. Rounds
+# rotate the paths after a warm-up:
+#   bare  wrk on A's /bare, CONNS connections
+#   pg    wrk on A's /cb, CONNS connections
+#   pg2   two wrk processes at once, CONNS/2 connections each, on A's and
+#         B's /cb (throughputs summed, latencies the worse of the two)
+#   badger wrk on C's /cb, CONNS connections
+# It prints each round, the medians and the ratios to bare. wrk, Caddy and
+# PostgreSQL share the machine's cores.
+#
+# Environment: ROUNDS (5), DURATION (10s), WARMUP (3s), CONNS (32),
+# THREADS (2), PINGBACK_BENCH_PG_DSN (empty: a throw-away cluster), KEEP (1:
+# keep the temp dir with the logs).
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-3s}
+CONNS=${CONNS:-32}
+THREADS=${THREADS:-2}
+KEEP=${KEEP:-}
+
+ADMIN_A=localhost:2990
+ADMIN_B=localhost:2991
+ADMIN_C=localhost:2992
+PORT_A=9090
+PORT_B=9091
+APP_PORT=9092
+PORT_C=9093
+
+cd "$(dirname "$0")/.."
+
+if ! command -v wrk >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "wrk not found; installing the Debian package" >&2
+		apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+	else
+		echo "wrk not found: install it (Debian: apt-get install wrk)" >&2
+		exit 1
+	fi
+fi
+
+tmp=$(mktemp -d /var/tmp/pingback-bench-pg.XXXXXX)
+pids=()
+pg_dir=
+cleanup() {
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	if [ -n "$pg_dir" ]; then
+		bash .ci/postgres stop "$pg_dir"
+	fi
+	if [ -n "$KEEP" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+dsn=${PINGBACK_BENCH_PG_DSN:-}
+if [ -z "$dsn" ]; then
+	eval "$(bash .ci/postgres start)"
+	pg_dir=$PINGBACK_PG_DIR
+	dsn=$PINGBACK_TEST_PG_DSN
+fi
+schema="bench_$(date +%s)"
+
+echo "== machine"
+echo "cores:      $(nproc)"
+echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "postgres:   $(psql "$dsn" -Atc 'SHOW server_version') on $(psql "$dsn" -Atc 'SHOW data_directory' 2>/dev/null || echo '?'), synchronous_commit $(psql "$dsn" -Atc 'SHOW synchronous_commit'), fsync $(psql "$dsn" -Atc 'SHOW fsync')"
+echo "go:         $(go version)"
+echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+
+echo "== building ./cmd/caddy"
+go build -o "$tmp/caddy" ./cmd/caddy
+
+# caddyfile ADMIN PORT WITH_APP [BADGER_DIR]: the config of one instance.
+caddyfile() {
+	local store="store postgres {
+			dsn \"$dsn\"
+			schema $schema
+		}"
+	if [ -n "${4:-}" ]; then store="storage_dir $4"; fi
+	cat <<EOF
+{
+	admin $1
+	http_port $2
+	auto_https off
+	skip_install_trust
+	persist_config off
+	log {
+		level WARN
+	}
+	pingback {
+		$store
+	}
+}
+http://:$2 {
+	handle /bare {
+		reverse_proxy 127.0.0.1:$APP_PORT
+	}
+	handle /cb {
+		pingback {
+			provider 2captcha
+		}
+		reverse_proxy 127.0.0.1:$APP_PORT
+	}
+	respond 404
+}
+EOF
+	if [ "$3" = 1 ]; then
+		printf 'http://:%s {\n\trespond "ok" 200\n}\n' "$APP_PORT"
+	fi
+}
+caddyfile $ADMIN_A $PORT_A 1 >"$tmp/Caddyfile.a"
+caddyfile $ADMIN_B $PORT_B 0 >"$tmp/Caddyfile.b"
+caddyfile $ADMIN_C $PORT_C 0 "$tmp/badger" >"$tmp/Caddyfile.c"
+
+for x in a b c; do
+	mkdir -p "$tmp/$x"
+	XDG_DATA_HOME=$tmp/$x/data XDG_CONFIG_HOME=$tmp/$x/config \
+		"$tmp/caddy" run --config "$tmp/Caddyfile.$x" --adapter caddyfile >"$tmp/caddy-$x.log" 2>&1 &
+	pids+=($!)
+done
+
+for port in $PORT_A $PORT_B $PORT_C; do
+	ready=
+	for _ in $(seq 200); do
+		if curl -fsS -o /dev/null "http://127.0.0.1:$port/bare" 2>/dev/null &&
+			curl -fsS -o /dev/null -d "id=1$port&code=ready" "http://127.0.0.1:$port/cb" 2>/dev/null; then
+			ready=1
+			break
+		fi
+		sleep 0.1
+	done
+	if [ -z "$ready" ]; then
+		echo "caddy on port $port did not come up; logs:" >&2
+		cat "$tmp"/caddy-*.log >&2
+		exit 1
+	fi
+done
+
+# wrk1 URL CONNS DUR TAG PREFIX_DIGIT: one wrk run; prints
+# "requests duration_us p50_us p99_us errors".
+wrk1() {
+	local out="$tmp/wrk-$4.txt" line
+	BENCH_PREFIX="$(date +%s%3N)$5" \
+		wrk -t "$THREADS" -c "$2" -d "$3" --latency -s bench/post.lua "$1" >"$out" 2>&1
+	line=$(grep '^RESULT ' "$out") || {
+		echo "wrk gave no result:" >&2
+		cat "$out" >&2
+		exit 1
+	}
+	echo "$line" | awk '{
+		for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+		printf "%d %d %d %d %d\n", v["requests"], v["duration_us"], v["p50_us"], v["p99_us"],
+			v["non2xx"] + v["connect"] + v["read"] + v["write"] + v["timeout"]
+	}'
+}
+
+# load PATH DUR TAG: prints "reqs_per_s p50_us p99_us".
+load() {
+	local a b
+	case $1 in
+	bare) a=$(wrk1 "http://127.0.0.1:$PORT_A/bare" "$CONNS" "$2" "$3" 1) ;;
+	pg) a=$(wrk1 "http://127.0.0.1:$PORT_A/cb" "$CONNS" "$2" "$3" 1) ;;
+	badger) a=$(wrk1 "http://127.0.0.1:$PORT_C/cb" "$CONNS" "$2" "$3" 1) ;;
+	pg2)
+		wrk1 "http://127.0.0.1:$PORT_B/cb" $((CONNS / 2)) "$2" "$3-b" 2 >"$tmp/$3-b.res" &
+		a=$(wrk1 "http://127.0.0.1:$PORT_A/cb" $((CONNS / 2)) "$2" "$3-a" 1)
+		wait $!
+		b=$(cat "$tmp/$3-b.res")
+		;;
+	esac
+	printf '%s\n%s\n' "$a" "${b:-}" | awk 'NF {
+		rps += $1 / ($2 / 1e6); if ($3 > p50) p50 = $3; if ($4 > p99) p99 = $4; errs += $5
+	} END {
+		if (errs > 0) printf "warning: %d errors\n", errs > "/dev/stderr"
+		printf "%.0f %d %d\n", rps, p50, p99
+	}'
+}
+
+echo "== warm-up ($WARMUP per path)"
+for p in bare pg pg2 badger; do load $p "$WARMUP" "warmup-$p" >/dev/null; done
+
+echo "== $ROUNDS rounds of $DURATION per path, $CONNS connections in all, $THREADS wrk threads per wrk"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-6s %-6s %9s %8s %8s\n' round path "req/s" "p50 ms" "p99 ms"
+paths=(bare pg pg2 badger)
+for p in "${paths[@]}"; do : >"$tmp/$p.dat"; done
+for r in $(seq "$ROUNDS"); do
+	# Rotate the order so that no path always runs first.
+	for i in 0 1 2 3; do
+		p=${paths[$(((i + r) % 4))]}
+		res=$(load "$p" "$DURATION" "round$r-$p")
+		echo "$res" >>"$tmp/$p.dat"
+		echo "$res" | awk -v r="$r" -v n="$p" '{ printf "%-6s %-6s %9d %8.2f %8.2f\n", r, n, $1, $2 / 1000, $3 / 1000 }'
+	done
+done
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+
+median() {
+	sort -g -k"$1","$1" "$2" | awk -v c="$1" '{ v[NR] = $c } END {
+		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+echo "== medians of $ROUNDS rounds"
+printf '%-6s %9s %8s %8s %14s\n' path "req/s" "p50 ms" "p99 ms" "throughput/bare"
+bare=$(median 1 "$tmp/bare.dat")
+for p in "${paths[@]}"; do
+	awk -v n="$p" -v a="$(median 1 "$tmp/$p.dat")" -v b="$(median 2 "$tmp/$p.dat")" \
+		-v c="$(median 3 "$tmp/$p.dat")" -v bare="$bare" \
+		'BEGIN { printf "%-6s %9d %8.2f %8.2f %13.2fx\n", n, a, b / 1000, c / 1000, a / bare }'
+done
+
+echo "== plugin counters (admin /metrics of A, B and C)"
+for admin in $ADMIN_A $ADMIN_B $ADMIN_C; do
+	curl -fsS "http://$admin/metrics" | grep -E '^caddy_pingback_(callbacks|forwards)_total' || echo "(no pingback metrics)"
+done
+echo "== records in the database by state"
+psql "$dsn" -Atc "SELECT state, count(*) FROM $schema.records GROUP BY state ORDER BY state"
+psql "$dsn" -qc "DROP SCHEMA $schema CASCADE"

@@ -1,0 +1,733 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+)
+
+// Defaults of PostgresOptions.
+const (
+	// DefaultPostgresLeaseTerm is how long a lease on PostgreSQL lasts
+	// unless renewed (every third of it while the forward runs): the time
+	// within which another instance takes over the forwards of an
+	// instance that died.
+	DefaultPostgresLeaseTerm = 15 * time.Second
+	// DefaultPostgresOpenWait is how long Open retries an unreachable
+	// database before it fails.
+	DefaultPostgresOpenWait = 10 * time.Second
+	// DefaultPostgresSchema is the schema the store's tables live in.
+	DefaultPostgresSchema = "pingback"
+	// DefaultPostgresMaxConns is the pool size unless the DSN sets
+	// pool_max_conns: concurrent commits share the server's WAL flushes
+	// (its group commit), so a few connections carry many pingbacks.
+	DefaultPostgresMaxConns = 8
+)
+
+// PostgresOptions configure OpenPostgres.
+type PostgresOptions struct {
+	// DSN is a libpq connection string or postgres:// URL (pgx syntax;
+	// pool_max_conns and the other pgxpool settings are accepted).
+	// Required.
+	DSN string
+	// Schema holds the store's tables; created if missing. Default
+	// "pingback".
+	Schema string
+	// LeaseTerm is how long a lease lasts unless renewed. Default
+	// DefaultPostgresLeaseTerm.
+	LeaseTerm time.Duration
+	// OpenWait is how long Open retries while the database is
+	// unreachable. Default DefaultPostgresOpenWait.
+	OpenWait time.Duration
+	// Logger receives the store's log lines. Nil discards them.
+	Logger *zap.Logger
+}
+
+// Postgres is the Store on PostgreSQL, shared by any number of Caddy
+// instances. Every write is one transaction that returns after COMMIT,
+// which with synchronous_commit on (refused otherwise) returns after the
+// WAL is flushed; concurrent commits share flushes (the server's group
+// commit). Claims take rows with FOR UPDATE SKIP LOCKED, so instances
+// never claim the same record, and leases are measured by the database's
+// clock (now()), never the instances'.
+type Postgres struct {
+	pool      *pgxpool.Pool
+	log       *zap.Logger
+	owner     string
+	leaseTerm time.Duration
+	location  string // host:port/database, for logs; never the password
+
+	// clock, if set, replaces the database's now() (tests: the
+	// conformance suite injects every time). Production stores leave it
+	// nil.
+	clock func() time.Time
+
+	inserts *pgBatcher[*pgInsert]
+	updates *pgBatcher[*pgUpdate]
+
+	available atomic.Bool
+	closed    atomic.Bool
+	once      sync.Once
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// PostgresLocation returns host:port/database of a DSN, the name logs and
+// errors give the database: never its password.
+func PostgresLocation(dsn string) (string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", fmt.Errorf("postgres dsn: %w", err)
+	}
+	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database), nil
+}
+
+// OpenPostgres connects to the database (retrying for opts.OpenWait while
+// it is unreachable), refuses a session with synchronous_commit off,
+// migrates the schema under an advisory lock and returns the store.
+func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
+	if opts.Schema == "" {
+		opts.Schema = DefaultPostgresSchema
+	}
+	if opts.LeaseTerm <= 0 {
+		opts.LeaseTerm = DefaultPostgresLeaseTerm
+	}
+	if opts.OpenWait <= 0 {
+		opts.OpenWait = DefaultPostgresOpenWait
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	cfg, err := pgxpool.ParseConfig(opts.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("postgres dsn: %w", err)
+	}
+	loc := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	if !strings.Contains(opts.DSN, "pool_max_conns") {
+		cfg.MaxConns = DefaultPostgresMaxConns
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = "caddy-pingback"
+	cfg.ConnConfig.ConnectTimeout = min(max(cfg.ConnConfig.ConnectTimeout, 0), 5*time.Second)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres %s: %w", loc, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.OpenWait)
+	defer cancel()
+	var lastErr error
+	for {
+		err := pool.Ping(ctx)
+		if err == nil {
+			lastErr = nil
+			break
+		}
+		if ctx.Err() != nil {
+			if lastErr == nil {
+				lastErr = err
+			}
+			break
+		}
+		lastErr = err // the last error before the deadline says why
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+			break // the server answered (a bad password, say): no use waiting
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if lastErr != nil {
+		pool.Close()
+		if pgErr := (*pgconn.PgError)(nil); errors.As(lastErr, &pgErr) {
+			return nil, fmt.Errorf("postgres %s: %s", loc, redactedError(lastErr))
+		}
+		return nil, fmt.Errorf("postgres %s unreachable for %s: %s", loc, opts.OpenWait, redactedError(lastErr))
+	}
+	var sc string
+	if err := pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres %s: reading synchronous_commit: %w", loc, err)
+	}
+	if sc == "off" {
+		pool.Close()
+		return nil, fmt.Errorf("postgres %s: synchronous_commit is off for this session: a COMMIT could return before the result is on disk, and a pingback would be answered 200 for a result a crash can lose; set it to on (the default), remote_write, remote_apply or local", loc)
+	}
+	if err := migrate(ctx, pool, opts.Schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres %s: %w", loc, err)
+	}
+	p := &Postgres{
+		pool:      pool,
+		log:       opts.Logger,
+		owner:     newPostgresOwner(),
+		leaseTerm: opts.LeaseTerm,
+		location:  loc,
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	p.inserts = newPGBatcher(p.insertBatch)
+	p.updates = newPGBatcher(p.updateBatch)
+	p.available.Store(true)
+	go p.monitor()
+	return p, nil
+}
+
+// redactedError is err's text; pgconn's connect errors name host, user
+// and database but never the password.
+func redactedError(err error) string { return err.Error() }
+
+// newPostgresOwner names a store handle as a lease owner: host, process
+// and a random part, unique among every handle on the database.
+func newPostgresOwner() string {
+	host, _ := os.Hostname()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Location is the store's database as host:port/database.
+func (p *Postgres) Location() string { return p.location }
+
+// monitor checks the database every second and keeps Available in step:
+// one log line when it goes away, one a minute while it stays away, one
+// when it is back.
+func (p *Postgres) monitor() {
+	defer close(p.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var downSince, lastLog time.Time
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := p.pool.Ping(ctx)
+		cancel()
+		now := time.Now()
+		switch {
+		case err == nil && !downSince.IsZero():
+			p.log.Info("postgres store reachable again", zap.String("store", p.location), zap.Duration("down_for", now.Sub(downSince)))
+			downSince = time.Time{}
+			p.available.Store(true)
+		case err == nil:
+			p.available.Store(true)
+		case downSince.IsZero():
+			downSince, lastLog = now, now
+			p.available.Store(false)
+			p.log.Error("postgres store unreachable: pingbacks are forwarded without durability, replays and polling pause",
+				zap.String("store", p.location), zap.String("error", redactedError(err)))
+		case now.Sub(lastLog) >= time.Minute:
+			lastLog = now
+			p.log.Error("postgres store still unreachable", zap.String("store", p.location),
+				zap.Duration("down_for", now.Sub(downSince)), zap.String("error", redactedError(err)))
+		}
+	}
+}
+
+// Owner implements Store.
+func (p *Postgres) Owner() string { return p.owner }
+
+// LeaseTerm implements Store.
+func (p *Postgres) LeaseTerm() time.Duration { return p.leaseTerm }
+
+// Available implements Store: false while the database does not answer
+// (checked every second) and after Close.
+func (p *Postgres) Available() bool { return !p.closed.Load() && p.available.Load() }
+
+// Close implements Store.
+func (p *Postgres) Close() error {
+	p.once.Do(func() {
+		p.closed.Store(true)
+		p.inserts.close() // the committed-to-be finish; later ones get ErrClosed
+		p.updates.close()
+		close(p.stop)
+		<-p.done
+		p.pool.Close()
+	})
+	return nil
+}
+
+// clockArg is the $clock parameter of the queries that read the time:
+// nil, so that SQL uses the database's now(), unless a test clock is set.
+func (p *Postgres) clockArg() any {
+	if p.clock != nil {
+		return p.clock().UnixNano()
+	}
+	return nil
+}
+
+// leaseEnd turns a lease end given by the caller (by its clock) into the
+// parameters of `coalesce($abs, now_ns() + $rel)`: the same span from
+// the database's now(). With a test clock the end is taken as given.
+func (p *Postgres) leaseEnd(until time.Time) (abs any, rel int64) {
+	if p.clock != nil {
+		return until.UnixNano(), 0
+	}
+	return nil, int64(time.Until(until))
+}
+
+// op runs fn unless the store is closed. A connection failure marks the
+// store unavailable at once (the loops pause); the monitor marks it
+// available again when the database answers.
+func (p *Postgres) op(fn func() error) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	err := fn()
+	if err != nil && p.closed.Load() {
+		return ErrClosed
+	}
+	if err != nil && connectionLost(err) {
+		p.available.Store(false)
+	}
+	return err
+}
+
+// connectionLost reports whether err means the database could not be
+// reached or the connection broke (not an answer of the server).
+func connectionLost(err error) bool {
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "conn closed")
+}
+
+// tx runs fn in a transaction (READ COMMITTED; rows are locked where it
+// matters) and commits; fn's error rolls back and is returned.
+func (p *Postgres) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return p.op(func() error { return pgx.BeginFunc(ctx, p.pool, fn) })
+}
+
+// The columns of a record, in the order scanRecord reads them.
+const pgRecordCols = `provider, id, code, answer, source, received_at, submitted_at, server, request,
+	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at`
+
+// The columns of a delivery state, in the order scanDelivery reads them.
+const pgDeliveryCols = `state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at`
+
+func scanRecord(row pgx.Row) (*Record, error) {
+	var r Record
+	var code, req []byte
+	var received, sub, expires *int64
+	var d pgDelivery
+	err := row.Scan(&r.Provider, &r.ID, &code, &r.Answer, &r.Source, &received, &sub, &r.Server, &req,
+		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Code = string(code)
+	if err := json.Unmarshal(req, &r.Request); err != nil {
+		return nil, fmt.Errorf("decoding stored request of %s:%s: %w", r.Provider, r.ID, err)
+	}
+	r.ReceivedAt, r.SubmittedAt, r.ExpiresAt = fromNS(received), fromNS(sub), fromNS(expires)
+	r.Delivery = d.delivery()
+	return &r, nil
+}
+
+// pgDelivery is a delivery state as scanned, nullable columns apart.
+type pgDelivery struct {
+	Delivery
+	due, until, updated *int64
+	owner               *string
+}
+
+func (d *pgDelivery) delivery() Delivery {
+	out := d.Delivery
+	out.UpdatedAt, out.DueAt = fromNS(d.updated), fromNS(d.due)
+	if d.owner != nil && d.until != nil {
+		out.Lease = Lease{Owner: *d.owner, Until: fromNS(d.until)}
+	}
+	return out
+}
+
+// ns is t as a query parameter: Unix nanoseconds, NULL for the zero time.
+func ns(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+// fromNS is the time of a nanosecond column; NULL is the zero time.
+func fromNS(v *int64) time.Time {
+	if v == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, *v).UTC()
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// ownLease keeps the lease invariant of d: set (to this handle, if no
+// owner is named) while forwarding, empty otherwise.
+func (p *Postgres) ownLease(d *Delivery) {
+	if d.State != StateForwarding {
+		d.Lease = Lease{}
+		return
+	}
+	if d.Lease.Owner == "" {
+		d.Lease.Owner = p.owner
+	}
+	d.DueAt = time.Time{}
+}
+
+// Insert implements Store: group-committed with the inserts waiting at
+// the same time (insertBatch): under a transaction-level advisory lock on
+// the key (shared with AddTask, so a task and its result never miss each
+// other), the insert (nothing on a conflict) and the pending task marked
+// done, in one transaction. A forwarding record's lease ends by the
+// database's clock: Until is taken relative to this process's clock.
+func (p *Postgres) Insert(ctx context.Context, rec *Record) (InsertResult, error) {
+	c := *rec
+	if c.State == StateForwarding {
+		c.Lease.Owner = p.owner
+		c.DueAt = time.Time{}
+	} else {
+		c.Lease = Lease{}
+	}
+	req, err := json.Marshal(&c.Request)
+	if err != nil {
+		return InsertResult{}, fmt.Errorf("encoding request: %w", err)
+	}
+	if size := len(req) + len(c.Code) + len(c.Answer) + len(c.LastError) + 512; size > MaxRecordSize {
+		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, size, MaxRecordSize)
+	}
+	var res InsertResult
+	err = p.op(func() error {
+		op, err := p.inserts.do(&pgInsert{rec: &c, req: req})
+		if err != nil {
+			return err
+		}
+		res = op.in.res
+		return nil
+	})
+	if err != nil {
+		return InsertResult{}, err
+	}
+	return res, nil
+}
+
+// Get implements Store.
+func (p *Postgres) Get(ctx context.Context, key Key) (*Record, error) {
+	var rec *Record
+	err := p.op(func() error {
+		var err error
+		rec, err = scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, key.Provider, key.ID))
+		return err
+	})
+	return rec, err
+}
+
+// queueDelivery queues the update of key's delivery state to d.
+func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
+	b.Queue(`UPDATE records SET state = $3, attempts = $4, failures = $5, interrupts = $6, due_at = $7,
+		lease_owner = $8, lease_until = $9, last_status = $10, last_error = $11, updated_at = $12
+		WHERE provider = $1 AND id = $2`,
+		key.Provider, key.ID, string(d.State), d.Attempts, d.Failures, d.Interrupts, ns(d.DueAt),
+		nullString(d.Lease.Owner), ns(d.Lease.Until), d.LastStatus, d.LastError, ns(d.UpdatedAt))
+}
+
+// UpdateDelivery implements Store: group-committed with the updates
+// waiting at the same time (updateBatch); the row is locked (FOR UPDATE)
+// while fn runs, so concurrent updates from any instance apply one after
+// another.
+func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
+	var result Delivery
+	err := p.op(func() error {
+		op, err := p.updates.do(&pgUpdate{key: key, fn: fn})
+		if op != nil {
+			result = op.in.result
+		}
+		return err
+	})
+	return result, err
+}
+
+// readModifyWrite runs one locked read-modify-write transaction in two
+// round trips: BEGIN and the locking query, then the writes fn queues on b
+// and COMMIT. If fn fails the transaction is rolled back and fn's error
+// returned.
+func (p *Postgres) readModifyWrite(ctx context.Context, query string, args []any, fn func(row pgx.Row, b *pgx.Batch) error) error {
+	return p.op(func() error {
+		conn, err := p.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		read := &pgx.Batch{}
+		read.Queue("BEGIN")
+		read.Queue(query, args...)
+		br := conn.SendBatch(ctx, read)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		write := &pgx.Batch{}
+		fnErr := fn(br.QueryRow(), write)
+		if err := br.Close(); err != nil && fnErr == nil {
+			fnErr = err
+		}
+		if fnErr != nil {
+			// A connection left inside a transaction must not go back
+			// to the pool: roll back, or close it.
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+				_ = conn.Conn().Close(rctx)
+			}
+			return fnErr
+		}
+		write.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, write).Close(); err != nil {
+			if !conn.Conn().PgConn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+					_ = conn.Conn().Close(rctx)
+				}
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// Claim implements Store. The time is the database's (now(), one value
+// for the whole claim): due records are those whose DueAt is at or before
+// it, and a lease runs req.Lease from it; req.Now is not used. Lapsed
+// leases come first (oldest end first), then due records (earliest
+// first); rows another instance is claiming are skipped (FOR UPDATE SKIP
+// LOCKED), so every record goes to one claimer. By keys, rows are locked
+// in key order and waited for.
+func (p *Postgres) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error) {
+	if req.Limit < 1 || req.Decide == nil {
+		return nil, errors.New("claim: need a positive limit and a decide function")
+	}
+	clock := p.clockArg()
+	var out []*Record
+	err := p.tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		var nowNS int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce($1::bigint, now_ns())`, clock).Scan(&nowNS); err != nil {
+			return err
+		}
+		now := fromNS(&nowNS)
+		cands, err := p.claimable(ctx, tx, req, now)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, rec := range cands {
+			lapsed := rec.State == StateForwarding
+			if lapsed && rec.Lease.Until.After(now) {
+				continue // a live lease: named by key, not claimable
+			}
+			cur := rec.Delivery
+			if lapsed {
+				cur.LastStatus, cur.LastError = 0, lapseExpired
+				cur.Lease = Lease{}
+			}
+			req.Decide(&cur, lapsed)
+			if cur.State == StateForwarding {
+				cur.Lease = Lease{Owner: p.owner, Until: now.Add(req.Lease)}
+			}
+			p.ownLease(&cur)
+			queueDelivery(b, rec.Key(), &cur)
+			rec.Delivery = cur
+			out = append(out, rec)
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimable returns the locked candidate rows of a claim at now.
+func (p *Postgres) claimable(ctx context.Context, tx pgx.Tx, req ClaimRequest, now time.Time) ([]*Record, error) {
+	if len(req.Keys) > 0 {
+		// Each record once, however often it is named: a claim that
+		// returned a record twice would forward it twice.
+		var keys []Key
+		named := map[Key]bool{}
+		for _, k := range req.Keys {
+			if len(keys) == req.Limit {
+				break
+			}
+			if !named[k] {
+				named[k] = true
+				keys = append(keys, k)
+			}
+		}
+		provs, ids := make([]string, len(keys)), make([]string, len(keys))
+		for i, k := range keys {
+			provs[i], ids[i] = k.Provider, k.ID
+		}
+		recs, err := p.queryRecords(ctx, tx, `SELECT `+pgRecordCols+` FROM records
+			WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+			ORDER BY provider, id FOR UPDATE`, provs, ids)
+		if err != nil {
+			return nil, err
+		}
+		// In the order named.
+		slices.SortFunc(recs, func(a, b *Record) int {
+			return slices.Index(keys, a.Key()) - slices.Index(keys, b.Key())
+		})
+		return recs, nil
+	}
+	lapsed, err := p.queryRecords(ctx, tx, `SELECT `+pgRecordCols+` FROM records
+		WHERE state = 'forwarding' AND lease_until <= $1
+		ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED`, now.UnixNano(), req.Limit)
+	if err != nil || len(lapsed) >= req.Limit {
+		return lapsed, err
+	}
+	due, err := p.queryRecords(ctx, tx, `SELECT `+pgRecordCols+` FROM records
+		WHERE state IN ('queued', 'failed') AND due_at <= $1
+		ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now.UnixNano(), req.Limit-len(lapsed))
+	return append(lapsed, due...), err
+}
+
+func (p *Postgres) queryRecords(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]*Record, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Record
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Renew implements Store. The lease is extended to until measured from
+// this process's clock and applied to the database's: it ends
+// until − (local now) after the database's now(). (A forward's lease is
+// renewed every third of its term, so clock skew between instances never
+// matters: only spans cross the wire.)
+func (p *Postgres) Renew(ctx context.Context, key Key, attempt int, until time.Time) error {
+	abs, rel := p.leaseEnd(until)
+	return p.op(func() error {
+		tag, err := p.pool.Exec(ctx, `UPDATE records
+			SET lease_until = coalesce($5::bigint, now_ns() + $6::bigint)
+			WHERE provider = $1 AND id = $2 AND state = 'forwarding' AND attempts = $3 AND lease_owner = $4`,
+			key.Provider, key.ID, attempt, p.owner, abs, rel)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrLeaseLost
+		}
+		return nil
+	})
+}
+
+// Expire implements Store: it deletes, in one bounded batch, up to limit
+// records (and as many tasks) whose retention ended at or before now, and
+// reports the undelivered ones. One instance sweeps at a time (a
+// transaction-level advisory lock); another that asks meanwhile gets
+// nothing, and sweeps at its next round.
+func (p *Postgres) Expire(ctx context.Context, now time.Time, limit int) ([]Expired, error) {
+	var out []Expired
+	err := p.tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		var got bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('caddy-pingback expire ' || current_schema(), 0))`).Scan(&got); err != nil {
+			return err
+		}
+		if !got {
+			return nil
+		}
+		rows, err := tx.Query(ctx, `DELETE FROM records WHERE (provider, id) IN (
+				SELECT provider, id FROM records WHERE expires_at <= $1
+				ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+			RETURNING provider, id, state`, now.UnixNano(), limit)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var e Expired
+			if err := rows.Scan(&e.Key.Provider, &e.Key.ID, &e.State); err != nil {
+				rows.Close()
+				return err
+			}
+			if e.State != StateDelivered {
+				out = append(out, e)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM tasks WHERE (provider, id) IN (
+				SELECT provider, id FROM tasks WHERE expires_at <= $1
+				ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now.UnixNano(), limit)
+		return err
+	})
+	return out, err
+}
+
+// List implements Store.
+func (p *Postgres) List(ctx context.Context, f Filter, limit int) ([]*Record, error) {
+	var out []*Record
+	err := p.op(func() error {
+		rows, err := p.pool.Query(ctx, `SELECT `+pgRecordCols+` FROM records
+			WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2)
+			ORDER BY provider, id LIMIT $3`, f.Provider, string(f.State), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRecord(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// Interface guards
+var _ Store = (*Postgres)(nil)

@@ -1,0 +1,400 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Group commit on PostgreSQL. Concurrent inserts, and concurrent delivery
+// updates, are gathered by a few committer goroutines into one transaction
+// each: a multi-row statement over unnest()ed arrays, so that one round
+// trip and one WAL flush carry every waiting pingback (the server's own
+// group commit shares flushes between connections too, but each
+// transaction still costs its statements and context switches on the
+// server). A failed commit fails every operation of its batch; nothing of
+// it is stored.
+
+// Batching limits.
+const (
+	pgBatchMax     = 128 // operations per transaction
+	pgCommitters   = 4   // transactions in flight per kind of operation
+	pgBatchTimeout = 30 * time.Second
+)
+
+// pgOp is one queued operation and its result.
+type pgOp[T any] struct {
+	in   T
+	err  error
+	done chan struct{}
+}
+
+// pgBatcher runs queued operations in batches.
+type pgBatcher[T any] struct {
+	ch   chan *pgOp[T]
+	run  func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
+	wg   sync.WaitGroup
+	mu   sync.RWMutex // held for reading while sending; Close takes it to close ch
+	shut bool
+}
+
+func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *pgBatcher[T] {
+	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run}
+	for range pgCommitters {
+		b.wg.Go(b.loop)
+	}
+	return b
+}
+
+// do queues in and waits for its batch's commit.
+func (b *pgBatcher[T]) do(in T) (*pgOp[T], error) {
+	op := &pgOp[T]{in: in, done: make(chan struct{})}
+	b.mu.RLock()
+	if b.shut {
+		b.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	b.ch <- op
+	b.mu.RUnlock()
+	<-op.done
+	return op, op.err
+}
+
+func (b *pgBatcher[T]) loop() {
+	for op := range b.ch {
+		ops := []*pgOp[T]{op}
+	gather:
+		for len(ops) < pgBatchMax {
+			select {
+			case o, ok := <-b.ch:
+				if !ok {
+					break gather
+				}
+				ops = append(ops, o)
+			default:
+				break gather
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
+		if err := b.run(ctx, ops); err != nil {
+			for _, o := range ops {
+				o.err = err
+			}
+		}
+		cancel()
+		for _, o := range ops {
+			close(o.done)
+		}
+	}
+}
+
+// close runs what is queued, then stops the committers.
+func (b *pgBatcher[T]) close() {
+	b.mu.Lock()
+	if !b.shut {
+		b.shut = true
+		close(b.ch)
+	}
+	b.mu.Unlock()
+	b.wg.Wait()
+}
+
+// pgInsert is one Insert: the record as stored (lease owner set) and its
+// encoded request; the result is filled in by the batch.
+type pgInsert struct {
+	rec *Record
+	req []byte
+	res InsertResult
+}
+
+// keyOrder sorts keys, the order in which batches take locks (so that two
+// batches never wait for each other in a cycle).
+func keyOrder(a, b Key) int {
+	return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.ID, b.ID))
+}
+
+// insertBatch stores a batch of records in one implicit transaction of
+// four statements sent in one round trip: the keys' advisory locks (shared
+// with AddTask), the submission times of their tracked tasks, the insert
+// (nothing for a key already stored), and the pending tasks marked done.
+// Duplicates then read the stored record.
+func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) error {
+	n := len(ops)
+	keys := make([]Key, 0, n)
+	var (
+		provs, ids, sources, servers, states, lastErrs []string
+		codes, answers, reqs                           [][]byte
+		received, subs, dues, abs, updated             []*int64
+		rel, expires                                   []int64
+		attempts, failures, interrupts, lastStatus     []int32
+		owners                                         []*string
+	)
+	for _, op := range ops {
+		c := op.in.rec
+		keys = append(keys, c.Key())
+		provs, ids = append(provs, c.Provider), append(ids, c.ID)
+		codes, answers, reqs = append(codes, []byte(c.Code)), append(answers, c.Answer), append(reqs, op.in.req)
+		sources, servers = append(sources, string(c.Source)), append(servers, c.Server)
+		received, subs = append(received, nsPtr(c.ReceivedAt)), append(subs, nsPtr(c.SubmittedAt))
+		states = append(states, string(c.State))
+		attempts, failures, interrupts = append(attempts, int32(c.Attempts)), append(failures, int32(c.Failures)), append(interrupts, int32(c.Interrupts))
+		dues = append(dues, nsPtr(c.DueAt))
+		var owner *string
+		var a *int64
+		var r int64
+		if c.State == StateForwarding {
+			owner = &c.Lease.Owner
+			av, rv := p.leaseEnd(c.Lease.Until)
+			if av != nil {
+				v := av.(int64)
+				a = &v
+			}
+			r = rv
+		}
+		owners, abs, rel = append(owners, owner), append(abs, a), append(rel, r)
+		lastStatus, lastErrs = append(lastStatus, int32(c.LastStatus)), append(lastErrs, c.LastError)
+		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, c.ExpiresAt.UnixNano())
+	}
+	sorted := slices.Clone(keys)
+	slices.SortFunc(sorted, keyOrder)
+	lockProvs, lockIDs := make([]string, n), make([]string, n)
+	for i, k := range sorted {
+		lockProvs[i], lockIDs[i] = k.Provider, k.ID
+	}
+
+	b := &pgx.Batch{}
+	b.Queue(`SELECT count(pg_advisory_xact_lock(hashtext(p), hashtext(i)))
+		FROM (SELECT p, i FROM unnest($1::text[], $2::text[]) AS k(p, i) ORDER BY p, i) s`, lockProvs, lockIDs)
+	b.Queue(`SELECT provider, id, submitted_at FROM tasks
+		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, provs, ids)
+	b.Queue(`INSERT INTO records (`+pgRecordCols+`)
+		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
+			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
+			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
+			u.last_status, u.last_error, u.updated_at, u.expires_at
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
+			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[])
+			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
+				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
+				last_status, last_error, updated_at, expires_at, answer, ord)
+		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
+		ORDER BY u.ord
+		ON CONFLICT (provider, id) DO NOTHING
+		RETURNING provider, id`,
+		provs, ids, codes, sources, received, subs, servers, reqs,
+		states, attempts, failures, interrupts, dues, owners, abs, rel,
+		lastStatus, lastErrs, updated, expires, answers)
+	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(provider, id, received)
+		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'`, provs, ids, received)
+
+	tracked := map[Key]time.Time{}
+	inserted := map[Key]bool{}
+	br := p.pool.SendBatch(ctx, b)
+	err := func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k Key
+			var sub *int64
+			if err := rows.Scan(&k.Provider, &k.ID, &sub); err != nil {
+				rows.Close()
+				return err
+			}
+			tracked[k] = fromNS(sub)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if rows, err = br.Query(); err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k Key
+			if err := rows.Scan(&k.Provider, &k.ID); err != nil {
+				rows.Close()
+				return err
+			}
+			inserted[k] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	// Committed. Each key was inserted by its first op in the batch; the
+	// others (and every key stored before) are duplicates.
+	var dups []*pgOp[*pgInsert]
+	for _, op := range ops {
+		k := op.in.rec.Key()
+		if inserted[k] {
+			delete(inserted, k)
+			op.in.res = InsertResult{SubmittedAt: tracked[k]}
+			continue
+		}
+		dups = append(dups, op)
+	}
+	for _, op := range dups {
+		old, err := scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, op.in.rec.Provider, op.in.rec.ID))
+		if err != nil {
+			op.err = errors.Join(errors.New("reading the stored duplicate"), err)
+			continue
+		}
+		op.in.res = InsertResult{Existing: old}
+	}
+	return nil
+}
+
+// pgUpdate is one UpdateDelivery.
+type pgUpdate struct {
+	key    Key
+	fn     func(*Delivery) error
+	result Delivery
+}
+
+// updateBatch applies a batch of delivery updates in one transaction of
+// two round trips: the rows locked in key order (BEGIN, SELECT ... FOR
+// UPDATE), every fn applied in queue order (an update of a key sees the
+// earlier ones of the batch), the changed rows written in one statement,
+// COMMIT.
+func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) error {
+	var keys []Key
+	seen := map[Key]bool{}
+	for _, op := range ops {
+		if k := op.in.key; !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, keyOrder)
+	provs, ids := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		provs[i], ids[i] = k.Provider, k.ID
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
+	read := &pgx.Batch{}
+	read.Queue("BEGIN")
+	read.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
+		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+		ORDER BY provider, id FOR UPDATE`, provs, ids)
+	cur := map[Key]Delivery{}
+	br := conn.SendBatch(ctx, read)
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k Key
+			var d pgDelivery
+			if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
+				&d.LastStatus, &d.LastError, &d.updated); err != nil {
+				return err
+			}
+			cur[k] = d.delivery()
+		}
+		return rows.Err()
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	changed := map[Key]bool{}
+	for _, op := range ops {
+		k := op.in.key
+		d, ok := cur[k]
+		if !ok {
+			op.err = ErrNotFound
+			continue
+		}
+		op.in.result = d
+		next := d
+		if err := op.in.fn(&next); err != nil {
+			op.err = err
+			continue
+		}
+		p.ownLease(&next)
+		op.in.result = next
+		cur[k] = next
+		changed[k] = true
+	}
+	write := &pgx.Batch{}
+	if len(changed) > 0 {
+		var (
+			wp, wi, st, le []string
+			at, fa, in, ls []int32
+			due, until, up []*int64
+			ow             []*string
+		)
+		for _, k := range keys {
+			if !changed[k] {
+				continue
+			}
+			d := cur[k]
+			wp, wi, st = append(wp, k.Provider), append(wi, k.ID), append(st, string(d.State))
+			at, fa, in = append(at, int32(d.Attempts)), append(fa, int32(d.Failures)), append(in, int32(d.Interrupts))
+			due, until, up = append(due, nsPtr(d.DueAt)), append(until, nsPtr(d.Lease.Until)), append(up, nsPtr(d.UpdatedAt))
+			var o *string
+			if d.Lease.Owner != "" {
+				owner := d.Lease.Owner
+				o = &owner
+			}
+			ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
+		}
+		write.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
+				due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
+				last_error = u.last_error, updated_at = u.updated_at
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
+				$10::int[], $11::text[], $12::bigint[])
+				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at)
+			WHERE r.provider = u.provider AND r.id = u.id`,
+			wp, wi, st, at, fa, in, due, ow, until, ls, le, up)
+	}
+	write.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, write).Close(); err != nil {
+		for _, op := range ops {
+			op.err = nil // the batch's error is every op's
+		}
+		return err
+	}
+	return nil
+}
+
+// nsPtr is t in Unix nanoseconds, nil for the zero time.
+func nsPtr(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.UnixNano()
+	return &v
+}

@@ -1,0 +1,101 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// latencyKeep is how many delays per provider the latencies table keeps
+// (at least; older ones are trimmed every latencyTrimEvery inserts).
+const (
+	latencyKeep      = 1024
+	latencyTrimEvery = 64
+)
+
+// TakePoll implements SharedPolling: one transaction that locks the
+// provider's row, so instances take requests one after another. The rate
+// limit is a GCRA on next_slot (the theoretical arrival time of the next
+// request), by the database's clock.
+func (p *Postgres) TakePoll(ctx context.Context, provider string, l PollLimit) (PollGrant, error) {
+	var g PollGrant
+	step := int64(float64(time.Second) / l.Rate)
+	slack := int64(max(l.Burst, 1)-1) * step
+	clock := p.clockArg()
+	err := p.tx(ctx, func(tx pgx.Tx) error {
+		g = PollGrant{}
+		if _, err := tx.Exec(ctx, `INSERT INTO providers (provider) VALUES ($1) ON CONFLICT DO NOTHING`, provider); err != nil {
+			return err
+		}
+		var tat, now int64
+		if err := tx.QueryRow(ctx, `SELECT polls, tracked, next_slot, coalesce($2::bigint, now_ns()) FROM providers WHERE provider = $1 FOR UPDATE`,
+			provider, clock).Scan(&g.Polls, &g.Tracked, &tat, &now); err != nil {
+			return err
+		}
+		tat = max(tat, now)
+		switch {
+		case g.Polls >= int64(l.PerTask)*g.Tracked+int64(l.Allowance):
+			g.OverBudget = true
+			return nil
+		case tat-now > slack:
+			g.Wait = time.Duration(tat - now - slack)
+			return nil
+		}
+		g.OK = true
+		g.Polls++
+		_, err := tx.Exec(ctx, `UPDATE providers SET polls = polls + 1, next_slot = $2 WHERE provider = $1`, provider, tat+step)
+		return err
+	})
+	return g, err
+}
+
+// CountTracked implements SharedPolling.
+func (p *Postgres) CountTracked(ctx context.Context, provider string) error {
+	return p.op(func() error {
+		_, err := p.pool.Exec(ctx, `INSERT INTO providers (provider, tracked) VALUES ($1, 1)
+			ON CONFLICT (provider) DO UPDATE SET tracked = providers.tracked + 1`, provider)
+		return err
+	})
+}
+
+// ObserveDelay implements SharedPolling; every latencyTrimEvery inserts
+// it trims the provider's delays to the latest latencyKeep.
+func (p *Postgres) ObserveDelay(ctx context.Context, provider string, d time.Duration) error {
+	return p.op(func() error {
+		var seq int64
+		if err := p.pool.QueryRow(ctx, `INSERT INTO latencies (provider, delay_ns) VALUES ($1, $2) RETURNING seq`, provider, int64(d)).Scan(&seq); err != nil {
+			return err
+		}
+		if seq%latencyTrimEvery != 0 {
+			return nil
+		}
+		_, err := p.pool.Exec(ctx, `DELETE FROM latencies WHERE provider = $1 AND seq < (
+				SELECT min(seq) FROM (SELECT seq FROM latencies WHERE provider = $1 ORDER BY seq DESC LIMIT $2) recent)`,
+			provider, latencyKeep)
+		return err
+	})
+}
+
+// RecentDelays implements SharedPolling.
+func (p *Postgres) RecentDelays(ctx context.Context, provider string, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	err := p.op(func() error {
+		rows, err := p.pool.Query(ctx, `SELECT delay_ns FROM latencies WHERE provider = $1 ORDER BY seq DESC LIMIT $2`, provider, n)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var d int64
+			if err := rows.Scan(&d); err != nil {
+				return err
+			}
+			out = append(out, time.Duration(d))
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+var _ SharedPolling = (*Postgres)(nil)

@@ -1,0 +1,109 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/pgtest"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// TestPostgresSharedPolling: two instances on one database share one
+// res.php budget and one rate limit, and see each other's delays.
+func TestPostgresSharedPolling(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	a, b := openPG(t, dsn, schema), openPG(t, dsn, schema)
+	ctx := context.Background()
+	now := time.Now()
+	var clock atomic.Int64
+	clock.Store(now.UnixNano())
+	for _, s := range []*store.Postgres{a, b} {
+		store.SetPostgresClock(s, func() time.Time { return time.Unix(0, clock.Load()) })
+	}
+
+	t.Run("budget", func(t *testing.T) {
+		for range 3 {
+			if err := a.CountTracked(ctx, "budget"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// 2 per task + 4: 10 requests in all, whichever instance asks.
+		limit := store.PollLimit{Rate: 1000, Burst: 1000, PerTask: 2, Allowance: 4}
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 40 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			wg.Go(func() {
+				g, err := s.TakePoll(ctx, "budget", limit)
+				if err != nil {
+					t.Error(err)
+				}
+				if g.OK {
+					ok.Add(1)
+				} else if !g.OverBudget {
+					t.Errorf("refused, not over budget: %+v", g)
+				}
+			})
+		}
+		wg.Wait()
+		if ok.Load() != 10 {
+			t.Errorf("%d requests granted across two instances, want the budget's 10", ok.Load())
+		}
+	})
+
+	t.Run("rate", func(t *testing.T) {
+		limit := store.PollLimit{Rate: 5, Burst: 5, PerTask: 10, Allowance: 600}
+		granted := 0
+		for i := range 20 {
+			s := a
+			if i%2 == 1 {
+				s = b
+			}
+			g, err := s.TakePoll(ctx, "rate", limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.OK {
+				granted++
+			} else if g.Wait <= 0 || g.Wait > 200*time.Millisecond {
+				t.Errorf("refused with wait %s, want within one step (200ms)", g.Wait)
+			}
+		}
+		if granted != 5 {
+			t.Errorf("%d requests granted at one instant, want the burst of 5", granted)
+		}
+		clock.Add(int64(time.Second)) // a second later: five more
+		granted = 0
+		for range 10 {
+			if g, _ := b.TakePoll(ctx, "rate", limit); g.OK {
+				granted++
+			}
+		}
+		if granted != 5 {
+			t.Errorf("%d requests granted a second later, want 5", granted)
+		}
+	})
+
+	t.Run("delays", func(t *testing.T) {
+		for i := range 3 {
+			s := a
+			if i == 1 {
+				s = b
+			}
+			if err := s.ObserveDelay(ctx, "lat", time.Duration(i+1)*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := b.RecentDelays(ctx, "lat", 2)
+		if err != nil || len(got) != 2 || got[0] != 3*time.Second || got[1] != 2*time.Second {
+			t.Errorf("RecentDelays = %v, %v; want [3s 2s]", got, err)
+		}
+	})
+}

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The columns of a task, in the order scanTask reads them.
+const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at`
+
+func scanTask(row pgx.Row) (*Task, error) {
+	var t Task
+	var sub, next, appPolled, updated, expires *int64
+	err := row.Scan(&t.Provider, &t.ID, &t.Method, &t.API, &sub, &t.PingbackURL, &t.Server, &t.State, &next,
+		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.SubmittedAt, t.NextPollAt, t.UpdatedAt, t.ExpiresAt = fromNS(sub), fromNS(next), fromNS(updated), fromNS(expires)
+	t.AppPolledAt = fromNS(appPolled)
+	return &t, nil
+}
+
+// AddTask implements TaskStore: under the key's advisory lock (shared with
+// Insert), the task is stored done if its result is already stored.
+func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
+	var existing *Task
+	err := p.op(func() error {
+		existing = nil
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, t.Provider, t.ID)
+		b.Queue(`INSERT INTO tasks (`+pgTaskCols+`)
+			SELECT $1, $2, $3, $13, $4, $5, $6,
+				CASE WHEN r.id IS NULL THEN $7 ELSE 'done' END,
+				CASE WHEN r.id IS NULL THEN $8::bigint END,
+				$9, $14, $15::bigint, $10, $11, $12
+			FROM (SELECT 1) one LEFT JOIN records r ON r.provider = $1 AND r.id = $2
+			ON CONFLICT (provider, id) DO NOTHING
+			RETURNING id`,
+			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
+			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), t.ExpiresAt.UnixNano(),
+			t.API, t.AppPolls, ns(t.AppPolledAt))
+		br := p.pool.SendBatch(ctx, b)
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+		var id string
+		err := br.QueryRow().Scan(&id)
+		inserted := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			br.Close()
+			return err
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		if inserted {
+			return nil
+		}
+		existing, err = scanTask(p.pool.QueryRow(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2`, t.Provider, t.ID))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return existing, nil
+}
+
+// GetTask implements TaskStore.
+func (p *Postgres) GetTask(ctx context.Context, key Key) (*Task, error) {
+	var t *Task
+	err := p.op(func() error {
+		var err error
+		t, err = scanTask(p.pool.QueryRow(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2`, key.Provider, key.ID))
+		return err
+	})
+	return t, err
+}
+
+// UpdateTask implements TaskStore: the row is locked while fn runs, so a
+// poller's compare-and-set on NextPollAt (its claim of a poll) holds
+// across instances.
+func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error) (*Task, error) {
+	var result *Task
+	err := p.readModifyWrite(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2 FOR UPDATE`,
+		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
+			result = nil
+			old, err := scanTask(row)
+			if err != nil {
+				return err
+			}
+			result = old
+			cur := *old
+			if err := fn(&cur); err != nil {
+				return err
+			}
+			result = &cur
+			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
+				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12,
+				api = $13, app_polls = $14, app_polled_at = $15
+				WHERE provider = $1 AND id = $2`,
+				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
+				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano(),
+				cur.API, cur.AppPolls, ns(cur.AppPolledAt))
+			return nil
+		})
+	return result, err
+}
+
+// DueTasks implements TaskStore.
+func (p *Postgres) DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error) {
+	var out []*Task
+	err := p.op(func() error {
+		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
+			WHERE state = 'pending' AND next_poll_at <= $1 ORDER BY next_poll_at LIMIT $2`, now.UnixNano(), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	return out, err
+}

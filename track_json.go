@@ -1,0 +1,161 @@
+package pingback
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// maxResultRequest bounds the getTaskResult (and res.php) request bodies
+// the track handler reads; larger ones pass through.
+const maxResultRequest = 64 << 10
+
+// serveCreateTask forwards a createTask request, adding callbackUrl when
+// PingbackURL is set and the request carries none, and tracks the task its
+// answer names. A synchronous answer (status "ready", CapSolver) is stored
+// at once: delivered to the callback URL like a polled result when one is
+// known, else stored as delivered (the app has it in the answer).
+func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	body, whole, err := readUpTo(r, t.MaxBody)
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	if !whole {
+		t.logger.Warn("createTask request too large to inspect; forwarded untracked", zap.Int64("max_body", t.MaxBody))
+		return next.ServeHTTP(w, r)
+	}
+	ct, ok := protocol.ParseCreateTask(body)
+	if !ok {
+		setBody(r, body)
+		return next.ServeHTTP(w, r) // not JSON: the provider will judge it
+	}
+	callback := ct.CallbackURL
+	if callback == "" && t.PingbackURL != "" {
+		if nb, ok := protocol.AddCallbackURL(body, t.PingbackURL); ok {
+			body, callback = nb, t.PingbackURL
+		} else {
+			t.logger.Warn("could not add callbackUrl to this createTask request; forwarded unchanged")
+		}
+	}
+	setBody(r, body)
+	submitted := t.app.now().UTC()
+
+	buf := new(bytes.Buffer)
+	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
+	if err := next.ServeHTTP(rec, r); err != nil {
+		return err
+	}
+	if !rec.Buffered() {
+		return nil
+	}
+	if rec.Status() == http.StatusOK {
+		id, sync, ok := protocol.ParseCreateTaskAnswer(decodedBody(rec.Header(), buf.Bytes()))
+		if ok && t.provider.ValidID(id) {
+			t.trackCreated(r.Context(), id, ct.TaskType, callback, submitted, sync)
+		}
+	}
+	return rec.WriteResponse()
+}
+
+// trackCreated records a task created through createTask, and stores a
+// synchronous result.
+func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback string, submitted time.Time, sync *protocol.Answer) {
+	ctx := context.WithoutCancel(rctx)
+	var task *store.Task
+	if callback != "" {
+		ts := trackSpec{provider: t.Provider, id: id, api: protocol.JSON, method: taskType, pingbackURL: callback, submittedAt: submitted}
+		var err error
+		if task, _, err = t.app.trackTask(ctx, ts, false); err != nil {
+			t.logger.Error("task NOT tracked: its result will not be polled if the callback is lost",
+				zap.String("provider", t.Provider), zap.String("id", id), zap.Error(err))
+		}
+	}
+	if sync == nil {
+		return
+	}
+	st := t.app.store(time.Second)
+	if st == nil {
+		t.logger.Error("synchronous result NOT stored: store not open", zap.String("provider", t.Provider), zap.String("id", id))
+		return
+	}
+	if task != nil && task.State == store.TaskPending {
+		t.app.deliverPolled(task, *sync)
+		return
+	}
+	t.storeSeenResult(st, store.Key{Provider: t.Provider, ID: id}, *sync)
+}
+
+// serveGetTaskResult answers getTaskResult locally for a result the plugin
+// holds in getTaskResult's shape, asked with the configured clientKey;
+// anything else passes through, and a result seen in the provider's answer
+// is stored as delivered (the app has it). For providers that limit result
+// calls per task (CapMonster), the app's passed-through calls are counted
+// on the task.
+func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	body, whole, err := readUpTo(r, maxResultRequest)
+	if err != nil {
+		return caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	if !whole {
+		return next.ServeHTTP(w, r)
+	}
+	setBody(r, body)
+	clientKey, id, ok := protocol.ParseGetTaskResultRequest(body)
+	if !ok || !t.provider.ValidID(id) {
+		return next.ServeHTTP(w, r)
+	}
+	key := store.Key{Provider: t.Provider, ID: id}
+	st := t.app.store(time.Second)
+	if st != nil && t.keyMatches(clientKey) {
+		if held, err := st.Get(r.Context(), key); err == nil {
+			if answer, ok := protocol.LocalTaskResult(held.Answer); ok {
+				return writeLocal(w, "application/json", answer)
+			}
+		}
+	}
+	if st != nil && t.provider.MaxResultCalls > 0 {
+		t.countAppPoll(st, key)
+	}
+
+	buf := new(bytes.Buffer)
+	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
+	if err := next.ServeHTTP(rec, r); err != nil {
+		return err
+	}
+	if !rec.Buffered() {
+		return nil
+	}
+	ans, ok := protocol.SeenTaskResult(decodedBody(rec.Header(), buf.Bytes()))
+	if err := rec.WriteResponse(); err != nil {
+		return err
+	}
+	if ok && rec.Status() == http.StatusOK && st != nil {
+		t.storeSeenResult(st, key, ans)
+	}
+	return nil
+}
+
+// countAppPoll counts one of the app's own getTaskResult calls on a
+// tracked pending task.
+func (t *Tracker) countAppPoll(st store.Store, key store.Key) {
+	now := t.app.now().UTC()
+	_, err := st.UpdateTask(context.Background(), key, func(task *store.Task) error {
+		if task.State != store.TaskPending {
+			return store.ErrSkip
+		}
+		task.AppPolls++
+		task.AppPolledAt = now
+		return nil
+	})
+	if err != nil && !errors.Is(err, store.ErrSkip) && !errors.Is(err, store.ErrNotFound) {
+		t.logger.Warn("counting the app's getTaskResult call failed", zap.String("key", key.String()), zap.Error(err))
+	}
+}
