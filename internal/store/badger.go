@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -157,6 +158,11 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if journaled && opts.JournalSize < minJournalSize {
 		return nil, fmt.Errorf("badger: journal size %d below the minimum %d", opts.JournalSize, minJournalSize)
 	}
+	if _, err := os.Stat(filepath.Join(opts.Dir, journalName+".ckpt")); !journaled && err == nil {
+		// Without the journal its records would not be replayed, and a
+		// later journaled open would replay them over newer writes.
+		return nil, fmt.Errorf("badger database in %s has a journal: open it with one (JournalSize >= 0)", opts.Dir)
+	}
 	// One writer (the committer) and its own atomicity: Badger's
 	// conflict detection would only cost CPU; its expvar metrics too.
 	bopts := badger.DefaultOptions(opts.Dir).
@@ -203,7 +209,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	}
 	if journaled {
 		var replayed int
-		j, replayed, err = openJournal(db, opts.Dir, opts.JournalSize)
+		j, replayed, err = openJournal(db, opts.Dir, opts.JournalSize, logger)
 		if err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
@@ -287,8 +293,11 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 	if err != nil {
 		return InsertResult{}, fmt.Errorf("encoding record: %w", err)
 	}
-	if len(encoded) > MaxRecordSize {
-		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
+	if len(encoded) >= MaxRecordSize {
+		// Badger keeps a value of ValueThreshold (1 MiB, its maximum)
+		// or more in its value log, whose GC rewrites and deletes files
+		// without the journal knowing: such records are refused.
+		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, less than %d allowed", ErrTooLarge, len(encoded), MaxRecordSize)
 	}
 	var res InsertResult
 	o := &op{size: len(encoded) + 256}
@@ -921,8 +930,14 @@ func (b *Badger) commit(ops []*op) {
 	if err == nil {
 		err = txn.Commit()
 		if err != nil && journaled {
-			// Replay must not apply what Badger refused.
-			b.journal.retract(pos)
+			// Badger may hold part of the batch: keep the record (it
+			// is complete and synced) and refuse every later write, so
+			// that the next open replays the whole batch over whatever
+			// Badger kept. The callers learn the error; a retry of
+			// theirs after the reopen finds what they wrote.
+			b.journal.broken = true
+			b.log.Error("badger refused a journaled commit; the store takes no more writes until it is opened again (its journal then restores the batch)",
+				zap.Uint64("journal_record", pos.seq), zap.Error(err))
 		}
 	}
 	if err != nil {
@@ -959,6 +974,8 @@ type Stats struct {
 	// acknowledged write was in a journal record synced before its
 	// caller was answered. Checkpoints counts completed checkpoints.
 	Syncs, Checkpoints uint64
+	// CheckpointFailures counts checkpoints that failed (each logged).
+	CheckpointFailures uint64
 	// SyncSeconds counts the journal's writes and syncs (pwrite and
 	// fdatasync of one group commit) by duration: SyncSeconds[i] took at
 	// most SyncBuckets[i] seconds, the last one longer than all.
@@ -987,6 +1004,7 @@ func (d *durations) observe(t time.Duration) {
 
 var processStats struct {
 	commits, ops, syncs, checkpoints atomic.Uint64
+	checkpointFailures               atomic.Uint64
 	syncTime                         durations
 }
 
@@ -997,6 +1015,7 @@ func ProcessStats() Stats {
 		Ops:         processStats.ops.Load(),
 		Syncs:       processStats.syncs.Load(),
 		Checkpoints: processStats.checkpoints.Load(),
+		CheckpointFailures: processStats.checkpointFailures.Load(),
 		SyncSeconds: func() []uint64 {
 			out := make([]uint64, len(processStats.syncTime.n))
 			for i := range out {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"go.uber.org/zap"
 )
 
 // The journal is the store's own write-ahead log in front of Badger: the
@@ -102,6 +103,10 @@ type journal struct {
 	// sync makes a file's written data durable (fdatasync); tests count
 	// or fail it.
 	sync func(*os.File) error
+	// syncBadger makes Badger's files in dir durable (the checkpoint's
+	// first step); tests fail or skip it.
+	syncBadger func(dir string) error
+	log        *zap.Logger
 	// syncs counts completed journal syncs.
 	syncs atomic.Uint64
 	// synced is the seq of the last record whose sync completed.
@@ -131,8 +136,8 @@ type journalPos struct {
 // replays into db every record after the last checkpoint. It returns the
 // journal positioned after a checkpoint of everything replayed, and how
 // many records it replayed.
-func openJournal(db *badger.DB, dir string, size int64) (*journal, int, error) {
-	j := &journal{dir: dir, size: size, sync: syncData}
+func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger) (*journal, int, error) {
+	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadgerFiles, log: log}
 	j.cond = sync.NewCond(&j.mu)
 	ok := false
 	defer func() {
@@ -146,7 +151,14 @@ func openJournal(db *badger.DB, dir string, size int64) (*journal, int, error) {
 			return nil, 0, err
 		}
 		j.files[i] = f
+		// Files written with a larger JournalSize keep their size: read
+		// and write them whole, so no record past the configured size is
+		// overlooked.
+		if st, err := f.Stat(); err == nil && st.Size() > j.size {
+			j.size = st.Size()
+		}
 	}
+	size = j.size
 	f, err := openPrealloc(filepath.Join(dir, journalName+".ckpt"), 2*ckptSlot)
 	if err != nil {
 		return nil, 0, err
@@ -284,17 +296,6 @@ func (j *journal) append(writes []write) (journalPos, error) {
 	return pos, nil
 }
 
-// retract takes back the record at pos, the last one appended, which
-// Badger then refused: replay must not apply it, and the next record takes
-// its place and seq.
-func (j *journal) retract(pos journalPos) {
-	j.takeBack(pos)
-	if !j.broken {
-		j.off, j.seq = pos.off, pos.seq-1
-		j.last[pos.file] = pos.seq - 1
-	}
-}
-
 // takeBack overwrites the magic of the record at pos and syncs; if that
 // fails the journal is broken.
 func (j *journal) takeBack(pos journalPos) {
@@ -421,6 +422,9 @@ func (j *journal) rotate() error {
 			j.mu.Lock()
 			j.ckptErr = err
 			j.mu.Unlock()
+			processStats.checkpointFailures.Add(1)
+			j.log.Error("journal checkpoint failed: the journal file it would free stays in use, and the next rotation tries again and fails its commit if this persists",
+				zap.String("dir", j.dir), zap.Uint64("up_to_record", target), zap.Error(err))
 		}
 		j.mu.Lock()
 		j.running = false
@@ -435,7 +439,7 @@ func (j *journal) rotate() error {
 // to seq, all committed to Badger before the call) and records seq as
 // covered.
 func (j *journal) checkpoint(seq uint64) error {
-	if err := syncBadgerFiles(j.dir); err != nil {
+	if err := j.syncBadger(j.dir); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	j.mu.Lock()
@@ -497,7 +501,8 @@ func syncBadgerFiles(dir string) error {
 		if !strings.HasSuffix(name, ".mem") && !strings.HasSuffix(name, ".vlog") {
 			continue
 		}
-		f, err := os.Open(filepath.Join(dir, name))
+		// Read-write: Windows' FlushFileBuffers needs write access.
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}

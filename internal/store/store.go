@@ -45,6 +45,9 @@ var (
 // (request body in base64, headers, code), that every Store can always
 // commit. Sizes that reach the store (the pingback handler's max_body) are
 // validated against it; see MaxBodySize.
+//
+// Badger commits encodings shorter than MaxRecordSize (one of exactly
+// 1 MiB would go to its value log); with MaxBodySize that is never reached.
 const MaxRecordSize = 1 << 20
 
 // MaxBodySize is the largest request body a record may carry so that the
