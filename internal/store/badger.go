@@ -1011,10 +1011,10 @@ var processStats struct {
 // ProcessStats returns the counters of the write path of this process.
 func ProcessStats() Stats {
 	return Stats{
-		Commits:     processStats.commits.Load(),
-		Ops:         processStats.ops.Load(),
-		Syncs:       processStats.syncs.Load(),
-		Checkpoints: processStats.checkpoints.Load(),
+		Commits:            processStats.commits.Load(),
+		Ops:                processStats.ops.Load(),
+		Syncs:              processStats.syncs.Load(),
+		Checkpoints:        processStats.checkpoints.Load(),
 		CheckpointFailures: processStats.checkpointFailures.Load(),
 		SyncSeconds: func() []uint64 {
 			out := make([]uint64, len(processStats.syncTime.n))
