@@ -27,7 +27,10 @@ import (
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
+//	                      [result_at]
 //
+// A trailing field in [ ] was added after format 3 shipped: a value
+// written before it ends without it and reads back with its zero value.
 // string and []byte: uvarint length, bytes; int: zig-zag varint; bool: one
 // byte; time: 0 for the zero time, else 1, varint Unix seconds, uvarint
 // nanoseconds (UTC); header: uvarint count of names, then each name and
@@ -52,7 +55,7 @@ var (
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
-		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt"}
+		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt"}
 )
 
 // Whether the binary encoding covers every field of each type.
@@ -216,6 +219,7 @@ func encodeTask(t *Task) ([]byte, error) {
 	e.str(t.Server)
 	e.int(t.AppPolls)
 	e.time(t.AppPolledAt)
+	e.time(t.ResultAt)
 	return e.b, nil
 }
 
@@ -240,6 +244,9 @@ func decodeTask(v []byte, t *Task) error {
 	t.Server = d.str()
 	t.AppPolls = d.int()
 	t.AppPolledAt = d.time()
+	if len(d.b) > 0 && d.err == nil {
+		t.ResultAt = d.time()
+	}
 	return d.end()
 }
 

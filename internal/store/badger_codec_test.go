@@ -134,6 +134,12 @@ func TestCodecRoundTrip(t *testing.T) {
 			roundTrip(t, name+" binary", x, b, decodeTask)
 			js, _ := json.Marshal(x)
 			roundTrip(t, name+" format 2 JSON", x, js, decodeTask)
+			// A value written before ResultAt was added (format 3 as first
+			// shipped) ends without it and reads with it zero.
+			old := *x
+			old.ResultAt = time.Time{}
+			ob, _ := encodeTask(&old)
+			roundTrip(t, name+" binary without result_at", &old, ob[:len(ob)-1], decodeTask)
 		}
 	})
 }
