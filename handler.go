@@ -253,6 +253,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 		}
 		h.stored.Inc()
+		h.app.metrics.lastCallback.WithLabelValues(h.Provider).Set(float64(now.UnixNano()) / 1e9)
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)

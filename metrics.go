@@ -40,6 +40,17 @@ type metrics struct {
 	// checkpoints. Every acknowledged pingback was covered by one of the
 	// syncs; operations per commit is the group commit's batch size.
 	storeWrites []prometheus.Collector
+	// lastCallback is the Unix time (seconds) the last live pingback was
+	// stored, by provider (not duplicates, not polled results).
+	lastCallback *prometheus.GaugeVec
+	// loopLastRun is the Unix time (seconds) each loop (replay, poll)
+	// last ran a round; both run at least every second while this process
+	// owns the store's loops.
+	loopLastRun *prometheus.GaugeVec
+	// forwardDuration is the time of each forward to the app, from its
+	// start to the app's answer (or its failure), by source (callback,
+	// replay, poll) and outcome.
+	forwardDuration *prometheus.HistogramVec
 }
 
 var (
@@ -52,7 +63,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		theMetrics = &metrics{
 			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, store_error).",
+				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, store_error) and polled results too (poll_stored, poll_duplicate).",
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
@@ -79,12 +90,26 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
 			storeWrites: storeWriteCounters(),
+			lastCallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "last_callback_timestamp_seconds",
+				Help: "Unix time the last live pingback was stored, by provider (duplicates and polled results not counted).",
+			}, []string{"provider"}),
+			loopLastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "loop_last_run_timestamp_seconds",
+				Help: "Unix time each loop (replay, poll) last ran a round; both run at least every second, idle or not.",
+			}, []string{"loop"}),
+			forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "forward_duration_seconds",
+				Help:    "Time of each forward to the app until its answer or failure, by source (callback, replay, poll) and outcome.",
+				Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1 ms .. 65 s
+			}, []string{"source", "outcome"}),
 		}
 	})
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable}, theMetrics.storeWrites...) {
+	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
+		theMetrics.lastCallback, theMetrics.loopLastRun, theMetrics.forwardDuration}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -248,6 +248,7 @@ func (a *App) pollLoop() {
 		}
 		if a.handle.owns(a) {
 			a.pollDue()
+			a.loopRan("poll")
 		}
 	}
 }
