@@ -96,6 +96,7 @@ type Badger struct {
 	writes     []write       // the committer's: the writes of the batch being committed
 	leases     *leaseTracker // the committer's: the leases this handle holds
 	events     []leaseEvent  // the committer's: the lease changes of the batch being committed
+	counts     *memCounts    // records by provider and state, pending tasks: see badger_counts.go
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -258,6 +259,17 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		}
 		_ = db.Close()
 		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
+	}
+	if err := db.View(func(txn *badger.Txn) error {
+		var err error
+		b.counts, err = countKeys(&batch{txn: txn})
+		return err
+	}); err != nil {
+		if j != nil {
+			_ = j.closeFiles()
+		}
+		_ = db.Close()
+		return nil, fmt.Errorf("badger database in %s: counting records: %w", opts.Dir, err)
 	}
 	b.space = space
 	go b.commitLoop()
@@ -877,6 +889,7 @@ func (b *Badger) commit(ops []*op) {
 	defer txn.Discard()
 	writes := b.writes[:0]
 	events := b.events[:0]
+	var counted []countDelta
 	for i, o := range ops {
 		w := &batch{txn: txn, epoch: b.epoch}
 		if o.err = o.apply(w); o.err != nil {
@@ -884,6 +897,7 @@ func (b *Badger) commit(ops []*op) {
 		}
 		writes = append(writes, w.writes...)
 		events = append(events, w.leases...)
+		counted = append(counted, w.counted...)
 		if err := w.flush(); err != nil {
 			txn.Discard()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
@@ -939,6 +953,7 @@ func (b *Badger) commit(ops []*op) {
 		return
 	}
 	b.leases.apply(events)
+	b.counts.apply(counted)
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))

@@ -160,6 +160,13 @@ func (w *batch) writeTask(old, t *Task) error {
 	}
 	exp := expiry(t.ExpiresAt)
 	k := t.Key()
+	if was, is := old != nil && old.State == TaskPending, t.State == TaskPending; was != is {
+		n := int64(1)
+		if was {
+			n = -1
+		}
+		w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: n})
+	}
 	// Only a pending task is polled, whatever poll time it was left with.
 	polled := t.State == TaskPending && !t.NextPollAt.IsZero()
 	if old != nil && !old.NextPollAt.IsZero() && (!polled || !old.NextPollAt.Equal(t.NextPollAt)) {

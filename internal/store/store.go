@@ -309,4 +309,5 @@ type Store interface {
 	Close() error
 
 	TaskStore
+	Counter
 }

@@ -112,6 +112,7 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"Tasks", testTasks},
 		{"DueTasks", testDueTasks},
+		{"Counts", testCounts},
 		{"Close", testClose},
 		{"Model", testModel},
 	}
