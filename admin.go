@@ -27,7 +27,8 @@ func init() {
 //	GET  /pingback/records?state=&provider=&limit=   list stored results (the dead-letter queue: state=failed, rejected or parked)
 //	GET  /pingback/records/<provider>/<id>           one stored result
 //	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
-//	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_tasks.go)
+//	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_get.go)
+//	GET  /pingback/status                            the overview (admin_status.go)
 //
 // GET /pingback/records answers a JSON array of records, at most limit
 // (default 100, at most 10000), ordered by provider and id. GET of one
@@ -62,6 +63,7 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/records", Handler: caddy.AdminHandlerFunc(handleListRecords)},
 		{Pattern: "/pingback/records/", Handler: caddy.AdminHandlerFunc(handleRecord)},
 		{Pattern: "/pingback/tasks/", Handler: caddy.AdminHandlerFunc(handleGetTask)},
+		{Pattern: "/pingback/status", Handler: caddy.AdminHandlerFunc(handleStatus)},
 	}
 }
 

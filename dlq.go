@@ -234,9 +234,12 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool) (*store.Re
 	return st.Get(ctx, key)
 }
 
-// loopRan sets loop_last_run_timestamp_seconds of loop (replay, poll) to now.
+// loopRan sets loop_last_run_timestamp_seconds of loop (replay, poll) to
+// now, and the time GET /pingback/status shows.
 func (a *App) loopRan(loop string) {
-	a.metrics.loopLastRun.WithLabelValues(loop).Set(float64(a.now().UnixNano()) / 1e9)
+	now := a.now()
+	a.metrics.loopLastRun.WithLabelValues(loop).Set(float64(now.UnixNano()) / 1e9)
+	loopRuns.set(loop, now)
 }
 
 func boolGauge(b bool) float64 {
