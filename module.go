@@ -265,6 +265,7 @@ func (a *App) Start() error {
 	go a.replayLoop()
 	go a.pollLoop()
 	a.logger.Info("pingback store ready", zap.String("store", a.name))
+	a.logPlan()
 	return nil
 }
 
