@@ -2,12 +2,16 @@ package pingback
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 )
@@ -77,7 +81,7 @@ func (c *cliClient) call(method, uri string, body any, out any) ([]byte, error) 
 		rd = bytes.NewReader(b)
 		h.Set("Content-Type", "application/json")
 	}
-	resp, err := caddycmd.AdminAPIRequest(c.address, method, uri, h, rd)
+	resp, err := adminRequestRaw(c.address, method, uri, h, rd)
 	if err != nil {
 		return nil, fmt.Errorf("admin endpoint %s: %w", c.address, err)
 	}
@@ -101,6 +105,33 @@ func (c *cliClient) call(method, uri string, body any, out any) ([]byte, error) 
 		}
 	}
 	return raw, nil
+}
+
+// adminRequestRaw sends a request to the admin endpoint at addr (host:port
+// or unix/path) the way caddycmd.AdminAPIRequest does (same Origin), but
+// hands back every answer, error statuses included, for the caller to
+// show.
+func adminRequestRaw(addr, method, uri string, h http.Header, body io.Reader) (*http.Response, error) {
+	parsed, err := caddy.ParseNetworkAddress(addr)
+	if err != nil || parsed.PortRangeSize() > 1 {
+		return nil, fmt.Errorf("invalid admin address %s: %v", addr, err)
+	}
+	origin := "http://" + parsed.JoinHostPort(0)
+	transport := &http.Transport{DisableKeepAlives: true}
+	if parsed.IsUnixNetwork() {
+		origin = "http://127.0.0.1"
+		path, _, _ := strings.Cut(parsed.Host, "|") // without the socket's file mode
+		transport.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", path)
+		}
+	}
+	req, err := http.NewRequest(method, origin+uri, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = h
+	req.Header.Set("Origin", origin)
+	return (&http.Client{Transport: transport, Timeout: time.Minute}).Do(req)
 }
 
 // printJSON writes the API's answer as it came.
