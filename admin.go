@@ -29,6 +29,7 @@ func init() {
 //	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
 //	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_get.go)
 //	GET  /pingback/status                            the overview (admin_status.go)
+//	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (admin_replays.go)
 //
 // GET /pingback/records answers a JSON array of records, at most limit
 // (default 100, at most 10000), ordered by provider and id. GET of one
@@ -64,6 +65,8 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/records/", Handler: caddy.AdminHandlerFunc(handleRecord)},
 		{Pattern: "/pingback/tasks/", Handler: caddy.AdminHandlerFunc(handleGetTask)},
 		{Pattern: "/pingback/status", Handler: caddy.AdminHandlerFunc(handleStatus)},
+		{Pattern: "/pingback/replays", Handler: caddy.AdminHandlerFunc(handleStartReplays)},
+		{Pattern: "/pingback/replays/", Handler: caddy.AdminHandlerFunc(handleReplayJob)},
 	}
 }
 

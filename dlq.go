@@ -87,6 +87,8 @@ func (a *App) recovering(what string, round func()) {
 // forwards each in its own goroutine.
 func (a *App) replayDue() {
 	st := a.handle.store
+	a.slotMu.Lock() // no bulk replay takes a slot between the count and the claim's
+	defer a.slotMu.Unlock()
 	free := cap(a.inflight) - len(a.inflight)
 	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 {
 		return // outcomes waiting for the store are recorded first
@@ -111,10 +113,10 @@ func (a *App) replayDue() {
 		if !a.handle.track() {
 			return // the store is closing: the leases lapse with it
 		}
-		a.inflight <- struct{}{} // never blocks: only this goroutine takes slots
+		a.inflight <- struct{}{} // never blocks: slots are taken under slotMu
 		go func() {
 			defer func() {
-				<-a.inflight
+				a.releaseSlot()
 				a.handle.untrack()
 				a.handle.wake()
 			}()
