@@ -44,6 +44,10 @@ func TestCLI(t *testing.T) {
 		t.Fatal("pingback refused")
 	}
 	waitForState(t, "2captcha", "502", store.StateParked)
+	if code, _ := postForm(t, testBase+"/cb", "id=503&code=C"); code != http.StatusOK {
+		t.Fatal("pingback refused")
+	}
+	waitForState(t, "2captcha", "503", store.StateParked)
 	app.setStatus(http.StatusOK)
 
 	// A config file naming the admin address: found as `caddy reload` finds it.
@@ -63,9 +67,9 @@ func TestCLI(t *testing.T) {
 		jsonErr bool     // stderr is JSON
 	}{
 		{name: "status", args: []string{"status", addr},
-			out: []string{"PROVIDER", "STORED", "PARKED", "2captcha  2       1          0       0         1", "loop replay: last run", "store: badger"}},
+			out: []string{"PROVIDER", "STORED", "PARKED", "2captcha  3       1          0       0         2", "loop replay: last run", "store: badger"}},
 		{name: "status from --config", args: []string{"status", "--config", conf}, out: []string{"2captcha"}},
-		{name: "status --json", args: []string{"status", addr, "--json"}, jsonOut: true, out: []string{`"parked":1`}},
+		{name: "status --json", args: []string{"status", addr, "--json"}, jsonOut: true, out: []string{`"parked":2`}},
 		{name: "status unreachable", args: []string{"status", "--address=127.0.0.1:1"}, fail: true, errOut: []string{"127.0.0.1:1"}},
 		{name: "status unreachable --json", args: []string{"status", "--address=127.0.0.1:1", "--json"}, fail: true, jsonErr: true, errOut: []string{`"error"`, "127.0.0.1:1"}},
 		{name: "status extra argument", args: []string{"status", addr, "x"}, fail: true},
@@ -82,6 +86,12 @@ func TestCLI(t *testing.T) {
 		{name: "replay parked", args: []string{"replay", addr, "2captcha", "502"}, out: []string{"state:", "delivered", "attempts:", "3"}},
 		{name: "replay --force", args: []string{"replay", addr, "--force", "--json", "2captcha", "501"}, jsonOut: true, out: []string{`"state":"delivered"`, `"attempts":2`}},
 		{name: "replay unknown", args: []string{"replay", addr, "2captcha", "404"}, fail: true, errOut: []string{"404"}},
+		{name: "replay --state parked", args: []string{"replay", addr, "--state", "parked", "--provider", "2captcha", "--since", "1h"},
+			out: []string{"done, 1/1 done, 1 delivered, 0 failed"}},
+		{name: "replay --state --json", args: []string{"replay", addr, "--state", "parked", "--json"}, jsonOut: true, out: []string{`"status":"done"`, `"matched":0`}},
+		{name: "replay --state with an id", args: []string{"replay", addr, "--state", "parked", "2captcha", "503"}, fail: true},
+		{name: "replay --state bad", args: []string{"replay", addr, "--state", "delivered"}, fail: true, errOut: []string{"cannot be replayed in bulk", "400"}},
+		{name: "replay --since bad", args: []string{"replay", addr, "--state", "parked", "--since", "last week"}, fail: true, errOut: []string{"--since"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, err := runCLI(t, tc.args...)
