@@ -24,6 +24,7 @@ func init() {
 // adminAPI adds the plugin's routes to Caddy's admin endpoint:
 //
 //	POST /pingback/tasks                             register a submitted task for fallback polling
+//	GET  /pingback/tasks?provider=&state=&limit=     list tracked tasks (admin_get.go)
 //	GET  /pingback/records?state=&provider=&limit=   list stored results (the dead-letter queue: state=failed, rejected or parked)
 //	GET  /pingback/records/<provider>/<id>           one stored result
 //	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
@@ -83,8 +84,11 @@ type taskRegistration struct {
 }
 
 func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodGet {
+		return handleListTasks(w, r)
+	}
 	if r.Method != http.MethodPost {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST (or GET to list)", r.Method)}
 	}
 	var reg taskRegistration
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))

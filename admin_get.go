@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +59,44 @@ func handleGetTask(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
 	return writeJSON(w, t)
+}
+
+// handleListTasks answers GET /pingback/tasks?provider=&state=&limit=:
+// {"tasks": [...]}, ordered by provider and id, at most limit (default
+// 100, at most 10000); state is pending, done or expired.
+func handleListTasks(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	provider, state := q.Get("provider"), store.TaskState(q.Get("state"))
+	if provider != "" {
+		if _, err := lookupProvider(provider); err != nil {
+			return badInput("%v", err)
+		}
+	}
+	switch state {
+	case "", store.TaskPending, store.TaskDone, store.TaskExpired:
+	default:
+		return badInput("unknown task state %q (pending, done or expired)", state)
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return badInput("limit must be a whole number from 1 to 10000, got %q", v)
+		}
+		limit = n
+	}
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	tasks, err := st.ListTasks(r.Context(), provider, state, limit)
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	if tasks == nil {
+		tasks = []*store.Task{}
+	}
+	return writeJSON(w, map[string]any{"tasks": tasks})
 }
 
 // adminStore returns the running app's store, or a 503 API error.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,11 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 	if strings.Contains(string(body), "result_at") {
 		t.Errorf("task JSON before its result carries result_at: %s", body)
 	}
+	if status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "73000000002", "pingback_url": trkCallbackURL,
+	})); status != http.StatusCreated {
+		t.Fatalf("register: %d %s", status, answer)
+	}
 	before := time.Now()
 	if status, body := postForm(t, testBase+"/cb", "id=73000000001&code=TOKEN"); status != http.StatusOK {
 		t.Fatalf("pingback: %d %s", status, body)
@@ -49,10 +55,40 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 		t.Errorf("GET record: %d %s, want 200 and the record", status, body)
 	}
 
+	// The task list, by state.
+	var list struct {
+		Tasks []store.Task `json:"tasks"`
+	}
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"73000000001", "73000000002"}},
+		{"?state=done", []string{"73000000001"}},
+		{"?state=pending&provider=2captcha", []string{"73000000002"}},
+		{"?state=expired", nil},
+		{"?limit=1", []string{"73000000001"}},
+	} {
+		status, body := adminRequest(t, http.MethodGet, "/pingback/tasks"+tc.query)
+		if status != http.StatusOK || json.Unmarshal(body, &list) != nil {
+			t.Fatalf("GET /pingback/tasks%s: %d %s", tc.query, status, body)
+		}
+		var ids []string
+		for _, tk := range list.Tasks {
+			ids = append(ids, tk.ID)
+		}
+		if !slices.Equal(ids, tc.want) {
+			t.Errorf("GET /pingback/tasks%s = %v, want %v", tc.query, ids, tc.want)
+		}
+	}
+
 	for _, tc := range []struct {
 		method, path string
 		status       int
 	}{
+		{http.MethodGet, "/pingback/tasks?state=stopped", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/tasks?provider=deathbycaptcha", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/tasks?limit=100000", http.StatusBadRequest},
 		{http.MethodGet, "/pingback/records/2captcha/404", http.StatusNotFound},
 		{http.MethodGet, "/pingback/records/2captcha/", http.StatusNotFound},
 		{http.MethodGet, "/pingback/records/2captcha/1/2/3", http.StatusNotFound},

@@ -91,6 +91,9 @@ func TestCLI(t *testing.T) {
 		{name: "replay --state --json", args: []string{"replay", addr, "--state", "parked", "--json"}, jsonOut: true, out: []string{`"status":"done"`, `"matched":0`}},
 		{name: "replay --state with an id", args: []string{"replay", addr, "--state", "parked", "2captcha", "503"}, fail: true},
 		{name: "replay --state bad", args: []string{"replay", addr, "--state", "delivered"}, fail: true, errOut: []string{"cannot be replayed in bulk", "400"}},
+		{name: "tasks", args: []string{"tasks", addr}, out: []string{"PROVIDER  ID", "RESULT AT"}},
+		{name: "tasks --json", args: []string{"tasks", addr, "--state", "pending", "--json"}, jsonOut: true, out: []string{`"tasks":[]`}},
+		{name: "tasks bad state", args: []string{"tasks", addr, "--state", "stopped"}, fail: true, errOut: []string{"unknown task state", "400"}},
 		{name: "replay --since bad", args: []string{"replay", addr, "--state", "parked", "--since", "last week"}, fail: true, errOut: []string{"--since"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,4 +92,50 @@ func testCounts(t *testing.T, h Harness) {
 		want[store.StateDelivered] = 1 // a store may forget a delivered record later
 	}
 	step("expiry", want, -1) // a pending task past its own retention may go with it
+}
+
+// testListTasks checks ListTasks' filters, order and limit.
+func testListTasks(t *testing.T, h Harness) {
+	s := h.Open(t)
+	t0 := base()
+	for _, id := range []string{"c", "a", "b", "d"} {
+		if _, err := s.AddTask(ctx, newTask(id, t0, t0.Add(time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := newTask("z", t0, t0)
+	other.Provider = "capsolver"
+	if _, err := s.AddTask(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	insert(t, s, inState("b", t0, store.StateDelivered))
+	if _, err := s.UpdateTask(ctx, key("d"), func(tk *store.Task) error {
+		tk.State, tk.NextPollAt = store.TaskExpired, time.Time{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		provider string
+		state    store.TaskState
+		limit    int
+		want     []string
+	}{
+		{"", "", 10, []string{"a", "b", "c", "d", "z"}},
+		{prov, "", 10, []string{"a", "b", "c", "d"}},
+		{prov, store.TaskPending, 10, []string{"a", "c"}},
+		{prov, store.TaskDone, 10, []string{"b"}},
+		{"", store.TaskExpired, 10, []string{"d"}},
+		{prov, "", 2, []string{"a", "b"}},
+		{"capsolver", "", 10, []string{"z"}},
+		{"nobody", "", 10, nil},
+	} {
+		got, err := s.ListTasks(ctx, tc.provider, tc.state, tc.limit)
+		if err != nil {
+			t.Fatalf("ListTasks(%q, %q, %d): %v", tc.provider, tc.state, tc.limit, err)
+		}
+		if ids := taskIDs(got); !slices.Equal(ids, tc.want) {
+			t.Errorf("ListTasks(%q, %q, %d) = %v, want %v", tc.provider, tc.state, tc.limit, ids, tc.want)
+		}
+	}
 }

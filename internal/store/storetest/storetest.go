@@ -113,6 +113,7 @@ func Run(t *testing.T, h Harness) {
 		{"Tasks", testTasks},
 		{"DueTasks", testDueTasks},
 		{"Counts", testCounts},
+		{"ListTasks", testListTasks},
 		{"Close", testClose},
 		{"Model", testModel},
 	}
