@@ -15,7 +15,7 @@ import (
 func checkCounts(s store.Store, want map[store.State]int64, pending int64) error {
 	c, err := s.Counts(ctx)
 	if err != nil {
-		return fmt.Errorf("Counts: %v", err)
+		return fmt.Errorf("reading the counts: %v", err)
 	}
 	for st, n := range want {
 		if n == 0 {
