@@ -16,6 +16,9 @@ type statusAnswer struct {
 	Records map[string]map[store.State]int64 `json:"records"`
 	// Tasks is provider → tracked tasks.
 	Tasks map[string]taskStatus `json:"tasks"`
+	// LastCallbackAt is provider → when this process last stored a live
+	// pingback (since it started).
+	LastCallbackAt map[string]time.Time `json:"last_callback_at"`
 	// Loops is replay and poll: when each last ran a round in this
 	// process, and when it runs next at the latest.
 	Loops map[string]loopStatus `json:"loops"`
@@ -37,6 +40,9 @@ type storeStatus struct {
 	// Location is the Badger directory, or host:port/database.
 	Location  string `json:"location"`
 	Available bool   `json:"available"`
+	// FreeBytes is the free space of the Badger directory's filesystem;
+	// null for PostgreSQL (the database server's disk is not visible).
+	FreeBytes *int64 `json:"free_bytes"`
 }
 
 // handleStatus answers GET /pingback/status: the overview (counts from
@@ -58,7 +64,8 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the store's counts: %w", err)}
 	}
-	ans := statusAnswer{Records: c.Records, Tasks: map[string]taskStatus{}, Loops: map[string]loopStatus{}}
+	ans := statusAnswer{Records: c.Records, Tasks: map[string]taskStatus{}, Loops: map[string]loopStatus{},
+		LastCallbackAt: lastCallbacks.all()}
 	if ans.Records == nil {
 		ans.Records = map[string]map[store.State]int64{}
 	}
@@ -78,5 +85,10 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 		kind = m.CaddyModule().ID.Name()
 	}
 	ans.Store = storeStatus{Kind: kind, Location: a.name, Available: st.Available()}
+	if _, ok := a.storeMod.(*BadgerStore); ok {
+		if free, err := store.FreeBytes(a.dir); err == nil {
+			ans.Store.FreeBytes = &free
+		}
+	}
 	return writeJSON(w, ans)
 }

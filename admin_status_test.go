@@ -72,6 +72,12 @@ func TestStatusAndCountGauges(t *testing.T) {
 	if s.Tasks["2captcha"].Pending != 1 {
 		t.Errorf("status tasks = %+v, want 1 pending", s.Tasks)
 	}
+	if at := s.LastCallbackAt["2captcha"]; at.IsZero() || time.Since(at) > time.Minute {
+		t.Errorf("status last_callback_at = %v, want the last live pingback's time", s.LastCallbackAt)
+	}
+	if s.Store.FreeBytes == nil || *s.Store.FreeBytes <= 0 {
+		t.Errorf("status store free_bytes = %v, want the directory's free space", s.Store.FreeBytes)
+	}
 	if s.Store.Kind != "badger" || s.Store.Location == "" || !s.Store.Available {
 		t.Errorf("status store = %+v, want an available badger with its location", s.Store)
 	}

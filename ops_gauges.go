@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -105,3 +106,24 @@ func (l *loopTimes) get(loop string) time.Time {
 
 // Interface guards
 var _ prometheus.Collector = countGauges{}
+
+// lastCallbacks is when this process last stored a live pingback, by
+// provider (what last_callback_timestamp_seconds exports).
+var lastCallbacks = &lastCallbackTimes{at: map[string]time.Time{}}
+
+type lastCallbackTimes struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (l *lastCallbackTimes) set(provider string, t time.Time) {
+	l.mu.Lock()
+	l.at[provider] = t
+	l.mu.Unlock()
+}
+
+func (l *lastCallbackTimes) all() map[string]time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.at)
+}

@@ -12,3 +12,7 @@ func (b *Badger) Available() bool {
 	b.mu.RUnlock()
 	return !closed && b.space.available()
 }
+
+// FreeBytes returns the free space, in bytes, of the filesystem that holds
+// dir (what the min_free_space check reads).
+func FreeBytes(dir string) (int64, error) { return defaultStatfs(dir) }
