@@ -15,7 +15,9 @@ import (
 type metrics struct {
 	// callbacks counts results by provider and result: stored,
 	// duplicate, conflict (a re-delivery with a different code),
-	// invalid, store_error; poll_stored and poll_duplicate for polled ones.
+	// invalid, not_result (a JSON callback whose error is not the task's
+	// outcome: answered 200, not stored), store_error; poll_stored and
+	// poll_duplicate for polled ones.
 	callbacks *prometheus.CounterVec
 	// forwards counts forwards to the app by provider, source (callback,
 	// replay, poll) and outcome (delivered, failed, timeout, rejected,
