@@ -2,8 +2,8 @@ package protocol
 
 import (
 	"bytes"
-	"errors"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
