@@ -39,8 +39,8 @@ func (a *App) pollLimit() store.PollLimit {
 	}
 }
 
-// takePoll reports whether one res.php request to the provider may be
-// made now: by the store's shared rate and budget if it keeps them
+// takePoll reports whether one res.php or getTaskResult request to the
+// provider may be made now: by the store's shared rate and budget if it keeps them
 // (overBudget: the shared budget is spent), else by the in-process
 // limiter (pollProvider checks the in-process budget).
 func (a *App) takePoll(name string, ps *providerState) (ok, overBudget bool, wait time.Duration) {
