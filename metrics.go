@@ -54,7 +54,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		theMetrics = &metrics{
 			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, store_error).",
+				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, not_result, store_error).",
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",

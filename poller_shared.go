@@ -108,21 +108,14 @@ func (a *App) countTracked(name string, ps *providerState) {
 }
 
 // observeDelay records one submit-to-pingback delay of the provider, for
-// the automatic "after": in memory, and in the store (in the background:
-// the pingback's answer does not wait) if it is shared.
+// the automatic "after": in memory, and in the store if it is shared,
+// through the handle's one delay writer (queued without waiting; dropped
+// and counted when the queue is full: delayWriter).
 func (h *storeHandle) observeDelay(name string, d time.Duration, logger *zap.Logger) {
 	h.provider(name).latencies.observe(d)
-	sp := h.sharedPolling()
-	if sp == nil {
-		return
+	if w := h.delayWriterOf(logger); w != nil {
+		w.observe(name, d)
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
-		defer cancel()
-		if err := sp.ObserveDelay(ctx, name, d); err != nil {
-			logger.Debug("recording a pingback delay in the shared store failed", zap.String("provider", name), zap.Error(err))
-		}
-	}()
 }
 
 // autoAfter is the automatic overdue delay of the provider: from the
