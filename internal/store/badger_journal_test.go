@@ -209,7 +209,7 @@ func TestJournalAckAfterSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run, err := readRun(f, i, DefaultJournalSize)
+		run, err := readRun(f, i)
 		if err != nil {
 			t.Fatal(err)
 		}
