@@ -122,6 +122,10 @@ type journal struct {
 	ckptSlot int    // the checkpoint file's slot written next
 	wg       sync.WaitGroup
 	broken   atomic.Bool
+	// stop, closed by stopWorkers, ends the retries of a failed
+	// checkpoint; retryFirst is their first wait (checkpointRetry).
+	stop       chan struct{}
+	retryFirst time.Duration
 	// checkpoints counts completed checkpoints.
 	checkpoints atomic.Uint64
 }
@@ -143,7 +147,8 @@ func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger, syncBad
 	if syncBadger == nil {
 		syncBadger = (*os.File).Sync
 	}
-	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadger, log: log}
+	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadger, log: log,
+		stop: make(chan struct{}), retryFirst: checkpointRetry}
 	j.cond = sync.NewCond(&j.mu)
 	ok := false
 	defer func() {
@@ -438,32 +443,83 @@ func (j *journal) rotate() error {
 	}
 	if j.covered < j.last[next] {
 		// No checkpoint covers it (the last one failed): run one now.
+		j.running = true
 		j.mu.Unlock()
-		if err := j.checkpoint(j.seq); err != nil {
+		err := j.checkpoint(j.seq)
+		j.mu.Lock()
+		j.running = false
+		j.cond.Broadcast()
+		if err != nil {
+			j.mu.Unlock()
 			return err
 		}
-		j.mu.Lock()
 	}
 	j.running = true
 	j.mu.Unlock()
 	target := j.seq
 	j.wg.Go(func() {
-		_ = j.checkpoint(target) // a failure is logged and counted there
+		err := j.checkpoint(target) // a failure is logged and counted there
 		j.mu.Lock()
 		j.running = false
 		j.cond.Broadcast()
 		j.mu.Unlock()
+		if err != nil {
+			j.retry(target)
+		}
 	})
 	j.cur, j.off = next, 0
 	return nil
+}
+
+// checkpointRetry is the first wait before a failed background checkpoint
+// is tried again; the wait doubles up to checkpointRetryMax.
+const (
+	checkpointRetry    = time.Second
+	checkpointRetryMax = time.Minute
+)
+
+// retry tries a failed background checkpoint of target again, with
+// backoff, until one succeeds (this one or another that cleared the
+// failure) or the journal closes: the store becomes available again once
+// the disk is back, without waiting for the next rotation. It holds
+// running only while it checkpoints, so a rotation never waits for its
+// backoff.
+func (j *journal) retry(target uint64) {
+	wait := j.retryFirst
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-time.After(wait):
+		}
+		j.mu.Lock()
+		if j.ckptErr == nil || j.running {
+			// Cleared, or a rotation's checkpoint runs (and
+			// retries itself if it fails).
+			j.mu.Unlock()
+			return
+		}
+		j.running = true
+		j.mu.Unlock()
+		err := j.checkpoint(target)
+		j.mu.Lock()
+		j.running = false
+		j.cond.Broadcast()
+		j.mu.Unlock()
+		if err == nil {
+			return
+		}
+		wait = min(2*wait, checkpointRetryMax)
+	}
 }
 
 // checkpoint makes every write Badger holds durable (so every record up
 // to seq, all committed to Badger before the call) and records seq as
 // covered. A failure is logged at error level, counted
 // (Stats.CheckpointFailures) and kept until a checkpoint succeeds: the
-// store reports itself unavailable meanwhile, no journal space is reused,
-// and the next rotation tries again before it writes.
+// store reports itself unavailable meanwhile and no journal space is
+// reused; a background checkpoint is retried (retry), and the next
+// rotation tries again before it writes.
 func (j *journal) checkpoint(seq uint64) error {
 	err := j.doCheckpoint(seq)
 	if err != nil {
@@ -561,7 +617,7 @@ func syncBadgerFiles(dir string, sync func(*os.File) error) error {
 // close waits for a running checkpoint, checkpoints everything (Badger
 // holds every record by now) and closes the files.
 func (j *journal) close() error {
-	j.wg.Wait()
+	j.stopWorkers()
 	var err error
 	if !j.broken.Load() {
 		err = j.checkpoint(j.seq)
@@ -570,6 +626,13 @@ func (j *journal) close() error {
 		err = cerr
 	}
 	return err
+}
+
+// stopWorkers ends the retries of a failed checkpoint and waits for the
+// running checkpoint.
+func (j *journal) stopWorkers() {
+	close(j.stop)
+	j.wg.Wait()
 }
 
 func (j *journal) closeFiles() error {

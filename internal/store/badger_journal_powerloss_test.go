@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -117,7 +118,7 @@ func (p *powerImage) image(t *testing.T, dir string, withCheckpoints bool) strin
 func halt(b *Badger, fn func()) {
 	b.once.Do(func() {
 		b.stopLoops()
-		b.journal.wg.Wait()
+		b.journal.stopWorkers()
 		_ = b.journal.closeFiles()
 		fn()
 		_ = b.db.Close()
@@ -205,7 +206,8 @@ func TestJournalPowerLoss(t *testing.T) {
 // reuses none of its space: writes go on until both files are full, then
 // fail with an error, and a power loss then loses nothing acknowledged.
 // The failure is loud: logged at error level, counted, and the store
-// reports itself unavailable until a checkpoint succeeds again.
+// reports itself unavailable until a checkpoint succeeds again (retried in
+// the background: no write is needed to recover).
 func TestJournalCheckpointFailure(t *testing.T) {
 	dir := t.TempDir()
 	p := newPowerImage()
@@ -213,6 +215,7 @@ func TestJournalCheckpointFailure(t *testing.T) {
 	o := p.opts(dir)
 	o.Logger = zap.New(core)
 	b := openTestBadger(t, o)
+	b.journal.retryFirst = time.Millisecond
 	p.fail.Store(true)
 	before := ProcessStats().CheckpointFailures
 	acked := map[string]bool{}
@@ -227,7 +230,7 @@ func TestJournalCheckpointFailure(t *testing.T) {
 			// The first rotation's checkpoint, in the background,
 			// failed: nothing failed for a caller yet.
 			rotated = true
-			b.journal.wg.Wait()
+			b.journal.waitIdle()
 			if b.Available() {
 				t.Error("Available() after a failed background checkpoint")
 			}
@@ -236,7 +239,7 @@ func TestJournalCheckpointFailure(t *testing.T) {
 	if failed == nil {
 		t.Fatal("2000 inserts of 8 KiB through two 4 MiB journal files with every checkpoint failing: none failed")
 	}
-	b.journal.wg.Wait()
+	b.journal.waitIdle()
 	if b.Available() {
 		t.Error("Available() while checkpoints fail")
 	}
@@ -246,14 +249,35 @@ func TestJournalCheckpointFailure(t *testing.T) {
 	if n := logs.FilterMessageSnippet("checkpoint failed").Len(); n < 2 {
 		t.Errorf("%d checkpoint failures logged at error level, want at least 2", n)
 	}
-	img := p.image(t, dir, true) // nothing writes: the inserts are sequential
+	var img string
+	func() {
+		// Nothing writes (the inserts are sequential) and no retry
+		// checkpoints meanwhile.
+		b.journal.mu.Lock()
+		defer b.journal.mu.Unlock()
+		for b.journal.running {
+			b.journal.cond.Wait()
+		}
+		img = p.image(t, dir, true)
+	}()
 
-	// The disk recovers: the next rotation's checkpoint succeeds.
+	// The disk recovers: the background retry's checkpoint succeeds,
+	// without a write, and writes go on.
 	p.fail.Store(false)
-	mustInsert(t, b, bigRecord("after", 8<<10))
+	recovered := make(chan struct{})
+	go func() {
+		b.journal.waitCheckpointed()
+		close(recovered)
+	}()
+	select {
+	case <-recovered:
+	case <-time.After(30 * time.Second): // a bound on a hang, not a pace
+		t.Fatal("no checkpoint succeeded within 30 s of the disk recovering")
+	}
 	if !b.Available() {
 		t.Error("not Available() after a checkpoint succeeded again")
 	}
+	mustInsert(t, b, bigRecord("after", 8<<10))
 
 	if lost := missing(t, img, acked); len(lost) > 0 {
 		t.Errorf("after a power loss while checkpoints failed, %d of %d acknowledged records are missing, e.g. %v", len(lost), len(acked), lost[:min(5, len(lost))])

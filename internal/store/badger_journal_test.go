@@ -254,6 +254,10 @@ const killChildEnv = "PINGBACK_TEST_JOURNAL_KILL_DIR"
 // hundred records, printing each acknowledgement; it is killed at a random
 // moment. After each kill every acknowledged record is in the store, in
 // its acknowledged state, with consistent indexes.
+//
+// It covers process crashes only: SIGKILL keeps the page cache, so Badger's
+// unsynced writes survive it whatever the checkpoints do. Power loss is
+// TestJournalPowerLoss's (badger_journal_powerloss_test.go).
 func TestJournalSIGKILL(t *testing.T) {
 	if dir := os.Getenv(killChildEnv); dir != "" {
 		killChild(dir)
