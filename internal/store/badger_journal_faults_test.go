@@ -12,32 +12,6 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// A journal file written with a larger JournalSize than the next open's
-// keeps its size, and replay reads all of it: records past the smaller
-// size (here the newest, so no gap would show their loss) are replayed.
-func TestJournalReplayReadsWholeFile(t *testing.T) {
-	dir := t.TempDir()
-	o := journalOpts(dir)
-	o.JournalSize = 2 * minJournalSize
-	b := openTestBadger(t, o)
-	b.loseCommit = func() bool { return true } // only the journal has them
-	const n = 400                              // about 6.5 MiB, all in the first file
-	for i := range n {
-		mustInsert(t, b, bigRecord(fmt.Sprint(i), 16<<10))
-	}
-	if b.journal.cur != 0 || b.journal.off <= minJournalSize {
-		t.Fatalf("journal at file %d offset %d: the test needs records past %d in the first file", b.journal.cur, b.journal.off, minJournalSize)
-	}
-	b.crash()
-	b = openTestBadger(t, journalOpts(dir))
-	for i := range n {
-		if _, err := b.Get(ctx, key(fmt.Sprint(i))); err != nil {
-			t.Fatalf("record %d, acknowledged, after reopening with a smaller journal: %v", i, err)
-		}
-	}
-	checkIndexesOK(t, b)
-}
-
 // An open without the journal (JournalSize < 0) of a store whose journal
 // holds records Badger lost replays them first; a later journaled open
 // then does not replay them over the newer writes.
