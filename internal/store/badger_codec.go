@@ -27,14 +27,16 @@ import (
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
-//	                      [result_at]
+//	                      result_at
 //
-// A trailing field in [ ] was added after format 3 shipped: a value
-// written before it ends without it and reads back with its zero value.
 // string and []byte: uvarint length, bytes; int: zig-zag varint; bool: one
 // byte; time: 0 for the zero time, else 1, varint Unix seconds, uvarint
 // nanoseconds (UTC); header: uvarint count of names, then each name and
 // its values (uvarint count, strings), names sorted.
+//
+// A field added to one of these types is appended at the end of its
+// encoding and decoded only when the value goes on (dec.more), so values
+// stored before it stay readable.
 //
 // A struct field the binary encoding does not know (added to Record,
 // Delivery or Task without being added here) makes that type fall back to
@@ -156,7 +158,9 @@ func decodeRecord(v []byte, r *Record) error {
 	q.Header = d.header()
 	q.Body = d.bytes()
 	r.ExpiresAt = d.time()
-	r.Answer = d.bytes()
+	if d.more() { // appended after format 3's first fields
+		r.Answer = d.bytes()
+	}
 	return d.end()
 }
 
@@ -240,11 +244,13 @@ func decodeTask(v []byte, t *Task) error {
 	t.LastError = d.str()
 	t.UpdatedAt = d.time()
 	t.ExpiresAt = d.time()
-	t.API = d.str()
-	t.Server = d.str()
-	t.AppPolls = d.int()
-	t.AppPolledAt = d.time()
-	if len(d.b) > 0 && d.err == nil {
+	if d.more() { // appended after format 3's first fields
+		t.API = d.str()
+		t.Server = d.str()
+		t.AppPolls = d.int()
+		t.AppPolledAt = d.time()
+	}
+	if d.more() { // appended after API, Server, AppPolls, AppPolledAt
 		t.ResultAt = d.time()
 	}
 	return d.end()
@@ -437,6 +443,12 @@ func (d *dec) delivery(x *Delivery) {
 	x.LastError = d.str()
 	x.UpdatedAt = d.time()
 }
+
+// more reports whether the value goes on: fields added to a type after
+// values of it were stored are appended at the end and read only if the
+// value has them, so that those values stay readable (their new fields
+// are zero).
+func (d *dec) more() bool { return d.err == nil && len(d.b) > 0 }
 
 func (d *dec) end() error {
 	if d.err == nil && len(d.b) != 0 {
