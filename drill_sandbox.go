@@ -309,7 +309,7 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 		return nil, cannotDrill("%v", err)
 	}
 	sb.AdminAddr = admin
-	cfg["admin"] = map[string]any{"listen": admin}
+	cfg["admin"] = map[string]any{"listen": admin, "config": map[string]any{"persist": false}}
 
 	// The store: always a temporary Badger directory.
 	if st, ok := pb["store"].(map[string]any); ok {

@@ -179,7 +179,7 @@ func countsText(counts []int) string {
 	for i, n := range counts {
 		parts[i] = strconv.Itoa(n)
 	}
-	return "app received " + strings.Join(parts, ", ") + " deliveries"
+	return "deliveries the app accepted, per result: " + strings.Join(parts, ", ")
 }
 
 func verdict(ok bool) string {
@@ -233,7 +233,9 @@ func (d *drillRun) duplicate(r *drillRoute) {
 			res.Seen = why
 			d.broken[r] = why
 		} else {
-			res.Seen = fmt.Sprintf("answers %d and %d, stored, but the app received nothing (%d requests reached it)", s1, s2, d.app.requests(key(r.Provider, id)))
+			why := fmt.Sprintf("route %s: answers %d and %d, the result stored, but the app accepted no delivery within 10s (%d requests reached it): the route's upstream does not take pingbacks", r.Name(), s1, s2, d.app.requests(key(r.Provider, id)))
+			res.Seen = why
+			d.broken[r] = why // the other scenarios would only time out
 		}
 	default:
 		res.Seen = fmt.Sprintf("answers %d and %d; %s", s1, s2, countsText(counts))
