@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -202,7 +203,7 @@ func pct(ds []time.Duration, p int) float64 {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	i := (len(s)*p+99)/100 - 1
-	return secs(s[max(i, 0)])
+	return math.Round(s[max(i, 0)].Seconds()*1e6) / 1e6
 }
 
 func printMeasure(w io.Writer, m *drillMeasure) {
