@@ -148,6 +148,12 @@ func runDrill(parent context.Context, f drillFlags, stdout, stderr io.Writer) in
 		return fail(err)
 	}
 	defer os.RemoveAll(sb.Dir)
+	if err := app.forwardTo(sb.Upstreams); err != nil {
+		return fail(err)
+	}
+	if f.app {
+		sb.Notes = append(sb.Notes, "--app: deliveries go to the app's own upstreams (through the drill, which injects the faults), each with X-Pingback-Drill: 1")
+	}
 	// Every polled provider needs its simulator even without an endpoint
 	// in a route (the poller's endpoints were set above).
 	for _, p := range sb.Polled {

@@ -64,6 +64,7 @@ type sandbox struct {
 	Interval   time.Duration
 	BackoffMax time.Duration
 	Notes      []string // what was changed that the user should know
+	Upstreams  []string // with --app: the app's own upstreams, by drillUpstreamHeader
 	ownPorts   map[string]bool
 }
 
@@ -361,6 +362,10 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 	return sb, nil
 }
 
+// drillUpstreamHeader tells the stand-in, with --app, which of the app's
+// upstreams a delivery goes to; the stand-in removes it before forwarding.
+const drillUpstreamHeader = "X-Pingback-Drill-Upstream"
+
 // drillSimKey is the API key of the drill's simulators.
 const drillSimKey = "5157cafe5157cafe5157cafe5157cafe"
 
@@ -491,14 +496,32 @@ func (w *routeWalker) walk(v any, host, path, track string) error {
 // pingback_track) or at the stand-in app; with --app the app's own
 // upstreams stay and every request carries X-Pingback-Drill: 1.
 func (w *routeWalker) rewriteProxy(hd map[string]any, track string) {
+	dial := w.standin
 	if track == "" && w.opt.app {
-		hdrs := obj(hd, "headers", true)
-		req := obj(hdrs, "request", true)
-		set := obj(req, "set", true)
+		// The stand-in sits in front of the app's own upstream (the
+		// first one), so that faults can still be injected and what the
+		// app accepted counted.
+		ups, _ := hd["upstreams"].([]any)
+		var real string
+		if len(ups) > 0 {
+			if u, _ := ups[0].(map[string]any); u != nil {
+				real, _ = u["dial"].(string)
+			}
+		}
+		scheme := "http"
+		if tr := obj(hd, "transport", false); tr != nil && tr["tls"] != nil {
+			scheme = "https"
+		}
+		w.sb.Upstreams = append(w.sb.Upstreams, scheme+"://"+real)
+		set := obj(obj(obj(hd, "headers", true), "request", true), "set", true)
 		set["X-Pingback-Drill"] = []any{"1"}
+		set[drillUpstreamHeader] = []any{strconv.Itoa(len(w.sb.Upstreams) - 1)}
+		hd["upstreams"] = []any{map[string]any{"dial": dial}}
+		for _, k := range []string{"transport", "dynamic_upstreams", "health_checks", "load_balancing"} {
+			delete(hd, k)
+		}
 		return
 	}
-	dial := w.standin
 	if track != "" {
 		dial = strings.TrimPrefix(w.simURL(track), "http://")
 	}

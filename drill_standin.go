@@ -1,10 +1,15 @@
 package pingback
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -25,6 +30,9 @@ const (
 type standin struct {
 	addr string
 	drop bool // a broken app for the drill's own tests: every request's connection is closed unanswered
+	// upstreams are the app's own (--app): a delivery is forwarded to the
+	// one its drillUpstreamHeader names and counts if the app answers 2xx.
+	upstreams []*httputil.ReverseProxy
 
 	mu       sync.Mutex
 	mode     standinMode
@@ -35,6 +43,20 @@ type standin struct {
 	first    map[string]time.Time // first accepted delivery per key
 	seen     map[string]int       // requests per key, whatever the answer
 	drillHdr map[string]bool      // X-Pingback-Drill: 1 was on the request
+}
+
+// forwardTo makes the stand-in pass deliveries on to the app's own
+// upstreams (base URLs) instead of answering them itself.
+func (s *standin) forwardTo(upstreams []string) error {
+	for _, u := range upstreams {
+		pu, err := url.Parse(u)
+		if err != nil || pu.Host == "" {
+			return fmt.Errorf("app upstream %q: not an address the drill can reach", u)
+		}
+		rp := httputil.NewSingleHostReverseProxy(pu)
+		s.upstreams = append(s.upstreams, rp)
+	}
+	return nil
 }
 
 func newStandin(drop bool) (*standin, error) {
@@ -80,7 +102,8 @@ func (s *standin) setMode(m standinMode, delay time.Duration) error {
 }
 
 func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	key := r.Header.Get("Idempotency-Key")
 	s.mu.Lock()
 	mode, delay, drop := s.mode, s.delay, s.drop
@@ -111,13 +134,39 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return // the forward gave up: not accepted
 		}
 	}
+	if n, err := strconv.Atoi(r.Header.Get(drillUpstreamHeader)); err == nil && n >= 0 && n < len(s.upstreams) {
+		r.Header.Del(drillUpstreamHeader)
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		s.upstreams[n].ServeHTTP(rec, r)
+		if rec.status < 200 || rec.status > 299 {
+			return
+		}
+		s.accept(key)
+		return
+	}
+	s.accept(key)
+	_, _ = io.WriteString(w, "drill app received "+key)
+}
+
+// statusRecorder keeps the status the app answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// accept counts an accepted delivery of key.
+func (s *standin) accept(key string) {
 	s.mu.Lock()
 	s.got[key]++
 	if _, ok := s.first[key]; !ok {
 		s.first[key] = time.Now()
 	}
 	s.mu.Unlock()
-	_, _ = io.WriteString(w, "drill app received "+key)
 }
 
 // count returns the accepted deliveries of key and when the first came.

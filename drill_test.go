@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -194,5 +198,37 @@ func TestDrillBrokenSetups(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With --app the app's own upstream gets every delivery, each with
+// X-Pingback-Drill: 1, and the drill still injects its faults in front of it.
+func TestDrillRealApp(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got, unmarked int
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		got++
+		if r.Header.Get("X-Pingback-Drill") != "1" || r.Header.Get(drillUpstreamHeader) != "" {
+			unmarked++
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer app.Close()
+	cfg := filepath.Join(t.TempDir(), "Caddyfile")
+	body := "http://localhost:8080 {\n\thandle /pingback/captchaai {\n\t\tpingback {\n\t\t\tprovider captchaai\n\t\t}\n\t\treverse_proxy " +
+		strings.TrimPrefix(app.URL, "http://") + "\n\t}\n}\n"
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := runDrillChild(t, cfg, "--app")
+	checkDrillPassed(t, out, []string{"localhost/pingback/captchaai"}, nil)
+	mu.Lock()
+	defer mu.Unlock()
+	// duplicate, duplicate_concurrent, 3 app_down, 3 app_5xx, slow_app, 2 sigkill
+	if got != 11 || unmarked != 0 {
+		t.Errorf("the app received %d deliveries (%d without X-Pingback-Drill: 1), want 11, all marked", got, unmarked)
 	}
 }
