@@ -43,12 +43,20 @@ func (r *drillRoute) pingbackURL() string {
 	return "http://" + net.JoinHostPort(r.Host, port) + r.Path
 }
 
+// drillTrack is a pingback_track handler of the config: the drill submits
+// its tasks through it, as the app would.
+type drillTrack struct {
+	Server, Host, Base, Provider string // Base: the path prefix in.php or createTask is sent under
+	Addr                         string
+}
+
 // drillPolled is a provider the config polls (a provider block with an
 // api_key), with the API family the drill submits its tasks through.
 type drillPolled struct {
 	Provider string
 	API      protocol.API
 	Route    *drillRoute // the pingback route its results are delivered to
+	Track    *drillTrack // the config's pingback_track for it; nil: tasks are registered on the admin API
 }
 
 // sandbox is the rewritten config and what the drill learnt from it.
@@ -56,6 +64,7 @@ type sandbox struct {
 	Source     string // the user's config file
 	JSON       map[string]any
 	Routes     []*drillRoute
+	Tracks     []*drillTrack
 	Polled     []*drillPolled
 	AdminAddr  string
 	Dir        string  // temporary directory: store, data, config, logs
@@ -301,6 +310,11 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 				r.Addr = addr
 			}
 		}
+		for _, t := range sb.Tracks {
+			if t.Server == n {
+				t.Addr = addr
+			}
+		}
 	}
 	delete(apps, "tls") // no certificates, no ACME
 	delete(cfg, "logging")
@@ -356,7 +370,17 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 		if p.Has(protocol.Legacy) {
 			api = protocol.Legacy
 		}
-		sb.Polled = append(sb.Polled, &drillPolled{Provider: name, API: api, Route: route})
+		var track *drillTrack
+		for _, t := range sb.Tracks {
+			if t.Provider == name {
+				track = t
+				break
+			}
+		}
+		sb.Polled = append(sb.Polled, &drillPolled{Provider: name, API: api, Route: route, Track: track})
+		if track == nil {
+			sb.Notes = append(sb.Notes, fmt.Sprintf("provider %s: no pingback_track route in the config; the drill registers its tasks on the admin API (POST /pingback/tasks)", name))
+		}
 	}
 	ok = true
 	return sb, nil
@@ -479,6 +503,7 @@ func (w *routeWalker) walk(v any, host, path, track string) error {
 				})
 			case "pingback_track":
 				track, _ = hd["provider"].(string)
+				w.sb.Tracks = append(w.sb.Tracks, &drillTrack{Server: w.server, Host: sampleHost(h), Base: trackBase(p), Provider: track})
 			case "reverse_proxy":
 				w.rewriteProxy(hd, track)
 			case "subroute":
@@ -546,6 +571,15 @@ func sampleHost(h string) string {
 		return "drill" + h[1:]
 	}
 	return h
+}
+
+// trackBase is the path prefix a pingback_track's path matcher leaves for
+// in.php and createTask: "/api/*" gives "/api", no matcher "".
+func trackBase(p string) string {
+	if strings.HasSuffix(p, "/*") {
+		return strings.TrimSuffix(p, "/*")
+	}
+	return ""
 }
 
 // samplePath is a path a path matcher matches.

@@ -403,12 +403,28 @@ func (d *drillRun) sigkill() error {
 // submit creates a task at the provider's simulator and registers it with
 // the sandbox's poller, as pingback_track does for the app's submissions.
 func (d *drillRun) submit(p *drillPolled) (string, error) {
-	sim := d.sims[p.Provider]
+	base, host := d.sims[p.Provider].url, ""
+	if p.Track != nil {
+		base, host = "http://"+p.Track.Addr+p.Track.Base, p.Track.Host
+	}
+	do := func(method, u, contentType, body string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(d.ctx, method, u, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		if host != "" {
+			req.Host = host
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		return d.client.Do(req)
+	}
 	var id, method string
 	if p.API == protocol.Legacy {
 		method = "userrecaptcha"
 		q := url.Values{"key": {drillSimKey}, "method": {method}, "googlekey": {"drill"}, "pageurl": {"https://drill.example"}, "json": {"1"}}
-		resp, err := d.client.Get(sim.url + "/in.php?" + q.Encode())
+		resp, err := do(http.MethodGet, base+"/in.php?"+q.Encode(), "", "")
 		if err != nil {
 			return "", err
 		}
@@ -419,13 +435,13 @@ func (d *drillRun) submit(p *drillPolled) (string, error) {
 		err = json.NewDecoder(resp.Body).Decode(&a)
 		_ = resp.Body.Close()
 		if err != nil || a.Status != 1 {
-			return "", fmt.Errorf("in.php at the simulator: %v %s", err, a.Request)
+			return "", fmt.Errorf("in.php (%s): %v %s", base, err, a.Request)
 		}
 		id = strings.Trim(string(a.Request), `"`)
 	} else {
 		method = "RecaptchaV2TaskProxyless"
 		body := `{"clientKey":"` + drillSimKey + `","task":{"type":"` + method + `","websiteURL":"https://drill.example","websiteKey":"drill"}}`
-		resp, err := d.client.Post(sim.url+"/createTask", "application/json", strings.NewReader(body))
+		resp, err := do(http.MethodPost, base+"/createTask", "application/json", body)
 		if err != nil {
 			return "", err
 		}
@@ -433,9 +449,12 @@ func (d *drillRun) submit(p *drillPolled) (string, error) {
 		_ = resp.Body.Close()
 		tid, _, ok := protocol.ParseCreateTaskAnswer(b)
 		if !ok {
-			return "", fmt.Errorf("createTask at the simulator: %s", b)
+			return "", fmt.Errorf("createTask (%s): %s", base, b)
 		}
 		id = tid
+	}
+	if p.Track != nil {
+		return id, nil // tracked by the config's pingback_track, with its pingback_url
 	}
 	return id, d.child.registerTask(p.Provider, id, p.Route.pingbackURL(), string(p.API), method)
 }
