@@ -191,11 +191,12 @@ func runDrill(parent context.Context, f drillFlags, stdout, stderr io.Writer) in
 	for _, p := range sb.Polled {
 		run.providerScenarios(p)
 	}
-	if err := run.sigkill(); err != nil {
-		return fail(err)
-	}
+	err = run.sigkill()
 	if ctx.Err() != nil {
 		return fail(fmt.Errorf("drill stopped (%v); every process it started was ended", context.Cause(ctx)))
+	}
+	if err != nil {
+		return fail(err)
 	}
 	rep := drillReport{Config: f.config, ScaledTimers: sb.Scale < 1, Seconds: secs(time.Since(started)),
 		Passed: true, Scenarios: run.results, Notes: sb.Notes, Measure: measure}

@@ -232,3 +232,74 @@ func TestDrillRealApp(t *testing.T) {
 		t.Errorf("the app received %d deliveries (%d without X-Pingback-Drill: 1), want 11, all marked", got, unmarked)
 	}
 }
+
+// drillChildren lists the running processes whose command line names a
+// drill's sandbox config.
+func drillChildren(t *testing.T) []string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte("caddy-pingback-drill-")) && bytes.Contains(b, []byte("drill.json")) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// On its own timeout and on SIGINT the drill ends the sandbox Caddy and
+// exits 2 saying why. Not parallel: it counts every drill child on the
+// machine.
+func TestDrillEndsItsProcesses(t *testing.T) {
+	if _, err := os.Stat("/proc/self/cmdline"); err != nil {
+		t.Skip("needs /proc")
+	}
+	if left := drillChildren(t); len(left) > 0 {
+		t.Fatalf("drill children running before the test: %v", left)
+	}
+	out := runDrillChild(t, "Caddyfile.example", "--timeout", "4s")
+	if out.code != 2 || !strings.Contains(out.errMsg, "drill stopped") {
+		t.Fatalf("exit %d, error %q: want 2, drill stopped", out.code, out.errMsg)
+	}
+	if left := drillChildren(t); len(left) > 0 {
+		t.Fatalf("after the timeout, still running: %v", left)
+	}
+
+	bin := childCaddyBinary(t)
+	cmd := exec.Command(bin, "pingback", "drill", "--json", "--config", "Caddyfile.example")
+	cmd.Dir = t.TempDir()
+	cmd.Args[len(cmd.Args)-1], _ = filepath.Abs("Caddyfile.example")
+	home := t.TempDir()
+	cmd.Env = append(drillChildEnv(os.Environ()), "HOME="+home)
+	var stdout bytes.Buffer
+	stderr := new(syncBuffer)
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first scenario's progress line: the sandbox Caddy runs.
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(stderr.String(), "drill: [1/") {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("no progress line within a minute:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(drillChildren(t)) != 1 {
+		t.Errorf("sandbox Caddy not found while the drill runs")
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stdout.String(), "drill stopped") {
+		t.Fatalf("after SIGINT: %v, stdout %q", err, stdout.String())
+	}
+	if left := drillChildren(t); len(left) > 0 {
+		t.Fatalf("after SIGINT, still running: %v", left)
+	}
+}
