@@ -43,7 +43,8 @@ type delivery struct {
 	// route names where the forward goes (host and path), for logs.
 	route string
 	// background records the outcome in the background (the live path:
-	// the provider's connection is not held for a second commit).
+	// the provider's connection is not held for a second commit; the
+	// replay loop: the slot frees when the forward ends).
 	background bool
 }
 

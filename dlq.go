@@ -117,19 +117,22 @@ func (a *App) replayDue() {
 				a.handle.untrack()
 				a.handle.wake()
 			}()
-			a.deliverStored(st, rec, sourceOf(rec))
+			// The slot frees when the forward ends; its outcome is
+			// recorded meanwhile and shares the commit of the next claim.
+			a.deliverStored(st, rec, sourceOf(rec), true)
 		}()
 	}
 }
 
 // deliverStored forwards a claimed record through the server and route it
-// came in on and records the outcome.
-func (a *App) deliverStored(st store.Store, rec *store.Record, src store.Source) outcome {
+// came in on and records the outcome (with background, after it returns).
+func (a *App) deliverStored(st store.Store, rec *store.Record, src store.Source, background bool) outcome {
 	return a.deliver(context.Background(), delivery{
-		st:    st,
-		rec:   rec,
-		src:   src,
-		route: routeOf(rec.Request.Host, rec.Request.URI),
+		st:         st,
+		rec:        rec,
+		src:        src,
+		background: background,
+		route:      routeOf(rec.Request.Host, rec.Request.URI),
 		send: func(ctx context.Context) outcome {
 			return a.dispatch(ctx, rec, src, rec.Attempts)
 		},
@@ -212,7 +215,7 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 	if h == nil || !h.track() {
 		return nil, errStoreUnavailable
 	}
-	out := a.deliverStored(st, rec, store.SourceReplay)
+	out := a.deliverStored(st, rec, store.SourceReplay, false)
 	h.untrack()
 	a.logger.Info("result replayed by hand", zap.String("key", key.String()),
 		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))

@@ -15,7 +15,9 @@ import (
 type metrics struct {
 	// callbacks counts results by provider and result: stored,
 	// duplicate, conflict (a re-delivery with a different code),
-	// invalid, store_error; poll_stored and poll_duplicate for polled ones.
+	// invalid, not_result (a JSON callback whose error is not the task's
+	// outcome: answered 200, not stored), store_error; poll_stored and
+	// poll_duplicate for polled ones.
 	callbacks *prometheus.CounterVec
 	// forwards counts forwards to the app by provider, source (callback,
 	// replay, poll) and outcome (delivered, failed, timeout, rejected,
@@ -52,7 +54,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		theMetrics = &metrics{
 			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, store_error).",
+				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, not_result, store_error).",
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
@@ -107,6 +109,7 @@ func storeWriteCounters() []prometheus.Collector {
 		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s store.Stats) uint64 { return s.Ops }),
 		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s store.Stats) uint64 { return s.Syncs }),
 		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s store.Stats) uint64 { return s.Checkpoints }),
+		counter("store_checkpoint_failures_total", "Failed checkpoints of the store's journal (each logged; the store is unavailable until one succeeds).", func(s store.Stats) uint64 { return s.CheckpointFailures }),
 		syncHistogram{prometheus.NewDesc("caddy_pingback_store_sync_seconds",
 			"Time of the journal's write and fdatasync of each group commit (the durable point before pingbacks are answered).", nil, nil)},
 	}

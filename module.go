@@ -360,6 +360,10 @@ type storeHandle struct {
 	// take them; the replay loop claims nothing meanwhile.
 	outcomesWaiting atomic.Int64
 	outcomes        sync.WaitGroup // forwards in flight and outcomes being recorded: Destruct waits for them
+
+	// delays writes observed delays to a shared store (delayWriterOf).
+	delaysOnce sync.Once
+	delays     *delayWriter
 }
 
 func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {
@@ -445,6 +449,7 @@ func (h *storeHandle) Destruct() error {
 	h.closing = true
 	h.mu.Unlock()
 	h.outcomes.Wait()
+	h.stopDelays()
 	return h.store.Close()
 }
 

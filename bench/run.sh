@@ -273,7 +273,7 @@ awk '/^caddy_pingback_store_commits_total/ { c = $2 } /^caddy_pingback_store_ope
 	if (c > 0) printf "group commit: %.1f operations per commit, %.1f per journal sync\n", o / c, (s > 0 ? o / s : 0) }' "$tmp/metrics.txt"
 # The journal's write+fdatasync per group commit, from the histogram
 # (bucket bounds, so "at most"): the sync tail against the disk's own.
-awk -F'[ "]' '/^caddy_pingback_store_sync_seconds_bucket/ { le[n] = $3; c[n++] = $NF } /^caddy_pingback_store_sync_seconds_count/ { t = $NF }
+awk -F'[ "]' '/^caddy_pingback_store_sync_seconds_bucket/ { le[n] = $2; c[n++] = $NF } /^caddy_pingback_store_sync_seconds_count/ { t = $NF }
 	END { if (t == 0) exit; split("0.5 0.9 0.99 0.999", q, " ")
 		printf "journal write+sync per commit (%d, bucket bounds):", t
 		for (k = 1; k <= 4; k++) for (i = 0; i < n; i++) if (c[i] >= q[k] * t) { printf " p%s <= %s ms", q[k] * 100, (le[i] == "+Inf" ? "inf" : le[i] * 1000); break }

@@ -52,8 +52,15 @@ type BadgerOptions struct {
 	// preallocated files (see badger_journal.go), at least 4 MiB.
 	// 0 means DefaultJournalSize; negative opens Badger with SyncWrites
 	// and no journal (two msyncs per commit: the design before the
-	// journal, kept for comparison).
+	// journal, kept for comparison). A store opened without the journal
+	// first replays and checkpoints what an earlier journaled open left
+	// in it.
 	JournalSize int64
+
+	// syncBadger, in tests, replaces the fsync of Badger's memtable and
+	// value logs in a checkpoint (to capture what it made durable, or to
+	// fail it).
+	syncBadger func(*os.File) error
 }
 
 // Badger is the single-node Store on Badger v4. Concurrent writes are
@@ -93,9 +100,12 @@ type Badger struct {
 	// loseCommit, in tests, drops a journaled commit's Badger transaction
 	// when it returns true, as a power loss would have lost it.
 	loseCommit func() bool
-	writes     []write       // the committer's: the writes of the batch being committed
-	leases     *leaseTracker // the committer's: the leases this handle holds
-	events     []leaseEvent  // the committer's: the lease changes of the batch being committed
+	// commitTxn, in tests, replaces txn.Commit (writes: the batch's
+	// writes, in order), to make Badger fail a commit part-way.
+	commitTxn func(txn *badger.Txn, writes []write) error
+	writes    []write       // the committer's: the writes of the batch being committed
+	leases    *leaseTracker // the committer's: the leases this handle holds
+	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -110,6 +120,14 @@ type op struct {
 	size  int  // approximate bytes written, for batching
 	lazy  bool // no caller waits for it to answer anyone (Deferrable)
 }
+
+// valueThreshold is Badger's ValueThreshold: values of this many bytes or
+// more go to the value log. It is above every value the store writes
+// (records are at most MaxRecordSize), so the value log stays empty: its
+// garbage collection rewrites entries unsynced and then deletes the old
+// file, which the journal's checkpoints would not cover. (Badger refuses a
+// threshold above 1 MiB, hence MaxRecordSize one byte below.)
+const valueThreshold = MaxRecordSize + 1
 
 // lazyWait is how long a batch of only deferrable operations waits for an
 // operation someone waits on, to share its commit and sync. An operation
@@ -170,7 +188,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(16 << 20).
-		WithValueThreshold(1 << 20).
+		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
 
@@ -201,9 +219,17 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
 	}
-	if journaled {
+	if journaled || journalExists(opts.Dir) {
+		// Without the journal, records an earlier journaled open left
+		// are still replayed (and checkpointed below): otherwise this
+		// open would diverge from them, and a later journaled open
+		// would replay them over newer writes.
+		size := opts.JournalSize
+		if !journaled {
+			size = minJournalSize // existing files keep their size
+		}
 		var replayed int
-		j, replayed, err = openJournal(db, opts.Dir, opts.JournalSize)
+		j, replayed, err = openJournal(db, opts.Dir, size, logger, opts.syncBadger)
 		if err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
@@ -218,6 +244,12 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		// unsynced, become durable here.
 		err = j.checkpoint(j.seq)
 		j.last = [2]uint64{}
+		if !journaled {
+			if cerr := j.closeFiles(); err == nil {
+				err = cerr
+			}
+			j = nil
+		}
 	}
 	if err != nil {
 		if j != nil {
@@ -312,6 +344,9 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			tracked.SubmittedAt = sub
 			if val, err = encodeRecord(&tracked); err != nil {
 				return fmt.Errorf("encoding record: %w", err)
+			}
+			if len(val) > MaxRecordSize {
+				return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(val), MaxRecordSize)
 			}
 		}
 		exp := expiry(c.ExpiresAt)
@@ -903,28 +938,30 @@ func (b *Badger) commit(ops []*op) {
 	if b.hook != nil {
 		err = b.hook(n)
 	}
-	var pos journalPos
 	journaled := false
 	if err == nil && b.journal != nil && len(writes) > 0 {
-		pos, err = b.journal.append(writes)
+		_, err = b.journal.append(writes)
 		journaled = err == nil
-	}
-	if cap(writes) <= 4096 {
-		clear(writes) // keep the slice, not what it points to
-		b.writes = writes[:0]
 	}
 	b.events = events[:0]
 	if err == nil && journaled && b.loseCommit != nil && b.loseCommit() {
 		b.commits.Add(1)
+		b.keepWrites(writes)
 		return
 	}
 	if err == nil {
-		err = txn.Commit()
+		if b.commitTxn != nil {
+			err = b.commitTxn(txn, writes)
+		} else {
+			err = txn.Commit()
+		}
 		if err != nil && journaled {
-			// Replay must not apply what Badger refused.
-			b.journal.retract(pos)
+			// Badger may hold part of the batch: the record stays
+			// for the next open's replay, and the store stops.
+			b.journal.refused(err)
 		}
 	}
+	b.keepWrites(writes)
 	if err != nil {
 		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
@@ -944,6 +981,15 @@ func (b *Badger) commit(ops []*op) {
 	processStats.ops.Add(uint64(len(ops)))
 }
 
+// keepWrites keeps the committer's write buffer for the next batch (not
+// what it points to), unless a rare huge batch grew it.
+func (b *Badger) keepWrites(writes []write) {
+	if cap(writes) <= 4096 {
+		clear(writes)
+		b.writes = writes[:0]
+	}
+}
+
 // Commits returns how many write transactions the committer has committed,
 // each carrying one batch of operations. Tests use it to observe group
 // commit; it is also a cheap health figure.
@@ -957,8 +1003,10 @@ type Stats struct {
 	Commits, Ops uint64
 	// Syncs counts completed fdatasyncs of the journal: every
 	// acknowledged write was in a journal record synced before its
-	// caller was answered. Checkpoints counts completed checkpoints.
-	Syncs, Checkpoints uint64
+	// caller was answered. Checkpoints counts completed checkpoints,
+	// CheckpointFailures failed ones (each also logged at error level;
+	// the store reports itself unavailable until one succeeds).
+	Syncs, Checkpoints, CheckpointFailures uint64
 	// SyncSeconds counts the journal's writes and syncs (pwrite and
 	// fdatasync of one group commit) by duration: SyncSeconds[i] took at
 	// most SyncBuckets[i] seconds, the last one longer than all.
@@ -986,17 +1034,18 @@ func (d *durations) observe(t time.Duration) {
 }
 
 var processStats struct {
-	commits, ops, syncs, checkpoints atomic.Uint64
-	syncTime                         durations
+	commits, ops, syncs, checkpoints, checkpointFailures atomic.Uint64
+	syncTime                                             durations
 }
 
 // ProcessStats returns the counters of the write path of this process.
 func ProcessStats() Stats {
 	return Stats{
-		Commits:     processStats.commits.Load(),
-		Ops:         processStats.ops.Load(),
-		Syncs:       processStats.syncs.Load(),
-		Checkpoints: processStats.checkpoints.Load(),
+		Commits:            processStats.commits.Load(),
+		Ops:                processStats.ops.Load(),
+		Syncs:              processStats.syncs.Load(),
+		Checkpoints:        processStats.checkpoints.Load(),
+		CheckpointFailures: processStats.checkpointFailures.Load(),
 		SyncSeconds: func() []uint64 {
 			out := make([]uint64, len(processStats.syncTime.n))
 			for i := range out {

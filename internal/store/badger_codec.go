@@ -33,6 +33,10 @@ import (
 // nanoseconds (UTC); header: uvarint count of names, then each name and
 // its values (uvarint count, strings), names sorted.
 //
+// A field added to one of these types is appended at the end of its
+// encoding and decoded only when the value goes on (dec.more), so values
+// stored before it stay readable.
+//
 // A struct field the binary encoding does not know (added to Record,
 // Delivery or Task without being added here) makes that type fall back to
 // JSON, so nothing is dropped; TestCodecRoundTrip fails until the field is
@@ -153,7 +157,9 @@ func decodeRecord(v []byte, r *Record) error {
 	q.Header = d.header()
 	q.Body = d.bytes()
 	r.ExpiresAt = d.time()
-	r.Answer = d.bytes()
+	if d.more() { // appended after format 3's first fields
+		r.Answer = d.bytes()
+	}
 	return d.end()
 }
 
@@ -236,10 +242,12 @@ func decodeTask(v []byte, t *Task) error {
 	t.LastError = d.str()
 	t.UpdatedAt = d.time()
 	t.ExpiresAt = d.time()
-	t.API = d.str()
-	t.Server = d.str()
-	t.AppPolls = d.int()
-	t.AppPolledAt = d.time()
+	if d.more() { // appended after format 3's first fields
+		t.API = d.str()
+		t.Server = d.str()
+		t.AppPolls = d.int()
+		t.AppPolledAt = d.time()
+	}
 	return d.end()
 }
 
@@ -430,6 +438,12 @@ func (d *dec) delivery(x *Delivery) {
 	x.LastError = d.str()
 	x.UpdatedAt = d.time()
 }
+
+// more reports whether the value goes on: fields added to a type after
+// values of it were stored are appended at the end and read only if the
+// value has them, so that those values stay readable (their new fields
+// are zero).
+func (d *dec) more() bool { return d.err == nil && len(d.b) > 0 }
 
 func (d *dec) end() error {
 	if d.err == nil && len(d.b) != 0 {

@@ -176,3 +176,25 @@ func FuzzDecodeRecord(f *testing.F) {
 		_ = decodeTask(v, &task)
 	})
 }
+
+// Values stored before fields were appended to the encoding decode, with
+// those fields zero.
+func TestCodecAppendedFields(t *testing.T) {
+	r := filled[Record](t)
+	r.Answer = nil
+	b, err := encodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, "record without the appended answer", r, b[:len(b)-1], decodeRecord) // its empty answer was one byte
+	task := filled[Task](t)
+	task.API, task.Server, task.AppPolls, task.AppPolledAt = "", "", 0, time.Time{}
+	tb, err := encodeTask(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-4], decodeTask) // two empty strings, 0, the zero time
+	if err := decodeRecord(b[:len(b)-2], new(Record)); err == nil {
+		t.Error("a record cut inside its fixed fields decoded without error")
+	}
+}

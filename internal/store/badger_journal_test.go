@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,7 +211,7 @@ func TestJournalAckAfterSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		run, err := readRun(f, i, DefaultJournalSize)
+		run, err := readRun(f, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,8 +233,7 @@ func TestJournalAckAfterSync(t *testing.T) {
 		f.Close()
 	}
 	for i, a := range acks {
-		k := string(recordKey(key(fmt.Sprint(i))))
-		seq, ok := seqOf[k]
+		seq, ok := seqOf[string(recordKey(key(fmt.Sprint(i))))]
 		switch {
 		case !ok:
 			t.Errorf("insert %d acknowledged, but its record is in no journal record on disk", i)
@@ -249,7 +250,11 @@ func TestJournalAckAfterSync(t *testing.T) {
 // TestJournalSIGKILL; set only in the child.
 const killChildEnv = "PINGBACK_TEST_JOURNAL_KILL_DIR"
 
-// SIGKILL at random moments under load, many times, on the same store: a
+// SIGKILL at random moments under load, many times, on the same store (a
+// process crash only: the page cache, and so Badger's unsynced writes,
+// survive it whatever the checkpoints do; power loss is what
+// TestJournalPowerLoss, TestJournalReplaysWhatBadgerLost and
+// TestJournalCheckpoint* simulate): a
 // child process inserts records (some of them then marked delivered) from
 // several goroutines through a small journal that rotates every few
 // hundred records, printing each acknowledgement; it is killed at a random
@@ -364,4 +369,83 @@ func killChild(dir string) {
 		})
 	}
 	wg.Wait()
+}
+
+// A checkpoint that cannot make Badger's files durable frees nothing: the
+// journal file it would have freed is not reused, the commit that needs it
+// fails loudly, and every acknowledged record survives a crash of Badger's
+// unsynced writes.
+func TestJournalCheckpointFailureFreesNothing(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, journalOpts(dir))
+	var lose atomic.Bool
+	b.loseCommit = lose.Load
+	b.journal.syncBadger = func(*os.File) error { return errors.New("injected fsync failure") }
+	fails := ProcessStats().CheckpointFailures
+	acked := 0
+	var insertErr error
+	for i := 0; i < 2000 && insertErr == nil; i++ {
+		// Badger "loses" every commit: only the journal keeps them.
+		lose.Store(true)
+		if _, insertErr = b.Insert(ctx, bigRecord(fmt.Sprint(i), 16<<10)); insertErr == nil {
+			acked++
+		}
+	}
+	if insertErr == nil || !strings.Contains(insertErr.Error(), "injected fsync failure") {
+		t.Fatalf("after %d inserts through a journal whose checkpoints fail: %v, want the checkpoint's error", acked, insertErr)
+	}
+	if got := ProcessStats().CheckpointFailures - fails; got == 0 {
+		t.Error("the failed background checkpoint was not counted")
+	}
+	b.crash()
+	b = openTestBadger(t, journalOpts(dir))
+	for i := range acked {
+		mustGet(t, b, key(fmt.Sprint(i)))
+	}
+	t.Logf("%d inserts acknowledged before the commit failed; all replayed from the journal", acked)
+}
+
+// A checkpoint covers only records whose Badger writes its sync of
+// Badger's files could have seen: the covered seq never passes the last
+// record committed when that sync began.
+func TestJournalCheckpointCovers(t *testing.T) {
+	b := openTestBadger(t, journalOpts(t.TempDir()))
+	var seen []uint64
+	b.journal.syncBadger = func(f *os.File) error {
+		seen = append(seen, b.journal.synced.Load()) // runs while the committer waits or between its commits
+		return f.Sync()
+	}
+	for i := range 1200 {
+		mustInsert(t, b, bigRecord(fmt.Sprint(i), 16<<10))
+	}
+	b.journal.wg.Wait()
+	b.journal.mu.Lock()
+	covered := b.journal.covered
+	b.journal.mu.Unlock()
+	if len(seen) == 0 || covered > slices.Max(seen) {
+		t.Fatalf("covered %d after Badger syncs that began at records %v", covered, seen)
+	}
+}
+
+// A journal written with larger files is read whole when opened with a
+// smaller JournalSize: records past the smaller size (here the newest, so
+// no gap would show their loss) are replayed.
+func TestJournalSizeChange(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, BadgerOptions{Dir: dir, JournalSize: 2 * minJournalSize})
+	var lose atomic.Bool
+	lose.Store(true)
+	b.loseCommit = lose.Load
+	const n = 400 // about 6.5 MiB: past the smaller size, in the first file
+	for i := range n {
+		mustInsert(t, b, bigRecord(fmt.Sprint(i), 16<<10))
+	}
+	if b.journal.cur != 0 || b.journal.off <= minJournalSize {
+		t.Fatalf("journal at file %d offset %d: the test needs records past %d in the first file", b.journal.cur, b.journal.off, minJournalSize)
+	}
+	b.crash()
+	b = openTestBadger(t, journalOpts(dir))
+	for i := range n {
+		mustGet(t, b, key(fmt.Sprint(i)))
+	}
 }

@@ -43,9 +43,11 @@ var (
 
 // MaxRecordSize is the largest record, in bytes of its stored encoding
 // (request body in base64, headers, code), that every Store can always
-// commit. Sizes that reach the store (the pingback handler's max_body) are
+// commit: one byte under 1 MiB, so that Badger keeps every record in its
+// LSM tree, out of the value log (Badger's value threshold is at most
+// 1 MiB). Sizes that reach the store (the pingback handler's max_body) are
 // validated against it; see MaxBodySize.
-const MaxRecordSize = 1 << 20
+const MaxRecordSize = 1<<20 - 1
 
 // MaxBodySize is the largest request body a record may carry so that the
 // record stays within MaxRecordSize with room for headers: 512 KiB, whose
