@@ -79,3 +79,36 @@ func TestMeasurePingbackDelays(t *testing.T) {
 		t.Fatalf("an instance without the task list: %+v, want an error", d)
 	}
 }
+
+// TestDrillReadsDelaysFromRunningInstance: `caddy pingback drill
+// --measure-provider --address` reads the pingback delays of tracked tasks
+// from a running instance's GET /pingback/tasks.
+func TestDrillReadsDelaysFromRunningInstance(t *testing.T) {
+	startAdminCaddy(t)
+	submitted := time.Now().Add(-30 * time.Second).UTC().Truncate(time.Second)
+	for _, id := range []string{"73000000011", "73000000012"} {
+		if status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+			"provider": "2captcha", "id": id, "pingback_url": trkCallbackURL,
+			"submitted_at": submitted.Format(time.RFC3339),
+		})); status != http.StatusCreated {
+			t.Fatalf("register %s: %d %s", id, status, answer)
+		}
+		if status, body := postForm(t, testBase+"/cb", "id="+id+"&code=TOKEN"); status != http.StatusOK {
+			t.Fatalf("pingback %s: %d %s", id, status, body)
+		}
+	}
+	// A task still pending has no delay to report.
+	if status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "73000000013", "pingback_url": trkCallbackURL,
+	})); status != http.StatusCreated {
+		t.Fatalf("register: %d %s", status, answer)
+	}
+	elapsed := time.Since(submitted).Seconds()
+	d := readDelays(t.Context(), http.DefaultClient, testAdmin)
+	if d.Error != "" || d.Tasks != 2 {
+		t.Fatalf("delays from %s: %d tasks, error %q; want the 2 tasks with a result", testAdmin, d.Tasks, d.Error)
+	}
+	if d.P50 < 29 || d.Max > elapsed+1 {
+		t.Errorf("delays p50 %.3fs max %.3fs, want about 30s (submitted 30 s before its pingback)", d.P50, d.Max)
+	}
+}
