@@ -24,13 +24,20 @@ func init() {
 // adminAPI adds the plugin's routes to Caddy's admin endpoint:
 //
 //	POST /pingback/tasks                             register a submitted task for fallback polling
+//	GET  /pingback/tasks?provider=&state=&limit=     list tracked tasks (admin_get.go)
 //	GET  /pingback/records?state=&provider=&limit=   list stored results (the dead-letter queue: state=failed, rejected or parked)
-//	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand
+//	GET  /pingback/records/<provider>/<id>           one stored result
+//	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
+//	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_get.go)
+//	GET  /pingback/status                            the overview (admin_status.go)
+//	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (admin_replays.go)
 //
 // GET /pingback/records answers a JSON array of records, at most limit
-// (default 100, at most 10000), ordered by provider and id. The replay route
-// answers the record after the attempt (200), 404 for an unknown result, 409
-// while a forward of it is in flight, 503 while the store is unavailable.
+// (default 100, at most 10000), ordered by provider and id. GET of one
+// result answers the record (200) or 404. The replay route answers the
+// record after the attempt (200), 404 for an unknown result, 409 while a
+// forward of it is in flight and 409 for a delivered result unless
+// ?force=true (the app already has it), 503 while the store is unavailable.
 //
 // POST /pingback/tasks:
 // The body is JSON: {"provider": "2captcha", "id": "123", "pingback_url":
@@ -56,7 +63,11 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/pingback/tasks", Handler: caddy.AdminHandlerFunc(handleRegisterTask)},
 		{Pattern: "/pingback/records", Handler: caddy.AdminHandlerFunc(handleListRecords)},
-		{Pattern: "/pingback/records/", Handler: caddy.AdminHandlerFunc(handleReplayRecord)},
+		{Pattern: "/pingback/records/", Handler: caddy.AdminHandlerFunc(handleRecord)},
+		{Pattern: "/pingback/tasks/", Handler: caddy.AdminHandlerFunc(handleGetTask)},
+		{Pattern: "/pingback/status", Handler: caddy.AdminHandlerFunc(handleStatus)},
+		{Pattern: "/pingback/replays", Handler: caddy.AdminHandlerFunc(handleStartReplays)},
+		{Pattern: "/pingback/replays/", Handler: caddy.AdminHandlerFunc(handleReplayJob)},
 	}
 }
 
@@ -73,8 +84,11 @@ type taskRegistration struct {
 }
 
 func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodGet {
+		return handleListTasks(w, r)
+	}
 	if r.Method != http.MethodPost {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST (or GET to list)", r.Method)}
 	}
 	var reg taskRegistration
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
@@ -172,23 +186,38 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 	return json.NewEncoder(w).Encode(recs)
 }
 
-func handleReplayRecord(w http.ResponseWriter, r *http.Request) error {
+// handleRecord serves /pingback/records/<provider>/<id> (GET) and
+// /pingback/records/<provider>/<id>/replay (POST).
+func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pingback/records/"), "/")
-	if len(parts) != 3 || parts[2] != "replay" {
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use POST /pingback/records/<provider>/<id>/replay")}
+	switch {
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return handleGetRecord(w, r, store.Key{Provider: parts[0], ID: parts[1]})
+	case len(parts) != 3 || parts[2] != "replay" || parts[0] == "" || parts[1] == "":
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use GET /pingback/records/<provider>/<id> or POST /pingback/records/<provider>/<id>/replay")}
 	}
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
 	}
 	key := store.Key{Provider: parts[0], ID: parts[1]}
+	force := false
+	if v := r.URL.Query().Get("force"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return badInput("force must be true or false, got %q", v)
+		}
+		force = b
+	}
 	a, err := activeApp()
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	}
-	rec, err := a.redrive(r.Context(), key)
+	rec, err := a.redrive(r.Context(), key, force)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
+	case errors.Is(err, errDelivered):
+		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
 	case errors.Is(err, errInFlight):
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
 	case errors.Is(err, errStoreUnavailable), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):

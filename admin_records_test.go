@@ -95,7 +95,7 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 	}{
 		{http.MethodPost, "/pingback/records/2captcha/999/replay", http.StatusNotFound},
 		{http.MethodGet, "/pingback/records/2captcha/81/replay", http.StatusMethodNotAllowed},
-		{http.MethodPost, "/pingback/records/2captcha/81", http.StatusNotFound},
+		{http.MethodPost, "/pingback/records/2captcha/81", http.StatusMethodNotAllowed},
 		{http.MethodPost, "/pingback/records", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/pingback/records?state=lost", http.StatusBadRequest},
 		{http.MethodGet, "/pingback/records?provider=deathbycaptcha", http.StatusBadRequest},

@@ -194,7 +194,7 @@ func TestAdminRegisterTaskRejects(t *testing.T) {
 func TestAdminRegisterTaskMethods(t *testing.T) {
 	startAdminCaddy(t)
 	body := adminRegistration(t, map[string]string{"provider": "2captcha", "id": "72000000020", "pingback_url": trkCallbackURL})
-	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+	for _, method := range []string{http.MethodPut, http.MethodDelete, http.MethodPatch} {
 		if status, answer := adminCall(t, method, body); status != http.StatusMethodNotAllowed {
 			t.Errorf("%s: got %d %s, want 405", method, status, answer)
 		}

@@ -45,7 +45,9 @@ func (e *badRequest) Error() string { return e.reason }
 // Errors are *badRequest: 405 for other methods, 413 for a body over
 // maxBody, 415 for a body of another content type, 400 for a missing or
 // repeated field, a malformed id, a malformed Content-Type, multipart or
-// JSON body.
+// JSON body. A JSON callback that names a task but carries no result (an
+// errorId above 0 that is not a task-final error) is a
+// *protocol.NotResultError.
 func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody int64) (callback, error) {
 	var cb callback
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
@@ -78,10 +80,15 @@ func readCallback(w http.ResponseWriter, r *http.Request, p provider, maxBody in
 	jsonAPI := r.Method == http.MethodPost && len(cb.body) > 0 && p.Has(protocol.JSON)
 	if jsonAPI && (isJSONBody(ct) || looksLikeJSONObject(cb.body)) {
 		pcb, err = p.ParseJSONCallback(cb.body)
+		var notResult *protocol.NotResultError
 		switch {
 		case err == nil:
 			cb.id, cb.code, cb.answer = pcb.ID, pcb.Code, pcb.Answer
 			return cb, nil
+		case errors.As(err, &notResult):
+			// A task's id with an error that is not its outcome: the
+			// handler answers 200 and stores nothing.
+			return cb, err
 		case isJSONBody(ct):
 			return cb, &badRequest{http.StatusBadRequest, err.Error()}
 		}

@@ -54,6 +54,7 @@ func (a *App) replayLoop() {
 			a.recovering("replay loop", func() {
 				a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
 				a.replayDue()
+				a.loopRan("replay")
 			})
 		}
 		select {
@@ -86,6 +87,8 @@ func (a *App) recovering(what string, round func()) {
 // forwards each in its own goroutine.
 func (a *App) replayDue() {
 	st := a.handle.store
+	a.slotMu.Lock() // no bulk replay takes a slot between the count and the claim's
+	defer a.slotMu.Unlock()
 	free := cap(a.inflight) - len(a.inflight)
 	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 {
 		return // outcomes waiting for the store are recorded first
@@ -110,10 +113,10 @@ func (a *App) replayDue() {
 		if !a.handle.track() {
 			return // the store is closing: the leases lapse with it
 		}
-		a.inflight <- struct{}{} // never blocks: only this goroutine takes slots
+		a.inflight <- struct{}{} // never blocks: slots are taken under slotMu
 		go func() {
 			defer func() {
-				<-a.inflight
+				a.releaseSlot()
 				a.handle.untrack()
 				a.handle.wake()
 			}()
@@ -180,12 +183,20 @@ func (a *App) noteParked(key store.Key, d store.Delivery) {
 // errInFlight means a record's forward is under way (its lease holds).
 var errInFlight = errors.New("a forward of this result is in flight")
 
+// errDelivered means a replay by hand was refused: the app already has
+// the result.
+var errDelivered = errors.New("already delivered to the app; replay with force=true to deliver it again")
+
 // redrive replays one record now, by hand, whatever its state (parked,
-// rejected, failed, even delivered), through the same path as the replay
+// rejected, failed; delivered only with force), through the same path as the replay
 // loop, and returns the record after the attempt. A retryable failure of a
 // record past max_attempts parks it again. It fails with errInFlight while
 // a forward is under way, and store.ErrNotFound for an unknown key.
-func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error) {
+//
+// A delivered result is replayed only with force (the app already has it):
+// without, redrive leaves it as it is and returns errDelivered, decided in
+// the claim's own transaction.
+func (a *App) redrive(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
 	st := a.store(time.Second)
 	if st == nil {
 		return nil, errStoreUnavailable
@@ -194,6 +205,9 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 	claimed, err := st.Claim(ctx, store.ClaimRequest{
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
 		Decide: func(d *store.Delivery, lapsed bool) {
+			if d.State == store.StateDelivered && !force {
+				return
+			}
 			if lapsed {
 				d.Interrupts++
 			}
@@ -211,6 +225,9 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 		return nil, errInFlight
 	}
 	rec := claimed[0]
+	if rec.State != store.StateForwarding {
+		return rec, errDelivered
+	}
 	h := a.readyHandle()
 	if h == nil || !h.track() {
 		return nil, errStoreUnavailable
@@ -220,6 +237,14 @@ func (a *App) redrive(ctx context.Context, key store.Key) (*store.Record, error)
 	a.logger.Info("result replayed by hand", zap.String("key", key.String()),
 		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
 	return st.Get(ctx, key)
+}
+
+// loopRan sets loop_last_run_timestamp_seconds of loop (replay, poll) to
+// now, and the time GET /pingback/status shows.
+func (a *App) loopRan(loop string) {
+	now := a.now()
+	a.metrics.loopLastRun.WithLabelValues(loop).Set(float64(now.UnixNano()) / 1e9)
+	loopRuns.set(loop, now)
 }
 
 func boolGauge(b bool) float64 {

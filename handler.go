@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -144,6 +145,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	start := time.Now() // ack_timeout counts from here
 	cb, err := readCallback(w, r, h.provider, h.MaxBody)
 	if err != nil {
+		var notResult *protocol.NotResultError
+		if errors.As(err, &notResult) {
+			return h.notResult(w, notResult)
+		}
 		var bad *badRequest
 		if !errors.As(err, &bad) {
 			return err
@@ -253,6 +258,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 		}
 		h.stored.Inc()
+		h.app.metrics.lastCallback.WithLabelValues(h.Provider).Set(float64(now.UnixNano()) / 1e9)
+		lastCallbacks.set(h.Provider, now)
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)

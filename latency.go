@@ -49,9 +49,9 @@ func (l *latencies) after() time.Duration {
 	sorted := slices.Clone(l.ring)
 	l.mu.Unlock()
 	if len(sorted) < autoAfterMinSamples {
-		return autoAfterMax
+		return autoAfterHigh()
 	}
 	slices.Sort(sorted)
 	p95 := sorted[(len(sorted)*95+99)/100-1]
-	return min(max(p95*3/2, autoAfterMin), autoAfterMax)
+	return min(max(p95*3/2, autoAfterLow()), autoAfterHigh())
 }

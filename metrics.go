@@ -15,7 +15,9 @@ import (
 type metrics struct {
 	// callbacks counts results by provider and result: stored,
 	// duplicate, conflict (a re-delivery with a different code),
-	// invalid, store_error; poll_stored and poll_duplicate for polled ones.
+	// invalid, not_result (a JSON callback whose error is not the task's
+	// outcome: answered 200, not stored), store_error; poll_stored and
+	// poll_duplicate for polled ones.
 	callbacks *prometheus.CounterVec
 	// forwards counts forwards to the app by provider, source (callback,
 	// replay, poll) and outcome (delivered, failed, timeout, rejected,
@@ -40,6 +42,17 @@ type metrics struct {
 	// checkpoints. Every acknowledged pingback was covered by one of the
 	// syncs; operations per commit is the group commit's batch size.
 	storeWrites []prometheus.Collector
+	// lastCallback is the Unix time (seconds) the last live pingback was
+	// stored, by provider (not duplicates, not polled results).
+	lastCallback *prometheus.GaugeVec
+	// loopLastRun is the Unix time (seconds) each loop (replay, poll)
+	// last ran a round; both run at least every second while this process
+	// owns the store's loops.
+	loopLastRun *prometheus.GaugeVec
+	// forwardDuration is the time of each forward to the app, from its
+	// start to the app's answer (or its failure), by source (callback,
+	// replay, poll) and outcome.
+	forwardDuration *prometheus.HistogramVec
 }
 
 var (
@@ -52,7 +65,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		theMetrics = &metrics{
 			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Pingbacks received, by provider and result (stored, duplicate, conflict, invalid, store_error).",
+				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error) and polled results too (poll_stored, poll_duplicate).",
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
@@ -79,12 +92,26 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
 			storeWrites: storeWriteCounters(),
+			lastCallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "last_callback_timestamp_seconds",
+				Help: "Unix time the last live pingback was stored, by provider (duplicates and polled results not counted).",
+			}, []string{"provider"}),
+			loopLastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "loop_last_run_timestamp_seconds",
+				Help: "Unix time each loop (replay, poll) last ran a round; both run at least every second, idle or not.",
+			}, []string{"loop"}),
+			forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "forward_duration_seconds",
+				Help:    "Time of each forward to the app until its answer or failure, by source (callback, replay, poll) and outcome.",
+				Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1 ms .. 65 s
+			}, []string{"source", "outcome"}),
 		}
 	})
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable}, theMetrics.storeWrites...) {
+	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
+		theMetrics.lastCallback, theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges()}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -107,7 +134,7 @@ func storeWriteCounters() []prometheus.Collector {
 		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s store.Stats) uint64 { return s.Ops }),
 		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s store.Stats) uint64 { return s.Syncs }),
 		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s store.Stats) uint64 { return s.Checkpoints }),
-		counter("store_checkpoint_failures_total", "Checkpoints of the store's journal that failed (each logged at error level).", func(s store.Stats) uint64 { return s.CheckpointFailures }),
+		counter("store_checkpoint_failures_total", "Failed checkpoints of the store's journal (each logged; the store is unavailable until one succeeds).", func(s store.Stats) uint64 { return s.CheckpointFailures }),
 		syncHistogram{prometheus.NewDesc("caddy_pingback_store_sync_seconds",
 			"Time of the journal's write and fdatasync of each group commit (the durable point before pingbacks are answered).", nil, nil)},
 	}

@@ -101,7 +101,12 @@ type App struct {
 	cutOnce   *sync.Once
 	// inflight bounds the forwards the replay loop has in flight (replays
 	// and polled results together) to Replay.Concurrency.
-	inflight   chan struct{}
+	inflight chan struct{}
+	// slotMu is held while slots of inflight are counted and taken, by
+	// the replay loop and by bulk replays (replays.go); slotFreed is
+	// signalled when a slot is given back.
+	slotMu     *sync.Mutex
+	slotFreed  chan struct{}
 	httpClient *http.Client // for res.php
 	probes     *sync.Map    // "<method> <pingback URL>" → probe result (error or nil)
 	metrics    *metrics
@@ -258,6 +263,8 @@ func (a *App) Start() error {
 	}
 	a.handle.join(a)
 	a.inflight = make(chan struct{}, a.Replay.Concurrency)
+	a.slotFreed = make(chan struct{}, 1)
+	a.slotMu = new(sync.Mutex)
 	a.loopCtx, a.loopCancel = context.WithCancel(a.ctx)
 	a.loopDone = make(chan struct{})
 	a.pollDone = make(chan struct{})
@@ -265,6 +272,7 @@ func (a *App) Start() error {
 	go a.replayLoop()
 	go a.pollLoop()
 	a.logger.Info("pingback store ready", zap.String("store", a.name))
+	a.logPlan()
 	return nil
 }
 
@@ -360,6 +368,10 @@ type storeHandle struct {
 	// take them; the replay loop claims nothing meanwhile.
 	outcomesWaiting atomic.Int64
 	outcomes        sync.WaitGroup // forwards in flight and outcomes being recorded: Destruct waits for them
+
+	// delays writes observed delays to a shared store (delayWriterOf).
+	delaysOnce sync.Once
+	delays     *delayWriter
 }
 
 func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {
@@ -445,6 +457,7 @@ func (h *storeHandle) Destruct() error {
 	h.closing = true
 	h.mu.Unlock()
 	h.outcomes.Wait()
+	h.stopDelays()
 	return h.store.Close()
 }
 

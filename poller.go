@@ -155,14 +155,14 @@ func (p *PollConfig) firstPoll() time.Duration {
 	if p.After > 0 {
 		return time.Duration(p.After)
 	}
-	return autoAfterMax
+	return autoAfterHigh()
 }
 
 // validate checks the poll settings' ranges.
 func (p *PollConfig) validate() error {
 	switch {
-	case time.Duration(p.Interval) < MinPollInterval:
-		return fmt.Errorf("poll interval must be at least %s, got %s", MinPollInterval, time.Duration(p.Interval))
+	case time.Duration(p.Interval) < minPollInterval():
+		return fmt.Errorf("poll interval must be at least %s, got %s", minPollInterval(), time.Duration(p.Interval))
 	case p.After < 0:
 		return fmt.Errorf("poll after must be positive, got %s", time.Duration(p.After))
 	case time.Duration(p.GiveUp) <= p.firstPoll():
@@ -238,7 +238,7 @@ func (a *App) pollLoop() {
 			a.logger.Error("poll loop panicked", zap.Any("error", err), zap.ByteString("stack", debug.Stack()))
 		}
 	}()
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(pollTick())
 	defer t.Stop()
 	for {
 		select {
@@ -248,6 +248,7 @@ func (a *App) pollLoop() {
 		}
 		if a.handle.owns(a) {
 			a.pollDue()
+			a.loopRan("poll")
 		}
 	}
 }
@@ -478,8 +479,9 @@ func (ps *providerState) ok() {
 func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans protocol.Answer) {
 	ps.mu.Lock()
 	ps.failures++
-	capd := min(5*time.Second<<min(ps.failures-1, 7), 10*time.Minute)
-	wait := max(ans.Wait, 5*time.Second) + time.Duration(a.jitter(int64(capd)+1))
+	floor := providerBackoffFloor() // 5s; scaled only in the drill's child
+	capd := min(floor<<min(ps.failures-1, 7), 10*time.Minute)
+	wait := max(ans.Wait, floor) + time.Duration(a.jitter(int64(capd)+1))
 	ps.blockedUntil = now.Add(wait)
 	n := ps.failures
 	ps.mu.Unlock()

@@ -39,8 +39,8 @@ func (a *App) pollLimit() store.PollLimit {
 	}
 }
 
-// takePoll reports whether one res.php request to the provider may be
-// made now: by the store's shared rate and budget if it keeps them
+// takePoll reports whether one res.php or getTaskResult request to the
+// provider may be made now: by the store's shared rate and budget if it keeps them
 // (overBudget: the shared budget is spent), else by the in-process
 // limiter (pollProvider checks the in-process budget).
 func (a *App) takePoll(name string, ps *providerState) (ok, overBudget bool, wait time.Duration) {
@@ -108,21 +108,14 @@ func (a *App) countTracked(name string, ps *providerState) {
 }
 
 // observeDelay records one submit-to-pingback delay of the provider, for
-// the automatic "after": in memory, and in the store (in the background:
-// the pingback's answer does not wait) if it is shared.
+// the automatic "after": in memory, and in the store if it is shared,
+// through the handle's one delay writer (queued without waiting; dropped
+// and counted when the queue is full: delayWriter).
 func (h *storeHandle) observeDelay(name string, d time.Duration, logger *zap.Logger) {
 	h.provider(name).latencies.observe(d)
-	sp := h.sharedPolling()
-	if sp == nil {
-		return
+	if w := h.delayWriterOf(logger); w != nil {
+		w.observe(name, d)
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
-		defer cancel()
-		if err := sp.ObserveDelay(ctx, name, d); err != nil {
-			logger.Debug("recording a pingback delay in the shared store failed", zap.String("provider", name), zap.Error(err))
-		}
-	}()
 }
 
 // autoAfter is the automatic overdue delay of the provider: from the

@@ -107,7 +107,7 @@ func afterText(p *PollConfig) string {
 	if p.After > 0 {
 		return "after " + time.Duration(p.After).String()
 	}
-	return "after auto: " + autoAfterMax.String() + " until delays are observed"
+	return "after auto: " + autoAfterHigh().String() + " until delays are observed"
 }
 
 // checkProviderKeys fails for an api_key that was given but resolved empty

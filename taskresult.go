@@ -39,7 +39,8 @@ func (c *taskResultClient) get(ctx context.Context, id string) (protocol.Answer,
 }
 
 // pollJSONTasks asks getTaskResult for each due createTask task, one task
-// per request, within the rate limit, honouring the provider's per-task
+// per request, within the provider's rate limit and budget (takePoll, as
+// res.php: the store's if it is shared), honouring the provider's per-task
 // limits: at most MaxResultCalls calls per task counting the app's own
 // passed-through calls (CapMonster: 120), and no poll of a task the app
 // polled itself within the last interval (its answer, passed through
@@ -72,7 +73,9 @@ func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, 
 			a.reschedule(t, t.AppPolledAt.Add(interval), false)
 			continue
 		}
-		if !ps.limiter.Allow() {
+		// The same rate and budget as res.php (shared by every instance
+		// when the store is: two instances never poll twice as hard).
+		if ok, _, _ := a.takePoll(name, ps); !ok {
 			return
 		}
 		ct := a.reschedule(t, now.Add(max(interval, prov.MinResultGap)), true)

@@ -57,6 +57,24 @@ func field(form url.Values, name string) (string, error) {
 	return vals[0], nil
 }
 
+// NotResultError is a JSON callback that names a task (ID, valid for the
+// provider) but carries no result for it: errorId above 0 with an error
+// that does not end the task (ClassifyJSONError: an account, key, rate or
+// server condition, an unknown task, or a code the taxonomy does not
+// know). It is not a CallbackError: the provider is answered 200 (it did
+// nothing wrong, and a 4xx would only make it retry or flag the URL), the
+// callback is logged and counted but neither stored nor forwarded, so a
+// tracked task stays pending and the poller still fetches its real
+// outcome. Answer is the classification (Kind and Code).
+type NotResultError struct {
+	ID     string
+	Answer Answer
+}
+
+func (e *NotResultError) Error() string {
+	return "callback for task " + e.ID + " carries no result: " + e.Answer.Kind.String() + " " + e.Answer.Code
+}
+
 // ParseJSONCallback reads a JSON callback. The anti-captcha family POSTs the
 // getTaskResult answer (errorId, status, solution, cost, ip, createTime,
 // endTime, solveCount) with the task id as taskId
@@ -64,30 +82,38 @@ func field(form url.Values, name string) (string, error) {
 // 2captcha API v2 and CapSolver document no format
 // (https://2captcha.com/api-docs/create-task,
 // https://docs.capsolver.com/guide/api-createtask), so every plausible
-// shape is taken: the id as taskId, id or task_id (a number or a string);
-// the result as solution (any JSON value but null), as code (a string), or,
-// with errorId above 0, as errorCode. The callback is sent when the task
-// ends, so any errorCode it carries is the task's outcome.
+// shape is taken: the id as taskId, id or task_id (a number or a string;
+// the first of them that holds a valid id for the provider wins, so a null
+// or malformed taskId beside a valid id is no error); the result as
+// solution (any JSON value but null), as code (a string), or, with errorId
+// above 0 and a task-final errorCode (ClassifyJSONError: TaskError, such as
+// ERROR_CAPTCHA_UNSOLVABLE), as that errorCode. Any other errorId above 0
+// is a *NotResultError.
 func (p Provider) ParseJSONCallback(body []byte) (Callback, error) {
 	var v map[string]json.RawMessage
 	if !isObject(body) || json.Unmarshal(body, &v) != nil {
 		return Callback{}, CallbackError("malformed JSON body: want an object")
 	}
 	cb := Callback{Answer: body}
-	var found bool
+	var bad string // the first id key present whose value is no valid id
 	for _, k := range []string{"taskId", "id", "task_id"} {
-		if raw, ok := v[k]; ok {
-			if cb.ID, found = jsonID(raw); found {
-				break
-			}
-			return cb, CallbackError("malformed " + k)
+		raw, ok := v[k]
+		if !ok {
+			continue
+		}
+		if id, ok := jsonID(raw); ok && p.ValidID(id) {
+			cb.ID = id
+			break
+		}
+		if bad == "" {
+			bad = k
 		}
 	}
-	if !found {
+	switch {
+	case cb.ID == "" && bad != "":
+		return cb, CallbackError("malformed " + bad + ": want " + p.IDRule())
+	case cb.ID == "":
 		return cb, CallbackError("missing taskId")
-	}
-	if !p.ValidID(cb.ID) {
-		return cb, CallbackError("malformed taskId: want " + p.IDRule())
 	}
 	n, ok := errorID(v["errorId"])
 	if !ok {
@@ -97,6 +123,9 @@ func (p Provider) ParseJSONCallback(body []byte) (Callback, error) {
 		var code string
 		if json.Unmarshal(v["errorCode"], &code) != nil || code == "" {
 			code = "ERROR_ID_" + strconv.FormatInt(n, 10)
+		}
+		if a := ClassifyJSONError(code); a.Kind != TaskError {
+			return cb, &NotResultError{ID: cb.ID, Answer: a}
 		}
 		cb.Code = code
 		return cb, nil
@@ -116,7 +145,7 @@ func (p Provider) ParseJSONCallback(body []byte) (Callback, error) {
 			return cb, nil
 		}
 	}
-	return cb, CallbackError("no result: want solution, code or errorId with errorCode")
+	return cb, CallbackError("no result: want solution, code or errorId with a task-final errorCode")
 }
 
 // IsCallbackError reports whether err is a CallbackError.

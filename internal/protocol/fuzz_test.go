@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -107,7 +108,9 @@ func FuzzJSONAnswers(f *testing.F) {
 
 func FuzzParseJSONCallback(f *testing.F) {
 	addSeeds(f, answerSeeds...)
-	addSeeds(f, `{"taskId":5,`+docReady[1:], `{"id":"5","code":"T"}`, `{"task_id":5,"errorId":12}`)
+	addSeeds(f, `{"taskId":5,`+docReady[1:], `{"id":"5","code":"T"}`, `{"task_id":5,"errorId":12}`,
+		`{"taskId":null,"id":5,"code":"T"}`, `{"taskId":"x","task_id":"5","solution":{"a":1}}`,
+		`{"taskId":5,"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE"}`, `{"taskId":5,"errorId":1,"errorCode":"ERROR_KEY_DOES_NOT_EXIST"}`)
 	providers := []Provider{}
 	for _, n := range Names() {
 		p, _ := Lookup(n)
@@ -116,9 +119,29 @@ func FuzzParseJSONCallback(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, p := range providers {
 			cb, err := p.ParseJSONCallback(body)
-			if err != nil {
+			var nr *NotResultError
+			switch {
+			case errors.As(err, &nr):
+				// Names a task, carries no result: never a task-final error.
+				if !p.ValidID(nr.ID) || nr.Answer.Kind == TaskError || nr.Answer.Kind == Result || IsCallbackError(err) {
+					t.Fatalf("%s: not-a-result %+v from %q", p.Name, nr, body)
+				}
+				continue
+			case err != nil:
 				if !IsCallbackError(err) {
 					t.Fatalf("%s: error %v is not a CallbackError", p.Name, err)
+				}
+				// A refused callback names no valid id under any key
+				// and result it carries: no key may hold a valid id when
+				// the refusal is about the id.
+				if strings.HasPrefix(err.Error(), "malformed taskId") || strings.HasPrefix(err.Error(), "malformed id") || strings.HasPrefix(err.Error(), "malformed task_id") {
+					var v map[string]json.RawMessage
+					_ = json.Unmarshal(body, &v)
+					for _, k := range []string{"taskId", "id", "task_id"} {
+						if id, ok := jsonID(v[k]); ok && p.ValidID(id) {
+							t.Fatalf("%s: %q refused (%v) though %s holds the valid id %q", p.Name, body, err, k, id)
+						}
+					}
 				}
 				continue
 			}

@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"errors"
 	"net/url"
 	"reflect"
 	"strings"
@@ -122,7 +123,12 @@ func TestParseJSONCallback(t *testing.T) {
 		{"anti-captcha: getTaskResult with taskId", anti, `{"taskId":7654321,` + docReady[1:], "7654321",
 			`{"gRecaptchaResponse":"3AHJ_VuvYIBNBW5yyv0zRYJ75VkOKvhKj9_xGBJKnQimF72rfoq3Iy-DyGHMwLAo6a3"}`, ""},
 		{"task-final error", anti, `{"taskId":5,"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE","errorDescription":"..."}`, "5", "ERROR_CAPTCHA_UNSOLVABLE", ""},
-		{"error without a code", anti, `{"taskId":5,"errorId":31}`, "5", "ERROR_ID_31", ""},
+		{"null taskId, valid id", anti, `{"taskId":null,"id":5,"code":"TOKEN"}`, "5", "TOKEN", ""},
+		{"malformed taskId, valid task_id", anti, `{"taskId":"12a","task_id":"5","status":"ready","solution":{"text":"x"}}`, "5", `{"text":"x"}`, ""},
+		{"valid taskId wins over a malformed id", anti, `{"taskId":5,"id":{},"solution":{"text":"x"}}`, "5", `{"text":"x"}`, ""},
+		{"capsolver: null taskId, uuid id", capsolver, `{"taskId":null,"id":"37223a89-06ed-442c-a0b8-22067b79c5b4","solution":{"text":"x"}}`,
+			"37223a89-06ed-442c-a0b8-22067b79c5b4", `{"text":"x"}`, ""},
+		{"every id key malformed", anti, `{"taskId":null,"id":"x","task_id":[],"solution":{"text":"x"}}`, "", "", "malformed taskId"},
 		{"string taskId", anti, `{"taskId":"5","status":"ready","solution":{"text":"x"}}`, "5", `{"text":"x"}`, ""},
 		{"id and code", anti, `{"id":5,"code":"TOKEN"}`, "5", "TOKEN", ""},
 		{"task_id and solution string", anti, `{"task_id":"5","solution":"TOKEN"}`, "5", `"TOKEN"`, ""},
@@ -147,6 +153,46 @@ func TestParseJSONCallback(t *testing.T) {
 			}
 			if err != nil || cb.ID != tc.id || cb.Code != tc.code || string(cb.Answer) != tc.body {
 				t.Errorf("got %+v, %v; want id %q code %q", cb, err, tc.id, tc.code)
+			}
+		})
+	}
+}
+
+// TestParseJSONCallbackNotResult: an errorId above 0 is a result only for
+// a task-final error (anti-captcha's error list,
+// https://anti-captcha.com/apidoc/errors; CapMonster's,
+// https://zennolab.atlassian.net/wiki/spaces/APIS/pages/295396/Error+Types):
+// account, key, rate and unknown-task errors, and codes the taxonomy does
+// not know, name the task but are no result.
+func TestParseJSONCallbackNotResult(t *testing.T) {
+	anti, _ := Lookup("anticaptcha")
+	capsolver, _ := Lookup("capsolver")
+	tests := []struct {
+		name string
+		p    Provider
+		body string
+		id   string
+		kind Kind
+		code string
+	}{
+		{"key error", anti, `{"taskId":5,"errorId":1,"errorCode":"ERROR_KEY_DOES_NOT_EXIST","errorDescription":"Account authorization key not found in the system"}`,
+			"5", KeyError, "ERROR_KEY_DOES_NOT_EXIST"},
+		{"zero balance", anti, `{"taskId":5,"errorId":10,"errorCode":"ERROR_ZERO_BALANCE"}`, "5", Backoff, "ERROR_ZERO_BALANCE"},
+		{"no slot", anti, `{"taskId":"5","errorId":2,"errorCode":"ERROR_NO_SLOT_AVAILABLE"}`, "5", Backoff, "ERROR_NO_SLOT_AVAILABLE"},
+		{"unknown task", anti, `{"taskId":5,"errorId":16,"errorCode":"ERROR_NO_SUCH_CAPCHA_ID"}`, "5", UnknownTask, "ERROR_NO_SUCH_CAPCHA_ID"},
+		{"error without a code", anti, `{"taskId":5,"errorId":31}`, "5", Backoff, "ERROR_ID_31"},
+		{"unknown code, id under task_id", capsolver, `{"task_id":"37223a89-06ed-442c-a0b8-22067b79c5b4","errorId":1,"errorCode":"ERROR_SOMETHING_NEW"}`,
+			"37223a89-06ed-442c-a0b8-22067b79c5b4", Backoff, "ERROR_SOMETHING_NEW"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cb, err := tc.p.ParseJSONCallback([]byte(tc.body))
+			var nr *NotResultError
+			if !errors.As(err, &nr) || IsCallbackError(err) {
+				t.Fatalf("got %+v, %v; want a *NotResultError", cb, err)
+			}
+			if nr.ID != tc.id || nr.Answer.Kind != tc.kind || nr.Answer.Code != tc.code {
+				t.Errorf("got %+v; want id %q %s %q", nr, tc.id, tc.kind, tc.code)
 			}
 		})
 	}

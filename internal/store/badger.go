@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -53,8 +52,15 @@ type BadgerOptions struct {
 	// preallocated files (see badger_journal.go), at least 4 MiB.
 	// 0 means DefaultJournalSize; negative opens Badger with SyncWrites
 	// and no journal (two msyncs per commit: the design before the
-	// journal, kept for comparison).
+	// journal, kept for comparison). A store opened without the journal
+	// first replays and checkpoints what an earlier journaled open left
+	// in it.
 	JournalSize int64
+
+	// syncBadger, in tests, replaces the fsync of Badger's memtable and
+	// value logs in a checkpoint (to capture what it made durable, or to
+	// fail it).
+	syncBadger func(*os.File) error
 }
 
 // Badger is the single-node Store on Badger v4. Concurrent writes are
@@ -94,9 +100,13 @@ type Badger struct {
 	// loseCommit, in tests, drops a journaled commit's Badger transaction
 	// when it returns true, as a power loss would have lost it.
 	loseCommit func() bool
-	writes     []write       // the committer's: the writes of the batch being committed
-	leases     *leaseTracker // the committer's: the leases this handle holds
-	events     []leaseEvent  // the committer's: the lease changes of the batch being committed
+	// commitTxn, in tests, replaces txn.Commit (writes: the batch's
+	// writes, in order), to make Badger fail a commit part-way.
+	commitTxn func(txn *badger.Txn, writes []write) error
+	writes    []write       // the committer's: the writes of the batch being committed
+	leases    *leaseTracker // the committer's: the leases this handle holds
+	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
+	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -111,6 +121,14 @@ type op struct {
 	size  int  // approximate bytes written, for batching
 	lazy  bool // no caller waits for it to answer anyone (Deferrable)
 }
+
+// valueThreshold is Badger's ValueThreshold: values of this many bytes or
+// more go to the value log. It is above every value the store writes
+// (records are at most MaxRecordSize), so the value log stays empty: its
+// garbage collection rewrites entries unsynced and then deletes the old
+// file, which the journal's checkpoints would not cover. (Badger refuses a
+// threshold above 1 MiB, hence MaxRecordSize one byte below.)
+const valueThreshold = MaxRecordSize + 1
 
 // lazyWait is how long a batch of only deferrable operations waits for an
 // operation someone waits on, to share its commit and sync. An operation
@@ -158,11 +176,6 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if journaled && opts.JournalSize < minJournalSize {
 		return nil, fmt.Errorf("badger: journal size %d below the minimum %d", opts.JournalSize, minJournalSize)
 	}
-	if _, err := os.Stat(filepath.Join(opts.Dir, journalName+".ckpt")); !journaled && err == nil {
-		// Without the journal its records would not be replayed, and a
-		// later journaled open would replay them over newer writes.
-		return nil, fmt.Errorf("badger database in %s has a journal: open it with one (JournalSize >= 0)", opts.Dir)
-	}
 	// One writer (the committer) and its own atomicity: Badger's
 	// conflict detection would only cost CPU; its expvar metrics too.
 	bopts := badger.DefaultOptions(opts.Dir).
@@ -176,7 +189,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithNumLevelZeroTablesStall(8).
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(16 << 20).
-		WithValueThreshold(1 << 20).
+		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
 
@@ -207,9 +220,17 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
 	}
-	if journaled {
+	if journaled || journalExists(opts.Dir) {
+		// Without the journal, records an earlier journaled open left
+		// are still replayed (and checkpointed below): otherwise this
+		// open would diverge from them, and a later journaled open
+		// would replay them over newer writes.
+		size := opts.JournalSize
+		if !journaled {
+			size = minJournalSize // existing files keep their size
+		}
 		var replayed int
-		j, replayed, err = openJournal(db, opts.Dir, opts.JournalSize, logger)
+		j, replayed, err = openJournal(db, opts.Dir, size, logger, opts.syncBadger)
 		if err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
@@ -224,6 +245,12 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		// unsynced, become durable here.
 		err = j.checkpoint(j.seq)
 		j.last = [2]uint64{}
+		if !journaled {
+			if cerr := j.closeFiles(); err == nil {
+				err = cerr
+			}
+			j = nil
+		}
 	}
 	if err != nil {
 		if j != nil {
@@ -265,6 +292,17 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
 	}
+	if err := db.View(func(txn *badger.Txn) error {
+		var err error
+		b.counts, err = countKeys(&batch{txn: txn})
+		return err
+	}); err != nil {
+		if j != nil {
+			_ = j.closeFiles()
+		}
+		_ = db.Close()
+		return nil, fmt.Errorf("badger database in %s: counting records: %w", opts.Dir, err)
+	}
 	b.space = space
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
@@ -293,11 +331,8 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 	if err != nil {
 		return InsertResult{}, fmt.Errorf("encoding record: %w", err)
 	}
-	if len(encoded) >= MaxRecordSize {
-		// Badger keeps a value of ValueThreshold (1 MiB, its maximum)
-		// or more in its value log, whose GC rewrites and deletes files
-		// without the journal knowing: such records are refused.
-		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, less than %d allowed", ErrTooLarge, len(encoded), MaxRecordSize)
+	if len(encoded) > MaxRecordSize {
+		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
 	}
 	var res InsertResult
 	o := &op{size: len(encoded) + 256}
@@ -321,6 +356,9 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			tracked.SubmittedAt = sub
 			if val, err = encodeRecord(&tracked); err != nil {
 				return fmt.Errorf("encoding record: %w", err)
+			}
+			if len(val) > MaxRecordSize {
+				return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(val), MaxRecordSize)
 			}
 		}
 		exp := expiry(c.ExpiresAt)
@@ -886,6 +924,7 @@ func (b *Badger) commit(ops []*op) {
 	defer txn.Discard()
 	writes := b.writes[:0]
 	events := b.events[:0]
+	var counted []countDelta
 	for i, o := range ops {
 		w := &batch{txn: txn, epoch: b.epoch}
 		if o.err = o.apply(w); o.err != nil {
@@ -893,6 +932,7 @@ func (b *Badger) commit(ops []*op) {
 		}
 		writes = append(writes, w.writes...)
 		events = append(events, w.leases...)
+		counted = append(counted, w.counted...)
 		if err := w.flush(); err != nil {
 			txn.Discard()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
@@ -912,34 +952,30 @@ func (b *Badger) commit(ops []*op) {
 	if b.hook != nil {
 		err = b.hook(n)
 	}
-	var pos journalPos
 	journaled := false
 	if err == nil && b.journal != nil && len(writes) > 0 {
-		pos, err = b.journal.append(writes)
+		_, err = b.journal.append(writes)
 		journaled = err == nil
-	}
-	if cap(writes) <= 4096 {
-		clear(writes) // keep the slice, not what it points to
-		b.writes = writes[:0]
 	}
 	b.events = events[:0]
 	if err == nil && journaled && b.loseCommit != nil && b.loseCommit() {
 		b.commits.Add(1)
+		b.keepWrites(writes)
 		return
 	}
 	if err == nil {
-		err = txn.Commit()
+		if b.commitTxn != nil {
+			err = b.commitTxn(txn, writes)
+		} else {
+			err = txn.Commit()
+		}
 		if err != nil && journaled {
-			// Badger may hold part of the batch: keep the record (it
-			// is complete and synced) and refuse every later write, so
-			// that the next open replays the whole batch over whatever
-			// Badger kept. The callers learn the error; a retry of
-			// theirs after the reopen finds what they wrote.
-			b.journal.broken = true
-			b.log.Error("badger refused a journaled commit; the store takes no more writes until it is opened again (its journal then restores the batch)",
-				zap.Uint64("journal_record", pos.seq), zap.Error(err))
+			// Badger may hold part of the batch: the record stays
+			// for the next open's replay, and the store stops.
+			b.journal.refused(err)
 		}
 	}
+	b.keepWrites(writes)
 	if err != nil {
 		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
@@ -954,9 +990,19 @@ func (b *Badger) commit(ops []*op) {
 		return
 	}
 	b.leases.apply(events)
+	b.counts.apply(counted)
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))
+}
+
+// keepWrites keeps the committer's write buffer for the next batch (not
+// what it points to), unless a rare huge batch grew it.
+func (b *Badger) keepWrites(writes []write) {
+	if cap(writes) <= 4096 {
+		clear(writes)
+		b.writes = writes[:0]
+	}
 }
 
 // Commits returns how many write transactions the committer has committed,
@@ -972,10 +1018,10 @@ type Stats struct {
 	Commits, Ops uint64
 	// Syncs counts completed fdatasyncs of the journal: every
 	// acknowledged write was in a journal record synced before its
-	// caller was answered. Checkpoints counts completed checkpoints.
-	Syncs, Checkpoints uint64
-	// CheckpointFailures counts checkpoints that failed (each logged).
-	CheckpointFailures uint64
+	// caller was answered. Checkpoints counts completed checkpoints,
+	// CheckpointFailures failed ones (each also logged at error level;
+	// the store reports itself unavailable until one succeeds).
+	Syncs, Checkpoints, CheckpointFailures uint64
 	// SyncSeconds counts the journal's writes and syncs (pwrite and
 	// fdatasync of one group commit) by duration: SyncSeconds[i] took at
 	// most SyncBuckets[i] seconds, the last one longer than all.
@@ -1003,9 +1049,8 @@ func (d *durations) observe(t time.Duration) {
 }
 
 var processStats struct {
-	commits, ops, syncs, checkpoints atomic.Uint64
-	checkpointFailures               atomic.Uint64
-	syncTime                         durations
+	commits, ops, syncs, checkpoints, checkpointFailures atomic.Uint64
+	syncTime                                             durations
 }
 
 // ProcessStats returns the counters of the write path of this process.

@@ -49,6 +49,9 @@ type batch struct {
 	// epoch, if set, is the lease epoch whose lease changes go to leases.
 	epoch  uint64
 	leases []leaseEvent
+	// counted are the count changes of the operation's writes, applied
+	// to the store's counts once the batch is committed.
+	counted []countDelta
 }
 
 // write is one buffered write: a set, or a deletion when del is true.
@@ -196,12 +199,19 @@ func (w *batch) writeDelivery(k Key, old, d *Delivery, exp uint64, val []byte) {
 // dropDelivery deletes the delivery state of k and its index entries.
 func (w *batch) dropDelivery(k Key, old *Delivery, exp uint64) {
 	w.moveIndexes(k, old, &Delivery{State: StateDelivered}, exp)
+	w.counted = append(w.counted, countDelta{provider: k.Provider, state: StateDelivered, n: -1})
 	w.del(deliveryKey(k))
 }
 
 // moveIndexes deletes old's due and lease entries that d no longer has and
 // writes d's; a record left undelivered joins the expiry watch.
 func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
+	if old == nil || old.State != d.State {
+		if old != nil {
+			w.counted = append(w.counted, countDelta{provider: k.Provider, state: old.State, n: -1})
+		}
+		w.counted = append(w.counted, countDelta{provider: k.Provider, state: d.State, n: 1})
+	}
 	var oldDue, oldLease []byte
 	if old != nil {
 		oldDue, oldLease = dueIndexKey(k, old), leaseIndexKey(k, old)

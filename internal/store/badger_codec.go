@@ -27,6 +27,7 @@ import (
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
+//	                      result_at
 //
 // string and []byte: uvarint length, bytes; int: zig-zag varint; bool: one
 // byte; time: 0 for the zero time, else 1, varint Unix seconds, uvarint
@@ -56,7 +57,7 @@ var (
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
-		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt"}
+		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt"}
 )
 
 // Whether the binary encoding covers every field of each type.
@@ -222,6 +223,7 @@ func encodeTask(t *Task) ([]byte, error) {
 	e.str(t.Server)
 	e.int(t.AppPolls)
 	e.time(t.AppPolledAt)
+	e.time(t.ResultAt)
 	return e.b, nil
 }
 
@@ -247,6 +249,9 @@ func decodeTask(v []byte, t *Task) error {
 		t.Server = d.str()
 		t.AppPolls = d.int()
 		t.AppPolledAt = d.time()
+	}
+	if d.more() { // appended after API, Server, AppPolls, AppPolledAt
+		t.ResultAt = d.time()
 	}
 	return d.end()
 }

@@ -134,6 +134,12 @@ func TestCodecRoundTrip(t *testing.T) {
 			roundTrip(t, name+" binary", x, b, decodeTask)
 			js, _ := json.Marshal(x)
 			roundTrip(t, name+" format 2 JSON", x, js, decodeTask)
+			// A value written before ResultAt was added (format 3 as first
+			// shipped) ends without it and reads with it zero.
+			old := *x
+			old.ResultAt = time.Time{}
+			ob, _ := encodeTask(&old)
+			roundTrip(t, name+" binary without result_at", &old, ob[:len(ob)-1], decodeTask)
 		}
 	})
 }
@@ -188,12 +194,12 @@ func TestCodecAppendedFields(t *testing.T) {
 	}
 	roundTrip(t, "record without the appended answer", r, b[:len(b)-1], decodeRecord) // its empty answer was one byte
 	task := filled[Task](t)
-	task.API, task.Server, task.AppPolls, task.AppPolledAt = "", "", 0, time.Time{}
+	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt = "", "", 0, time.Time{}, time.Time{}
 	tb, err := encodeTask(task)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-4], decodeTask) // two empty strings, 0, the zero time
+	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-5], decodeTask) // two empty strings, 0, two zero times
 	if err := decodeRecord(b[:len(b)-2], new(Record)); err == nil {
 		t.Error("a record cut inside its fixed fields decoded without error")
 	}

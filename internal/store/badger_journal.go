@@ -84,8 +84,10 @@ const (
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // errJournalBroken fails every write after the journal could not take
-// back a record Badger refused: the store must be opened again.
-var errJournalBroken = errors.New("journal holds a record the database refused and could not take it back: reopen the store")
+// back a record whose sync failed, or after Badger refused a transaction
+// whose record is in the journal (Badger may hold part of it): the store
+// must be opened again, and the open's replay applies the record whole.
+var errJournalBroken = errors.New("journal holds a record the database refused or could not take it back: reopen the store")
 
 // journal is the writer side; only the committer calls append, retract
 // and close, from one goroutine.
@@ -103,9 +105,9 @@ type journal struct {
 	// sync makes a file's written data durable (fdatasync); tests count
 	// or fail it.
 	sync func(*os.File) error
-	// syncBadger makes Badger's files in dir durable (the checkpoint's
-	// first step); tests fail or skip it.
-	syncBadger func(dir string) error
+	// syncBadger makes one of Badger's memtable or value logs durable
+	// (fsync) in a checkpoint; tests capture or fail it.
+	syncBadger func(*os.File) error
 	log        *zap.Logger
 	// syncs counts completed journal syncs.
 	syncs atomic.Uint64
@@ -119,7 +121,11 @@ type journal struct {
 	ckptErr  error  // the last checkpoint's failure, if any
 	ckptSlot int    // the checkpoint file's slot written next
 	wg       sync.WaitGroup
-	broken   bool
+	broken   atomic.Bool
+	// stop, closed by stopWorkers, ends the retries of a failed
+	// checkpoint; retryFirst is their first wait (checkpointRetry).
+	stop       chan struct{}
+	retryFirst time.Duration
 	// checkpoints counts completed checkpoints.
 	checkpoints atomic.Uint64
 }
@@ -134,10 +140,15 @@ type journalPos struct {
 
 // openJournal opens (or creates and preallocates) the journal in dir and
 // replays into db every record after the last checkpoint. It returns the
-// journal positioned after a checkpoint of everything replayed, and how
-// many records it replayed.
-func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger) (*journal, int, error) {
-	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadgerFiles, log: log}
+// journal positioned after the last record replayed (the caller then
+// checkpoints), and how many records it replayed. syncBadger nil means
+// (*os.File).Sync; log receives checkpoint failures.
+func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger, syncBadger func(*os.File) error) (*journal, int, error) {
+	if syncBadger == nil {
+		syncBadger = (*os.File).Sync
+	}
+	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadger, log: log,
+		stop: make(chan struct{}), retryFirst: checkpointRetry}
 	j.cond = sync.NewCond(&j.mu)
 	ok := false
 	defer func() {
@@ -151,14 +162,7 @@ func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger) (*journ
 			return nil, 0, err
 		}
 		j.files[i] = f
-		// Files written with a larger JournalSize keep their size: read
-		// and write them whole, so no record past the configured size is
-		// overlooked.
-		if st, err := f.Stat(); err == nil && st.Size() > j.size {
-			j.size = st.Size()
-		}
 	}
-	size = j.size
 	f, err := openPrealloc(filepath.Join(dir, journalName+".ckpt"), 2*ckptSlot)
 	if err != nil {
 		return nil, 0, err
@@ -172,7 +176,7 @@ func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger) (*journ
 
 	var recs []journalRec
 	for i, f := range j.files {
-		run, err := readRun(f, i, size)
+		run, err := readRun(f, i)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -208,8 +212,15 @@ type journalRec struct {
 	seq  uint64
 }
 
-// readRun reads the records of file i from its start.
-func readRun(f *os.File, i int, size int64) ([]journalRec, error) {
+// readRun reads the records of file i from its start, up to the file's
+// own size: a file written with a larger JournalSize than the open's keeps
+// its size and its records.
+func readRun(f *os.File, i int) ([]journalRec, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("reading journal: %w", err)
+	}
+	size := st.Size()
 	var out []journalRec
 	var hdr [journalHeader]byte
 	var off int64
@@ -262,7 +273,7 @@ func (j *journal) replay(db *badger.DB, r journalRec) error {
 // append writes the writes of one group commit as the next record and
 // makes it durable. It returns the record's position for retract.
 func (j *journal) append(writes []write) (journalPos, error) {
-	if j.broken {
+	if j.broken.Load() {
 		return journalPos{}, errJournalBroken
 	}
 	rec := j.encode(writes)
@@ -296,16 +307,40 @@ func (j *journal) append(writes []write) (journalPos, error) {
 	return pos, nil
 }
 
+// refused is called when Badger refused the transaction of the record
+// just appended. Badger may hold part of it (a commit can fail after some
+// of its entries reached the memtable), which a later checkpoint would
+// make durable as if it were a consistent state. So the record stays, the
+// journal breaks: every later write fails, no checkpoint runs (Close
+// leaves the record for replay) and the store reports itself unavailable;
+// the next open replays the record whole.
+func (j *journal) refused(err error) {
+	j.broken.Store(true)
+	j.log.Error("the database refused a commit whose journal record is synced; the store takes no more writes until it is opened again, and the open replays the record",
+		zap.Uint64("record", j.seq), zap.Error(err))
+}
+
+// healthy reports whether the journal takes writes and its last
+// checkpoint succeeded.
+func (j *journal) healthy() bool {
+	if j.broken.Load() {
+		return false
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ckptErr == nil
+}
+
 // takeBack overwrites the magic of the record at pos and syncs; if that
 // fails the journal is broken.
 func (j *journal) takeBack(pos journalPos) {
 	var zero [4]byte
 	if _, err := j.files[pos.file].WriteAt(zero[:], pos.off); err != nil {
-		j.broken = true
+		j.broken.Store(true)
 		return
 	}
 	if err := j.sync(j.files[pos.file]); err != nil {
-		j.broken = true
+		j.broken.Store(true)
 	}
 }
 
@@ -408,38 +443,98 @@ func (j *journal) rotate() error {
 	}
 	if j.covered < j.last[next] {
 		// No checkpoint covers it (the last one failed): run one now.
+		j.running = true
 		j.mu.Unlock()
-		if err := j.checkpoint(j.seq); err != nil {
+		err := j.checkpoint(j.seq)
+		j.mu.Lock()
+		j.running = false
+		j.cond.Broadcast()
+		if err != nil {
+			j.mu.Unlock()
 			return err
 		}
-		j.mu.Lock()
 	}
 	j.running = true
 	j.mu.Unlock()
 	target := j.seq
 	j.wg.Go(func() {
-		if err := j.checkpoint(target); err != nil {
-			j.mu.Lock()
-			j.ckptErr = err
-			j.mu.Unlock()
-			processStats.checkpointFailures.Add(1)
-			j.log.Error("journal checkpoint failed: the journal file it would free stays in use, and the next rotation tries again and fails its commit if this persists",
-				zap.String("dir", j.dir), zap.Uint64("up_to_record", target), zap.Error(err))
-		}
+		err := j.checkpoint(target) // a failure is logged and counted there
 		j.mu.Lock()
 		j.running = false
 		j.cond.Broadcast()
 		j.mu.Unlock()
+		if err != nil {
+			j.retry(target)
+		}
 	})
 	j.cur, j.off = next, 0
 	return nil
 }
 
+// checkpointRetry is the first wait before a failed background checkpoint
+// is tried again; the wait doubles up to checkpointRetryMax.
+const (
+	checkpointRetry    = time.Second
+	checkpointRetryMax = time.Minute
+)
+
+// retry tries a failed background checkpoint of target again, with
+// backoff, until one succeeds (this one or another that cleared the
+// failure) or the journal closes: the store becomes available again once
+// the disk is back, without waiting for the next rotation. It holds
+// running only while it checkpoints, so a rotation never waits for its
+// backoff.
+func (j *journal) retry(target uint64) {
+	wait := j.retryFirst
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-time.After(wait):
+		}
+		j.mu.Lock()
+		if j.ckptErr == nil || j.running {
+			// Cleared, or a rotation's checkpoint runs (and
+			// retries itself if it fails).
+			j.mu.Unlock()
+			return
+		}
+		j.running = true
+		j.mu.Unlock()
+		err := j.checkpoint(target)
+		j.mu.Lock()
+		j.running = false
+		j.cond.Broadcast()
+		j.mu.Unlock()
+		if err == nil {
+			return
+		}
+		wait = min(2*wait, checkpointRetryMax)
+	}
+}
+
 // checkpoint makes every write Badger holds durable (so every record up
 // to seq, all committed to Badger before the call) and records seq as
-// covered.
+// covered. A failure is logged at error level, counted
+// (Stats.CheckpointFailures) and kept until a checkpoint succeeds: the
+// store reports itself unavailable meanwhile and no journal space is
+// reused; a background checkpoint is retried (retry), and the next
+// rotation tries again before it writes.
 func (j *journal) checkpoint(seq uint64) error {
-	if err := j.syncBadger(j.dir); err != nil {
+	err := j.doCheckpoint(seq)
+	if err != nil {
+		processStats.checkpointFailures.Add(1)
+		j.mu.Lock()
+		j.ckptErr = err
+		j.mu.Unlock()
+		j.log.Error("journal checkpoint failed: the journal's space is not reused until one succeeds, and writes fail once the journal is full",
+			zap.Uint64("covering", seq), zap.Error(err))
+	}
+	return err
+}
+
+func (j *journal) doCheckpoint(seq uint64) error {
+	if err := syncBadgerFiles(j.dir, j.syncBadger); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	j.mu.Lock()
@@ -488,10 +583,12 @@ func readCheckpoint(f *os.File) (uint64, int, error) {
 	return best, next, nil
 }
 
-// syncBadgerFiles fsyncs Badger's memtable logs and value logs in dir,
-// and dir itself. A file that goes away meanwhile was flushed into a
-// table, which Badger syncs before it removes the log.
-func syncBadgerFiles(dir string) error {
+// syncBadgerFiles fsyncs (with sync) Badger's memtable logs and value
+// logs in dir, and dir itself. A file that goes away meanwhile was flushed
+// into a table, which Badger syncs before it removes the log. The files
+// are opened read-write: Windows' FlushFileBuffers needs a handle with
+// write access.
+func syncBadgerFiles(dir string, sync func(*os.File) error) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -501,7 +598,6 @@ func syncBadgerFiles(dir string) error {
 		if !strings.HasSuffix(name, ".mem") && !strings.HasSuffix(name, ".vlog") {
 			continue
 		}
-		// Read-write: Windows' FlushFileBuffers needs write access.
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -509,7 +605,7 @@ func syncBadgerFiles(dir string) error {
 		if err != nil {
 			return err
 		}
-		err = f.Sync()
+		err = sync(f)
 		_ = f.Close()
 		if err != nil {
 			return fmt.Errorf("syncing %s: %w", name, err)
@@ -521,15 +617,22 @@ func syncBadgerFiles(dir string) error {
 // close waits for a running checkpoint, checkpoints everything (Badger
 // holds every record by now) and closes the files.
 func (j *journal) close() error {
-	j.wg.Wait()
+	j.stopWorkers()
 	var err error
-	if !j.broken {
+	if !j.broken.Load() {
 		err = j.checkpoint(j.seq)
 	}
 	if cerr := j.closeFiles(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// stopWorkers ends the retries of a failed checkpoint and waits for the
+// running checkpoint.
+func (j *journal) stopWorkers() {
+	close(j.stop)
+	j.wg.Wait()
 }
 
 func (j *journal) closeFiles() error {
@@ -579,4 +682,10 @@ func openPrealloc(path string, size int64) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// journalExists reports whether dir holds a journal of an earlier open.
+func journalExists(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, journalName+".ckpt"))
+	return err == nil
 }

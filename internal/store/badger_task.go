@@ -34,9 +34,9 @@ func (b *Badger) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			return err
 		}
 		nt := *t
-		switch _, err := w.get(recordKey(k)); {
+		switch rec, err := w.recordOnly(k); {
 		case err == nil:
-			nt.State, nt.NextPollAt = TaskDone, time.Time{}
+			nt.State, nt.NextPollAt, nt.ResultAt = TaskDone, time.Time{}, rec.ReceivedAt
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}
@@ -133,7 +133,7 @@ func completeTask(w *batch, k Key, now time.Time) (time.Time, error) {
 		return old.SubmittedAt, nil
 	}
 	t := *old
-	t.State, t.NextPollAt, t.UpdatedAt = TaskDone, time.Time{}, now
+	t.State, t.NextPollAt, t.UpdatedAt, t.ResultAt = TaskDone, time.Time{}, now, now
 	return old.SubmittedAt, w.writeTask(old, &t)
 }
 
@@ -160,6 +160,13 @@ func (w *batch) writeTask(old, t *Task) error {
 	}
 	exp := expiry(t.ExpiresAt)
 	k := t.Key()
+	if was, is := old != nil && old.State == TaskPending, t.State == TaskPending; was != is {
+		n := int64(1)
+		if was {
+			n = -1
+		}
+		w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: n})
+	}
 	// Only a pending task is polled, whatever poll time it was left with.
 	polled := t.State == TaskPending && !t.NextPollAt.IsZero()
 	if old != nil && !old.NextPollAt.IsZero() && (!polled || !old.NextPollAt.Equal(t.NextPollAt)) {

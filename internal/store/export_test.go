@@ -161,8 +161,27 @@ func (r *Record) clone() *Record {
 func (b *Badger) crash() {
 	b.once.Do(func() {
 		b.stopLoops()
-		b.journal.wg.Wait()
+		b.journal.stopWorkers()
 		_ = b.journal.closeFiles()
 		b.closeErr = b.db.Close()
 	})
+}
+
+// waitIdle waits until no checkpoint runs.
+func (j *journal) waitIdle() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.running {
+		j.cond.Wait()
+	}
+}
+
+// waitCheckpointed waits until a checkpoint succeeded after the last
+// failure.
+func (j *journal) waitCheckpointed() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.ckptErr != nil {
+		j.cond.Wait()
+	}
 }

@@ -107,7 +107,7 @@ const (
 // worst-case growth of the directory derived above (boundGrowth, 255.9 MiB,
 // rounded up to a whole MiB). (The value log
 // is kept at 16 MiB files: a value goes there only from 1 MiB, and records
-// are capped at MaxRecordSize, so it is essentially never written.)
+// are capped at MaxRecordSize, one byte less, so it is never written.)
 //
 // The derivation counts one compaction of each kind at a time, and stores
 // of up to about 10 GiB of tables; every tenfold growth beyond adds about

@@ -317,8 +317,8 @@ func TestDefaultMinFreeSpaceMatchesOptions(t *testing.T) {
 		"BaseLevelSize":       boundBaseLevelSize,
 		"LevelSizeMultiplier": boundLevelMultiplier,
 		"TableSizeMultiplier": boundTableMultiplier,
-		"NumCompactors":       2,       // the bound counts two compactions at once
-		"ValueThreshold":      1 << 20, // records below it stay out of the value log
+		"NumCompactors":       2,                 // the bound counts two compactions at once
+		"ValueThreshold":      MaxRecordSize + 1, // every record stays out of the value log
 	}
 	for k, w := range want {
 		if got[k] != w {

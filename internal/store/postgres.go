@@ -99,7 +99,8 @@ func PostgresLocation(dsn string) (string, error) {
 }
 
 // OpenPostgres connects to the database (retrying for opts.OpenWait while
-// it is unreachable), refuses a session with synchronous_commit off,
+// it is unreachable), refuses a session with synchronous_commit off (a
+// *NotDurableError; every later connection of the pool is checked too),
 // migrates the schema under an advisory lock and returns the store.
 func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	if opts.Schema == "" {
@@ -128,6 +129,7 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	cfg.AfterConnect = (&pgDurability{location: loc, log: opts.Logger}).afterConnect
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres %s: %w", loc, err)
@@ -148,7 +150,7 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 			break
 		}
 		lastErr = err // the last error before the deadline says why
-		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) || isNotDurable(err) {
 			break // the server answered (a bad password, say): no use waiting
 		}
 		select {
@@ -158,20 +160,16 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	}
 	if lastErr != nil {
 		pool.Close()
+		if nd := (*NotDurableError)(nil); errors.As(lastErr, &nd) {
+			return nil, nd
+		}
 		if pgErr := (*pgconn.PgError)(nil); errors.As(lastErr, &pgErr) {
 			return nil, fmt.Errorf("postgres %s: %s", loc, redactedError(lastErr))
 		}
 		return nil, fmt.Errorf("postgres %s unreachable for %s: %s", loc, opts.OpenWait, redactedError(lastErr))
 	}
-	var sc string
-	if err := pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sc); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("postgres %s: reading synchronous_commit: %w", loc, err)
-	}
-	if sc == "off" {
-		pool.Close()
-		return nil, fmt.Errorf("postgres %s: synchronous_commit is off for this session: a COMMIT could return before the result is on disk, and a pingback would be answered 200 for a result a crash can lose; set it to on (the default), remote_write, remote_apply or local", loc)
-	}
+	// Every connection, this first one included, was checked by
+	// pgDurability.afterConnect: synchronous_commit off is refused.
 	if err := migrate(ctx, pool, opts.Schema); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres %s: %w", loc, err)
@@ -236,8 +234,11 @@ func (p *Postgres) monitor() {
 		case downSince.IsZero():
 			downSince, lastLog = now, now
 			p.available.Store(false)
-			p.log.Error("postgres store unreachable: pingbacks are forwarded without durability, replays and polling pause",
-				zap.String("store", p.location), zap.String("error", redactedError(err)))
+			msg := "postgres store unreachable: pingbacks are forwarded without durability, replays and polling pause"
+			if isNotDurable(err) {
+				msg = "postgres store unavailable: new connections are refused (synchronous_commit off); pingbacks are forwarded without durability, replays and polling pause"
+			}
+			p.log.Error(msg, zap.String("store", p.location), zap.String("error", redactedError(err)))
 		case now.Sub(lastLog) >= time.Minute:
 			lastLog = now
 			p.log.Error("postgres store still unreachable", zap.String("store", p.location),

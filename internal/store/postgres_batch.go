@@ -190,7 +190,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
 		lastStatus, lastErrs, updated, expires, answers)
-	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received
+	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(provider, id, received)
 		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'`, provs, ids, received)
 

@@ -67,7 +67,7 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 
 	task := &store.Task{Provider: "2captcha", ID: "100", Method: "userrecaptcha", API: "json", SubmittedAt: at(1),
 		PingbackURL: "https://example.com/cb", Server: "srv7", State: store.TaskPending, NextPollAt: at(2), Polls: 4,
-		AppPolls: 2, AppPolledAt: at(3), LastError: "CAPCHA_NOT_READY", UpdatedAt: at(4), ExpiresAt: at(5)}
+		AppPolls: 2, AppPolledAt: at(3), LastError: "CAPCHA_NOT_READY", UpdatedAt: at(4), ExpiresAt: at(5), ResultAt: at(6)}
 	allSet(t, "Task", reflect.ValueOf(*task))
 	if _, err := p.AddTask(ctx, task); err != nil {
 		t.Fatal(err)

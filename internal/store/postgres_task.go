@@ -9,13 +9,13 @@ import (
 )
 
 // The columns of a task, in the order scanTask reads them.
-const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at`
+const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at, result_at`
 
 func scanTask(row pgx.Row) (*Task, error) {
 	var t Task
-	var sub, next, appPolled, updated, expires *int64
+	var sub, next, appPolled, updated, expires, resultAt *int64
 	err := row.Scan(&t.Provider, &t.ID, &t.Method, &t.API, &sub, &t.PingbackURL, &t.Server, &t.State, &next,
-		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires)
+		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires, &resultAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -23,7 +23,7 @@ func scanTask(row pgx.Row) (*Task, error) {
 		return nil, err
 	}
 	t.SubmittedAt, t.NextPollAt, t.UpdatedAt, t.ExpiresAt = fromNS(sub), fromNS(next), fromNS(updated), fromNS(expires)
-	t.AppPolledAt = fromNS(appPolled)
+	t.AppPolledAt, t.ResultAt = fromNS(appPolled), fromNS(resultAt)
 	return &t, nil
 }
 
@@ -39,13 +39,14 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			SELECT $1, $2, $3, $13, $4, $5, $6,
 				CASE WHEN r.id IS NULL THEN $7 ELSE 'done' END,
 				CASE WHEN r.id IS NULL THEN $8::bigint END,
-				$9, $14, $15::bigint, $10, $11, $12
+				$9, $14, $15::bigint, $10, $11, $12,
+				CASE WHEN r.id IS NULL THEN $16::bigint ELSE r.received_at END
 			FROM (SELECT 1) one LEFT JOIN records r ON r.provider = $1 AND r.id = $2
 			ON CONFLICT (provider, id) DO NOTHING
 			RETURNING id`,
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
 			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), t.ExpiresAt.UnixNano(),
-			t.API, t.AppPolls, ns(t.AppPolledAt))
+			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt))
 		br := p.pool.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -104,11 +105,11 @@ func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error
 			result = &cur
 			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
 				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12,
-				api = $13, app_polls = $14, app_polled_at = $15
+				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16
 				WHERE provider = $1 AND id = $2`,
 				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
 				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano(),
-				cur.API, cur.AppPolls, ns(cur.AppPolledAt))
+				cur.API, cur.AppPolls, ns(cur.AppPolledAt), ns(cur.ResultAt))
 			return nil
 		})
 	return result, err
@@ -120,6 +121,30 @@ func (p *Postgres) DueTasks(ctx context.Context, now time.Time, limit int) ([]*T
 	err := p.op(func() error {
 		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
 			WHERE state = 'pending' AND next_poll_at <= $1 ORDER BY next_poll_at LIMIT $2`, now.UnixNano(), limit)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			t, err := scanTask(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, t)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ListTasks implements TaskStore.
+func (p *Postgres) ListTasks(ctx context.Context, provider string, state TaskState, limit int) ([]*Task, error) {
+	var out []*Task
+	err := p.op(func() error {
+		out = nil
+		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
+			WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2)
+			ORDER BY provider, id LIMIT $3`, provider, string(state), limit)
 		if err != nil {
 			return err
 		}

@@ -43,12 +43,11 @@ var (
 
 // MaxRecordSize is the largest record, in bytes of its stored encoding
 // (request body in base64, headers, code), that every Store can always
-// commit. Sizes that reach the store (the pingback handler's max_body) are
+// commit: one byte under 1 MiB, so that Badger keeps every record in its
+// LSM tree, out of the value log (Badger's value threshold is at most
+// 1 MiB). Sizes that reach the store (the pingback handler's max_body) are
 // validated against it; see MaxBodySize.
-//
-// Badger commits encodings shorter than MaxRecordSize (one of exactly
-// 1 MiB would go to its value log); with MaxBodySize that is never reached.
-const MaxRecordSize = 1 << 20
+const MaxRecordSize = 1<<20 - 1
 
 // MaxBodySize is the largest request body a record may carry so that the
 // record stays within MaxRecordSize with room for headers: 512 KiB, whose
@@ -312,4 +311,5 @@ type Store interface {
 	Close() error
 
 	TaskStore
+	Counter
 }

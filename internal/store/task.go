@@ -18,9 +18,6 @@ const (
 	// TaskExpired: no result before give_up (or the provider no longer
 	// knows the id); never polled again.
 	TaskExpired TaskState = "expired"
-	// TaskStopped: polling was stopped for good for this task (for example
-	// the provider rejected the API key).
-	TaskStopped TaskState = "stopped"
 )
 
 // Task is a submitted task the plugin knows about, so that the poller can
@@ -56,8 +53,12 @@ type Task struct {
 	AppPolls    int       `json:"app_polls,omitempty"`
 	AppPolledAt time.Time `json:"app_polled_at,omitzero"`
 	LastError   string    `json:"last_error,omitempty"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	ExpiresAt   time.Time `json:"expires_at"`
+	// ResultAt is when the task's result arrived (the received time of
+	// the result stored under its key, by pingback or poll); zero while
+	// none has. The drill measures submit-to-result delays with it.
+	ResultAt  time.Time `json:"result_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // Key returns the task's key, the same as its result's.
@@ -77,4 +78,8 @@ type TaskStore interface {
 	// DueTasks returns up to limit pending tasks whose NextPollAt is at or
 	// before now, earliest first.
 	DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error)
+	// ListTasks returns up to limit tasks of provider (every provider if
+	// empty) in state (every state if empty), ordered by provider and id.
+	// It reads the stored tasks: meant for operators, not for hot paths.
+	ListTasks(ctx context.Context, provider string, state TaskState, limit int) ([]*Task, error)
 }

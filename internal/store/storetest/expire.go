@@ -159,12 +159,13 @@ func testTasks(t *testing.T, h Harness) {
 	}
 
 	// A task whose result is already stored is stored done.
-	insert(t, s, inState("2", t0, store.StateDelivered))
+	r2 := inState("2", t0, store.StateDelivered)
+	insert(t, s, r2)
 	if ex, err := s.AddTask(ctx, newTask("2", t0, t0)); err != nil || ex != nil {
 		t.Fatalf("AddTask after its result = %+v, %v", ex, err)
 	}
-	if got, err := s.GetTask(ctx, key("2")); err != nil || got.State != store.TaskDone || !got.NextPollAt.IsZero() {
-		t.Errorf("task added after its result = %+v, %v; want done, never polled", got, err)
+	if got, err := s.GetTask(ctx, key("2")); err != nil || got.State != store.TaskDone || !got.NextPollAt.IsZero() || !got.ResultAt.Equal(r2.ReceivedAt) {
+		t.Errorf("task added after its result = %+v, %v; want done, never polled, ResultAt the result's ReceivedAt", got, err)
 	}
 
 	// UpdateTask.
@@ -186,7 +187,7 @@ func testTasks(t *testing.T, h Harness) {
 	}
 	fnErr := errors.New("not now")
 	up, err = s.UpdateTask(ctx, key("1"), func(tk *store.Task) error {
-		tk.State, tk.NextPollAt = store.TaskStopped, time.Time{}
+		tk.State, tk.NextPollAt = store.TaskExpired, time.Time{}
 		return fnErr
 	})
 	if !errors.Is(err, fnErr) {
@@ -243,7 +244,7 @@ func testDueTasks(t *testing.T, h Harness) {
 	upd("c", func(tk *store.Task) { tk.State, tk.NextPollAt = store.TaskExpired, time.Time{} })
 	check(at(5), 10, "a", "b")
 	// Only pending tasks are due, even if a poll time was left behind.
-	upd("a", func(tk *store.Task) { tk.State = store.TaskStopped })
+	upd("a", func(tk *store.Task) { tk.State = store.TaskDone })
 	check(at(5), 10, "b")
 	// A result completes its task.
 	insert(t, s, inState("d", t0, store.StateDelivered))

@@ -340,6 +340,7 @@ func diffTask(got, want *store.Task) string {
 		{"next_poll_at", got.NextPollAt, want.NextPollAt},
 		{"updated_at", got.UpdatedAt, want.UpdatedAt},
 		{"expires_at", got.ExpiresAt, want.ExpiresAt},
+		{"result_at", got.ResultAt, want.ResultAt},
 	} {
 		if !x.g.Equal(x.w) {
 			add(x.name, fmtTime(x.g), fmtTime(x.w))

@@ -349,6 +349,13 @@ func (m *model) check() {
 			m.fatalf("record %s: %s", id, d)
 		}
 	}
+	want := map[store.State]int64{}
+	for _, d := range m.recs {
+		want[d.State]++
+	}
+	if err := checkCounts(m.s, want, -1); err != nil {
+		m.fatalf("%v", err)
+	}
 	if m.step%50 == 49 {
 		recs, err := m.s.List(ctx, store.Filter{}, 10*len(m.order))
 		if err != nil || len(recs) != len(m.order) {

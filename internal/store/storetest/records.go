@@ -164,6 +164,9 @@ func testInsertCompletesTask(t *testing.T, h Harness) {
 	if gt.State != store.TaskDone || !gt.NextPollAt.IsZero() {
 		t.Errorf("task after its result was stored: state %s next poll %s; want done, never polled", gt.State, fmtTime(gt.NextPollAt))
 	}
+	if !gt.ResultAt.Equal(rec.ReceivedAt) {
+		t.Errorf("task's ResultAt = %s, want its result's ReceivedAt %s", fmtTime(gt.ResultAt), fmtTime(rec.ReceivedAt))
+	}
 	if got := dueTaskIDs(t, s, t0.Add(time.Hour), 10); len(got) != 0 {
 		t.Errorf("DueTasks after the result was stored = %v, want none", got)
 	}

@@ -112,6 +112,8 @@ func Run(t *testing.T, h Harness) {
 		{"List", testList},
 		{"Tasks", testTasks},
 		{"DueTasks", testDueTasks},
+		{"Counts", testCounts},
+		{"ListTasks", testListTasks},
 		{"Close", testClose},
 		{"Model", testModel},
 	}

@@ -1,0 +1,119 @@
+package pingback
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// handleGetRecord answers GET /pingback/records/<provider>/<id>: the
+// stored record as JSON (200), 404 for an unknown result, 503 while the
+// store is not open.
+func handleGetRecord(w http.ResponseWriter, r *http.Request, key store.Key) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
+	}
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	rec, err := st.Get(r.Context(), key)
+	if errors.Is(err, store.ErrNotFound) {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
+	}
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	return writeJSON(w, rec)
+}
+
+// handleGetTask answers GET /pingback/tasks/<provider>/<id>: the tracked
+// task as JSON (200; result_at is set once its result arrived), 404 for an
+// unknown task, 503 while the store is not open.
+func handleGetTask(w http.ResponseWriter, r *http.Request) error {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pingback/tasks/"), "/")
+	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use GET /pingback/tasks/<provider>/<id>")}
+	}
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
+	}
+	key := store.Key{Provider: parts[0], ID: parts[1]}
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	t, err := st.GetTask(r.Context(), key)
+	if errors.Is(err, store.ErrNotFound) {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no tracked task %s", key)}
+	}
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	return writeJSON(w, t)
+}
+
+// handleListTasks answers GET /pingback/tasks?provider=&state=&limit=:
+// {"tasks": [...]}, ordered by provider and id, at most limit (default
+// 100, at most 10000); state is pending, done or expired.
+func handleListTasks(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	provider, state := q.Get("provider"), store.TaskState(q.Get("state"))
+	if provider != "" {
+		if _, err := lookupProvider(provider); err != nil {
+			return badInput("%v", err)
+		}
+	}
+	switch state {
+	case "", store.TaskPending, store.TaskDone, store.TaskExpired:
+	default:
+		return badInput("unknown task state %q (pending, done or expired)", state)
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 10000 {
+			return badInput("limit must be a whole number from 1 to 10000, got %q", v)
+		}
+		limit = n
+	}
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	tasks, err := st.ListTasks(r.Context(), provider, state, limit)
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	if tasks == nil {
+		tasks = []*store.Task{}
+	}
+	return writeJSON(w, map[string]any{"tasks": tasks})
+}
+
+// adminStore returns the running app's store, or a 503 API error.
+func adminStore() (store.Store, error) {
+	a, err := activeApp()
+	if err != nil {
+		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	st := a.store(time.Second)
+	if st == nil {
+		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStoreUnavailable}
+	}
+	return st, nil
+}
+
+// writeJSON answers v as JSON with status 200.
+func writeJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,117 @@
+package pingback
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+func init() {
+	addSubcommand(func() *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "records [--state <state>] [--provider <name>] [--limit <n>]",
+			Short: "Lists stored results (the dead-letter queue: --state failed, rejected or parked)",
+			Args:  cobra.NoArgs,
+			RunE:  cliRun(cliRecords),
+		}
+		cmd.Flags().String("state", "", "Only results in this state (queued, forwarding, delivered, failed, rejected, parked)")
+		cmd.Flags().String("provider", "", "Only this provider's results")
+		cmd.Flags().Int("limit", 100, "At most this many results (1 to 10000)")
+		adminFlags(cmd)
+		return cmd
+	})
+	addSubcommand(func() *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "show <provider> <id>",
+			Short: "Shows one stored result and its delivery",
+			Args:  cobra.ExactArgs(2),
+		}
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			return cliRun(func(c *cliClient) error { return cliShow(c, args[0], args[1]) })(cmd, args)
+		}
+		adminFlags(cmd)
+		return cmd
+	})
+}
+
+func cliRecords(c *cliClient) error {
+	fs := c.cmd.Flags()
+	q := url.Values{}
+	if v, _ := fs.GetString("state"); v != "" {
+		q.Set("state", v)
+	}
+	if v, _ := fs.GetString("provider"); v != "" {
+		q.Set("provider", v)
+	}
+	limit, _ := fs.GetInt("limit")
+	q.Set("limit", strconv.Itoa(limit))
+	var recs []store.Record
+	raw, err := c.call(http.MethodGet, "/pingback/records?"+q.Encode(), nil, &recs)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	w := tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "PROVIDER\tID\tSTATE\tATTEMPTS\tRECEIVED\tLAST ERROR")
+	for _, r := range recs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.Provider, r.ID, r.State, r.Attempts,
+			r.ReceivedAt.UTC().Format(time.RFC3339), orDash(r.LastError))
+	}
+	return w.Flush()
+}
+
+func cliShow(c *cliClient, provider, id string) error {
+	var r store.Record
+	raw, err := c.call(http.MethodGet, "/pingback/records/"+url.PathEscape(provider)+"/"+url.PathEscape(id), nil, &r)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	printRecord(c, &r)
+	return nil
+}
+
+// printRecord prints a record's key facts, one per line (never its code).
+func printRecord(c *cliClient, r *store.Record) {
+	w := tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	status := "-"
+	if r.LastStatus != 0 {
+		status = strconv.Itoa(r.LastStatus)
+	}
+	for _, kv := range [][2]string{
+		{"key", r.Key().String()},
+		{"state", string(r.State)},
+		{"source", string(r.Source)},
+		{"received", r.ReceivedAt.UTC().Format(time.RFC3339)},
+		{"attempts", strconv.Itoa(r.Attempts)},
+		{"failures", strconv.Itoa(r.Failures)},
+		{"last status", status},
+		{"last error", orDash(r.LastError)},
+		{"updated", r.UpdatedAt.UTC().Format(time.RFC3339)},
+		{"expires", r.ExpiresAt.UTC().Format(time.RFC3339)},
+		{"route", r.Request.Method + " " + r.Request.Host + r.Request.URI},
+	} {
+		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
+	}
+	_ = w.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,139 @@
+package pingback
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+func init() {
+	addSubcommand(func() *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "replay <provider> <id> [--force] | replay --state <state> [--provider <name>] [--since <time>]",
+			Short: "Replays one stored result, or every one in a state, to the app now",
+			Long: `
+With <provider> <id>: replays one stored result now, through the same route
+as its first forward (POST /pingback/records/<provider>/<id>/replay), and
+shows it after the attempt. A result the app already has (delivered) is
+refused unless --force.
+
+With --state (parked, failed, rejected or queued): starts a bulk replay
+(POST /pingback/replays) of every result in that state (of --provider, and
+received after --since: RFC 3339 or a duration such as 2h), and waits for it
+with a progress bar on a terminal, one progress line a second otherwise.`,
+			Args: func(cmd *cobra.Command, args []string) error {
+				if state, _ := cmd.Flags().GetString("state"); state != "" {
+					return cobra.NoArgs(cmd, args)
+				}
+				return cobra.ExactArgs(2)(cmd, args)
+			},
+		}
+		cmd.Flags().Bool("force", false, "Replay a delivered result too")
+		cmd.Flags().String("state", "", "Replay every result in this state (bulk)")
+		cmd.Flags().String("provider", "", "With --state: only this provider's results")
+		cmd.Flags().String("since", "", "With --state: only results received after this (RFC 3339, or a duration ago)")
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			return cliRun(func(c *cliClient) error {
+				if state, _ := cmd.Flags().GetString("state"); state != "" {
+					return cliBulkReplay(c, state)
+				}
+				return cliReplay(c, args[0], args[1])
+			})(cmd, args)
+		}
+		adminFlags(cmd)
+		return cmd
+	})
+}
+
+func cliReplay(c *cliClient, provider, id string) error {
+	uri := "/pingback/records/" + url.PathEscape(provider) + "/" + url.PathEscape(id) + "/replay"
+	if force, _ := c.cmd.Flags().GetBool("force"); force {
+		uri += "?force=true"
+	}
+	var r store.Record
+	raw, err := c.call(http.MethodPost, uri, nil, &r)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	printRecord(c, &r)
+	return nil
+}
+
+// cliBulkReplay starts a bulk replay and waits for it.
+func cliBulkReplay(c *cliClient, state string) error {
+	fs := c.cmd.Flags()
+	f := replayFilter{State: store.State(state)}
+	f.Provider, _ = fs.GetString("provider")
+	if since, _ := fs.GetString("since"); since != "" {
+		if d, err := time.ParseDuration(since); err == nil {
+			f.ReceivedAfter = time.Now().Add(-d).UTC().Format(time.RFC3339)
+		} else if _, err := time.Parse(time.RFC3339, since); err == nil {
+			f.ReceivedAfter = since
+		} else {
+			return fmt.Errorf("--since must be an RFC 3339 time or a duration, got %q", since)
+		}
+	}
+	var job replayJobState
+	if _, err := c.call(http.MethodPost, "/pingback/replays", f, &job); err != nil {
+		return err
+	}
+	out := c.cmd.OutOrStdout()
+	bar := isTerminal(out) && !c.json
+	for {
+		raw, err := c.call(http.MethodGet, "/pingback/replays/"+url.PathEscape(job.ID), nil, &job)
+		if err != nil {
+			return err
+		}
+		switch {
+		case job.Status != "running" && c.json:
+			c.printJSON(raw)
+		case bar:
+			fmt.Fprintf(out, "\r%s", progressBar(job))
+		case !c.json:
+			fmt.Fprintf(out, "replay %s: %s, %d/%d done, %d delivered, %d failed\n", job.ID, job.Status, job.Done, job.Matched, job.Delivered, job.Failed)
+		}
+		if job.Status != "running" {
+			if bar {
+				fmt.Fprintln(out)
+			}
+			if job.Status == "cancelled" {
+				return fmt.Errorf("bulk replay %s cancelled after %d of %d", job.ID, job.Done, job.Matched)
+			}
+			return nil
+		}
+		time.Sleep(time.Second) // the progress line's pace, not a synchronisation
+	}
+}
+
+// progressBar draws a job's progress in 40 columns.
+func progressBar(j replayJobState) string {
+	const width = 40
+	n := width
+	if j.Matched > 0 {
+		n = width * j.Done / j.Matched
+	}
+	return fmt.Sprintf("[%s%s] %d/%d, %d delivered, %d failed", strings.Repeat("#", n), strings.Repeat(".", width-n),
+		j.Done, j.Matched, j.Delivered, j.Failed)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

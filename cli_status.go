@@ -1,0 +1,77 @@
+package pingback
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+func init() {
+	addSubcommand(func() *cobra.Command {
+		cmd := &cobra.Command{
+			Use:   "status",
+			Short: "Shows stored results by state, pending tasks, the loops and the store",
+			Long: `
+Shows the overview of GET /pingback/status: per provider the stored results
+by delivery state and the tracked tasks still pending; then when the replay
+and poll loops last ran, and the store.`,
+			Args: cobra.NoArgs,
+			RunE: cliRun(cliStatus),
+		}
+		adminFlags(cmd)
+		return cmd
+	})
+}
+
+func cliStatus(c *cliClient) error {
+	var s statusAnswer
+	raw, err := c.call(http.MethodGet, "/pingback/status", nil, &s)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		c.printJSON(raw)
+		return nil
+	}
+	out := c.cmd.OutOrStdout()
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS")
+	var provs []string
+	for p := range s.Records {
+		provs = append(provs, p)
+	}
+	for p := range s.Tasks {
+		if !slices.Contains(provs, p) {
+			provs = append(provs, p)
+		}
+	}
+	slices.Sort(provs)
+	for _, p := range provs {
+		r := s.Records[p]
+		var total int64
+		for _, n := range r {
+			total += n
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", p, total, r[store.StateDelivered], r[store.StateFailed],
+			r[store.StateRejected], r[store.StateParked], s.Tasks[p].Pending)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, loop := range []string{"replay", "poll"} {
+		fmt.Fprintf(out, "loop %s: last run %s\n", loop, ago(s.Loops[loop].LastRunAt, now))
+	}
+	avail := "available"
+	if !s.Store.Available {
+		avail = "UNAVAILABLE"
+	}
+	fmt.Fprintf(out, "store: %s %s, %s\n", s.Store.Kind, s.Store.Location, avail)
+	return nil
+}

@@ -1,0 +1,125 @@
+package pingback
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// delayQueueSize bounds the submit-to-pingback delays waiting to be
+// written to a shared store. A delay only feeds the automatic "after"
+// estimate (which needs 20 of the last 1024), so dropping some when the
+// database is slow loses nothing a pingback depends on.
+const delayQueueSize = 256
+
+// delayLogEvery is how often dropped delays are logged at most.
+const delayLogEvery = time.Minute
+
+// observedDelay is one delay waiting for the shared store.
+type observedDelay struct {
+	provider string
+	d        time.Duration
+}
+
+// delayWriter writes the delays of a shared store (store.SharedPolling)
+// from one goroutine, through a queue of delayQueueSize: a slow or
+// unreachable database holds at most one connection and one goroutine for
+// them, never one per pingback, so they cannot pile up in front of the
+// insert batchers. A delay that finds the queue full is dropped, counted
+// and logged at warn level: the first drop at once, then at most one line
+// a minute, each with the count since the last line and the total.
+type delayWriter struct {
+	sp     store.SharedPolling
+	logger *zap.Logger
+	queue  chan observedDelay
+
+	dropped  atomic.Int64 // delays dropped since the start
+	logged   atomic.Int64 // dropped when last logged
+	loggedAt atomic.Int64 // unix nanoseconds of the last drop log line
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func newDelayWriter(sp store.SharedPolling, logger *zap.Logger) *delayWriter {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &delayWriter{sp: sp, logger: logger, queue: make(chan observedDelay, delayQueueSize),
+		ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// observe queues one delay without waiting; it reports false (and counts
+// the delay as dropped) when the queue is full.
+func (w *delayWriter) observe(provider string, d time.Duration) bool {
+	select {
+	case w.queue <- observedDelay{provider, d}:
+		return true
+	default:
+		n := w.dropped.Add(1)
+		now := time.Now().UnixNano()
+		last := w.loggedAt.Load()
+		if (last == 0 || now-last >= int64(delayLogEvery)) && w.loggedAt.CompareAndSwap(last, now) {
+			prev := w.logged.Swap(n)
+			w.logger.Warn("pingback delays not recorded in the shared store: the queue to the database is full (the automatic \"after\" uses the others)",
+				zap.Int64("dropped", n-prev), zap.Int64("dropped_total", n), zap.Duration("log_every", delayLogEvery))
+		}
+		return false
+	}
+}
+
+// run writes the queued delays one after another until stop.
+func (w *delayWriter) run() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case od := <-w.queue:
+			ctx, cancel := context.WithTimeout(w.ctx, sharedTimeout)
+			err := w.sp.ObserveDelay(ctx, od.provider, od.d)
+			cancel()
+			if err != nil && w.ctx.Err() == nil {
+				w.logger.Debug("recording a pingback delay in the shared store failed", zap.String("provider", od.provider), zap.Error(err))
+			}
+		}
+	}
+}
+
+// stop ends the writer (a write in flight is cancelled) and waits for it;
+// queued delays are dropped. Safe to call more than once.
+func (w *delayWriter) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// delayWriterOf returns the handle's delay writer, started at the first
+// call; nil if the store is not shared.
+func (h *storeHandle) delayWriterOf(logger *zap.Logger) *delayWriter {
+	sp := h.sharedPolling()
+	if sp == nil {
+		return nil
+	}
+	h.delaysOnce.Do(func() {
+		h.mu.Lock()
+		closing := h.closing
+		h.mu.Unlock()
+		if !closing {
+			h.delays = newDelayWriter(sp, logger)
+		}
+	})
+	return h.delays
+}
+
+// stopDelays stops the delay writer, if one started (Destruct, before the
+// store closes).
+func (h *storeHandle) stopDelays() {
+	h.delaysOnce.Do(func() {}) // none starts after this
+	if h.delays != nil {
+		h.delays.stop()
+	}
+}

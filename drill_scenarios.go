@@ -1,0 +1,593 @@
+package pingback
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
+)
+
+// drillResult is one row of the drill's report (the --json "scenarios"
+// element).
+type drillResult struct {
+	ID       string  `json:"id"`
+	Route    string  `json:"route"`
+	Provider string  `json:"provider"`
+	Verdict  string  `json:"verdict"` // pass or fail
+	Seconds  float64 `json:"seconds"`
+	Measures string  `json:"measures"`
+	Expected string  `json:"expected"`
+	Seen     string  `json:"seen"`
+}
+
+// The scenario ids (pinned).
+const (
+	scDuplicate      = "duplicate"
+	scConcurrent     = "duplicate_concurrent"
+	scAppDown        = "app_down"
+	scApp5xx         = "app_5xx"
+	scSlowApp        = "slow_app"
+	scDropped        = "dropped_pingback"
+	scSigkill        = "sigkill"
+	scProviderOutage = "provider_outage"
+	scRace           = "race"
+)
+
+// drillSettle is how long the drill keeps watching after a delivery for a
+// second one.
+const drillSettle = 500 * time.Millisecond
+
+// drillRun holds the running drill's parts.
+type drillRun struct {
+	ctx      context.Context
+	sb       *sandbox
+	child    *drillChild
+	app      *standin
+	sims     map[string]*drillSim
+	client   *http.Client
+	progress func(drillResult)
+	results  []drillResult
+	nextID   atomic.Int64
+	broken   map[*drillRoute]string // routes that do not reach pingback: why
+}
+
+func (d *drillRun) add(r drillResult) {
+	d.results = append(d.results, r)
+	if d.progress != nil {
+		d.progress(r)
+	}
+}
+
+// newID returns a task id in the provider's format, unique in this drill.
+func (d *drillRun) newID(provider string) string {
+	n := d.nextID.Add(1)
+	if provider == "capsolver" {
+		return fmt.Sprintf("d0d0d0d0-0000-4000-8000-%012d", n)
+	}
+	return strconv.FormatInt(time.Now().Unix()*1000+n, 10)
+}
+
+// send delivers a pingback to a route as the provider would.
+func (d *drillRun) send(r *drillRoute, id, code string) (int, string, error) {
+	var req *http.Request
+	var err error
+	switch p, _ := protocol.Lookup(r.Provider); {
+	case p.LegacyCallback == protocol.FormGET:
+		u := r.URL() + "?" + url.Values{"id": {id}, "code": {code}}.Encode()
+		req, err = http.NewRequestWithContext(d.ctx, http.MethodGet, u, nil)
+	case p.Has(protocol.Legacy):
+		req, err = http.NewRequestWithContext(d.ctx, http.MethodPost, r.URL(), strings.NewReader(url.Values{"id": {id}, "code": {code}}.Encode()))
+		if req != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+	default:
+		var tid any = json.Number(id)
+		if !p.NumericTaskID {
+			tid = id
+		}
+		body, _ := json.Marshal(map[string]any{"errorId": 0, "status": "ready", "taskId": tid,
+			"solution": map[string]string{"gRecaptchaResponse": code}})
+		req, err = http.NewRequestWithContext(d.ctx, http.MethodPost, r.URL(), strings.NewReader(string(body)))
+		if req != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	if err != nil {
+		return 0, "", err
+	}
+	req.Host = r.Host
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	return resp.StatusCode, strings.TrimSpace(string(b)), nil
+}
+
+// waitFor polls cond every 20ms until it holds, the time is up or the
+// drill is interrupted.
+func (d *drillRun) waitFor(within time.Duration, cond func() bool) bool {
+	end := time.Now().Add(within)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) || d.ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pause waits d (a scenario's fault window), or until interrupted.
+func (d *drillRun) pause(t time.Duration) {
+	select {
+	case <-time.After(t):
+	case <-d.ctx.Done():
+	}
+}
+
+func key(provider, id string) string { return provider + ":" + id }
+
+// delivered waits until every key was accepted by the stand-in, then for
+// drillSettle more, and returns the counts and the latest first arrival.
+func (d *drillRun) delivered(within time.Duration, keys ...string) (counts []int, last time.Time, all bool) {
+	all = d.waitFor(within, func() bool {
+		for _, k := range keys {
+			if n, _ := d.app.count(k); n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if all {
+		d.pause(drillSettle)
+	}
+	for _, k := range keys {
+		n, t := d.app.count(k)
+		counts = append(counts, n)
+		if t.After(last) {
+			last = t
+		}
+	}
+	return counts, last, all
+}
+
+func allOnce(counts []int) bool {
+	for _, n := range counts {
+		if n != 1 {
+			return false
+		}
+	}
+	return len(counts) > 0
+}
+
+func countsText(counts []int) string {
+	parts := make([]string, len(counts))
+	for i, n := range counts {
+		parts[i] = strconv.Itoa(n)
+	}
+	return "deliveries the app accepted, per result: " + strings.Join(parts, ", ")
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "pass"
+	}
+	return "fail"
+}
+
+func secs(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+
+// deliveryWait bounds the wait for a replayed delivery.
+func (d *drillRun) deliveryWait() time.Duration {
+	return d.sb.BackoffMax + 10*time.Second
+}
+
+// routeScenarios runs the per-route scenarios other than sigkill.
+func (d *drillRun) routeScenarios(r *drillRoute) {
+	d.duplicate(r)
+	if why, ok := d.broken[r]; ok {
+		for _, id := range []string{scConcurrent, scAppDown, scApp5xx, scSlowApp} {
+			d.add(drillResult{ID: id, Route: r.Name(), Provider: r.Provider, Verdict: "fail",
+				Measures: "not run", Expected: "the route reaches its pingback handler", Seen: why})
+		}
+		return
+	}
+	d.concurrent(r)
+	d.appDown(r, scAppDown, standinRefused, "connection refused")
+	d.appDown(r, scApp5xx, standin503, "503")
+	d.slowApp(r)
+}
+
+func (d *drillRun) duplicate(r *drillRoute) {
+	id := d.newID(r.Provider)
+	start := time.Now()
+	s1, b1, err1 := d.send(r, id, "DRILL-"+id)
+	s2, _, err2 := d.send(r, id, "DRILL-"+id)
+	counts, last, _ := d.delivered(10*time.Second, key(r.Provider, id))
+	res := drillResult{ID: scDuplicate, Route: r.Name(), Provider: r.Provider, Measures: "first send to delivery",
+		Expected: "both sends answered 200, the app receives the result once"}
+	switch {
+	case err1 != nil || err2 != nil:
+		res.Seen = fmt.Sprintf("send failed: %v", errors.Join(err1, err2))
+	case counts[0] == 0:
+		stored, _ := d.child.stored(r.Provider, id)
+		if !stored {
+			why := fmt.Sprintf("route %s (server %s): the pingback was answered %d %q but never stored: a handler before pingback answers it", r.Name(), r.Server, s1, b1)
+			if len(r.Before) > 0 {
+				why += " (handlers before it: " + strings.Join(r.Before, ", ") + ")"
+			}
+			res.Seen = why
+			d.broken[r] = why
+		} else {
+			why := fmt.Sprintf("route %s: answers %d and %d, the result stored, but the app accepted no delivery within 10s (%d requests reached it): the route's upstream does not take pingbacks", r.Name(), s1, s2, d.app.requests(key(r.Provider, id)))
+			res.Seen = why
+			d.broken[r] = why // the other scenarios would only time out
+		}
+	default:
+		res.Seen = fmt.Sprintf("answers %d and %d; %s", s1, s2, countsText(counts))
+	}
+	res.Verdict = verdict(err1 == nil && err2 == nil && s1 == 200 && s2 == 200 && allOnce(counts))
+	if counts[0] > 0 {
+		res.Seconds = secs(last.Sub(start))
+	}
+	d.add(res)
+}
+
+func (d *drillRun) concurrent(r *drillRoute) {
+	id := d.newID(r.Provider)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	for range 20 {
+		wg.Go(func() {
+			s, _, err := d.send(r, id, "DRILL-"+id)
+			if err != nil {
+				s = 0
+			}
+			mu.Lock()
+			statuses[s]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	counts, last, _ := d.delivered(10*time.Second, key(r.Provider, id))
+	ok := statuses[200] == 20 && allOnce(counts)
+	res := drillResult{ID: scConcurrent, Route: r.Name(), Provider: r.Provider, Verdict: verdict(ok),
+		Measures: "first send to delivery", Expected: "20 concurrent sends all answered 200, the app receives the result once",
+		Seen: fmt.Sprintf("answers %s; %s", statusText(statuses), countsText(counts))}
+	if counts[0] > 0 {
+		res.Seconds = secs(last.Sub(start))
+	}
+	d.add(res)
+}
+
+func statusText(m map[int]int) string {
+	var parts []string
+	for s := range 600 {
+		if n := m[s]; n > 0 {
+			label := strconv.Itoa(s)
+			if s == 0 {
+				label = "no answer"
+			}
+			parts = append(parts, fmt.Sprintf("%d× %s", n, label))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// appDown takes the app down (mode), sends three pingbacks, brings it
+// back and times recovery to delivery.
+func (d *drillRun) appDown(r *drillRoute, id string, mode standinMode, what string) {
+	res := drillResult{ID: id, Route: r.Name(), Provider: r.Provider, Measures: "recovery to delivery",
+		Expected: fmt.Sprintf("3 results sent while the app is down (%s) answered 200, each delivered once within %s of recovery (replay backoff_max)", what, d.sb.BackoffMax.Round(time.Millisecond))}
+	if err := d.app.setMode(mode, 0); err != nil {
+		res.Verdict, res.Seen = "fail", "cannot take the stand-in down: "+err.Error()
+		d.add(res)
+		return
+	}
+	var keys []string
+	statuses := map[int]int{}
+	for range 3 {
+		tid := d.newID(r.Provider)
+		s, _, err := d.send(r, tid, "DRILL-"+tid)
+		if err != nil {
+			s = 0
+		}
+		statuses[s]++
+		keys = append(keys, key(r.Provider, tid))
+	}
+	down := max(time.Second, 4*time.Duration(float64(DefaultBackoffMin)*d.sb.Scale))
+	d.pause(down)
+	_ = d.app.setMode(standinUp, 0)
+	back := time.Now()
+	counts, last, all := d.delivered(d.deliveryWait(), keys...)
+	took := last.Sub(back)
+	ok := statuses[200] == 3 && all && allOnce(counts) && took <= d.sb.BackoffMax+time.Second
+	res.Verdict = verdict(ok)
+	res.Seen = fmt.Sprintf("answers %s; %s", statusText(statuses), countsText(counts))
+	if all {
+		res.Seconds = secs(took)
+		res.Seen += fmt.Sprintf(", the last %s after recovery", took.Round(time.Millisecond))
+	}
+	d.add(res)
+}
+
+func (d *drillRun) slowApp(r *drillRoute) {
+	delay := r.AckTime + time.Second
+	limit := r.AckTime + max(250*time.Millisecond, r.AckTime/4)
+	res := drillResult{ID: scSlowApp, Route: r.Name(), Provider: r.Provider, Measures: "send to the provider's answer",
+		Expected: fmt.Sprintf("with the app taking %s, the provider is answered 200 within %s (ack_timeout %s), the app receives the result once", delay, limit, r.AckTime)}
+	_ = d.app.setMode(standinSlow, delay)
+	id := d.newID(r.Provider)
+	start := time.Now()
+	s, _, err := d.send(r, id, "DRILL-"+id)
+	answered := time.Since(start)
+	counts, _, _ := d.delivered(delay+10*time.Second, key(r.Provider, id))
+	_ = d.app.setMode(standinUp, 0)
+	res.Seconds = secs(answered)
+	res.Verdict = verdict(err == nil && s == 200 && answered <= limit && allOnce(counts))
+	res.Seen = fmt.Sprintf("answered %d after %s; %s", s, answered.Round(time.Millisecond), countsText(counts))
+	if err != nil {
+		res.Seen = "send failed: " + err.Error()
+	}
+	d.add(res)
+}
+
+// sigkill acknowledges pingbacks with the app down, kills the child with
+// SIGKILL, restarts it with the app up, and checks each result arrives
+// once: one kill for every route.
+func (d *drillRun) sigkill() error {
+	_ = d.app.setMode(standin503, 0)
+	type sent struct {
+		keys     []string
+		statuses map[int]int
+	}
+	per := map[*drillRoute]*sent{}
+	for _, r := range d.sb.Routes {
+		if _, ok := d.broken[r]; ok {
+			continue
+		}
+		s := &sent{statuses: map[int]int{}}
+		for range 2 {
+			id := d.newID(r.Provider)
+			st, _, err := d.send(r, id, "DRILL-"+id)
+			if err != nil {
+				st = 0
+			}
+			s.statuses[st]++
+			s.keys = append(s.keys, key(r.Provider, id))
+		}
+		per[r] = s
+	}
+	d.child.kill()
+	_ = d.app.setMode(standinUp, 0)
+	restart := time.Now()
+	if err := d.child.start(d.ctx); err != nil {
+		return fmt.Errorf("restarting the sandbox after SIGKILL: %w", err)
+	}
+	for _, r := range d.sb.Routes {
+		res := drillResult{ID: scSigkill, Route: r.Name(), Provider: r.Provider, Measures: "restart to delivery",
+			Expected: "2 results acknowledged with the app down, Caddy killed (SIGKILL) and restarted: each delivered once"}
+		s := per[r]
+		if s == nil {
+			res.Verdict, res.Seen = "fail", d.broken[r]
+			d.add(res)
+			continue
+		}
+		counts, last, all := d.delivered(d.deliveryWait(), s.keys...)
+		res.Verdict = verdict(s.statuses[200] == 2 && all && allOnce(counts))
+		res.Seen = fmt.Sprintf("answers %s; %s", statusText(s.statuses), countsText(counts))
+		if all {
+			res.Seconds = secs(last.Sub(restart))
+		}
+		d.add(res)
+	}
+	return nil
+}
+
+// submit creates a task at the provider's simulator and registers it with
+// the sandbox's poller, as pingback_track does for the app's submissions.
+func (d *drillRun) submit(p *drillPolled) (string, error) {
+	base, host := d.sims[p.Provider].url, ""
+	if p.Track != nil {
+		base, host = "http://"+p.Track.Addr+p.Track.Base, p.Track.Host
+	}
+	do := func(method, u, contentType, body string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(d.ctx, method, u, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		if host != "" {
+			req.Host = host
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		return d.client.Do(req)
+	}
+	var id, method string
+	if p.API == protocol.Legacy {
+		method = "userrecaptcha"
+		q := url.Values{"key": {drillSimKey}, "method": {method}, "googlekey": {"drill"}, "pageurl": {"https://drill.example"}, "json": {"1"}}
+		resp, err := do(http.MethodGet, base+"/in.php?"+q.Encode(), "", "")
+		if err != nil {
+			return "", err
+		}
+		var a struct {
+			Status  int             `json:"status"`
+			Request json.RawMessage `json:"request"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&a)
+		_ = resp.Body.Close()
+		if err != nil || a.Status != 1 {
+			return "", fmt.Errorf("in.php (%s): %v %s", base, err, a.Request)
+		}
+		id = strings.Trim(string(a.Request), `"`)
+	} else {
+		method = "RecaptchaV2TaskProxyless"
+		body := `{"clientKey":"` + drillSimKey + `","task":{"type":"` + method + `","websiteURL":"https://drill.example","websiteKey":"drill"}}`
+		resp, err := do(http.MethodPost, base+"/createTask", "application/json", body)
+		if err != nil {
+			return "", err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		tid, _, ok := protocol.ParseCreateTaskAnswer(b)
+		if !ok {
+			return "", fmt.Errorf("createTask (%s): %s", base, b)
+		}
+		id = tid
+	}
+	if p.Track != nil {
+		return id, nil // tracked by the config's pingback_track, with its pingback_url
+	}
+	return id, d.child.registerTask(p.Provider, id, p.Route.pingbackURL(), string(p.API), method)
+}
+
+// pollWindow is the configured window from submission to a polled
+// delivery: after plus interval, plus a poll tick and a second of slack.
+func (d *drillRun) pollWindow() time.Duration {
+	tick := scaledWith(d.sb.Scale, time.Second, 100*time.Millisecond)
+	return d.sb.FirstPoll + d.sb.Interval + tick + time.Second
+}
+
+// scaledWith is drillScaled with an explicit scale (the parent's view of
+// what the child does).
+func scaledWith(scale float64, dur, floor time.Duration) time.Duration {
+	if scale >= 1 {
+		return dur
+	}
+	return min(dur, max(time.Duration(float64(dur)*scale), floor))
+}
+
+// providerScenarios runs dropped_pingback, provider_outage and race for a
+// polled provider.
+func (d *drillRun) providerScenarios(p *drillPolled) {
+	if p.Route == nil {
+		for _, id := range []string{scDropped, scProviderOutage, scRace} {
+			d.add(drillResult{ID: id, Provider: p.Provider, Verdict: "fail", Measures: "not run",
+				Expected: "a pingback route for the provider, to deliver polled results to",
+				Seen:     "the config polls " + p.Provider + " but has no pingback route for it: polled results cannot be delivered"})
+		}
+		return
+	}
+	if why, ok := d.broken[p.Route]; ok {
+		for _, id := range []string{scDropped, scProviderOutage, scRace} {
+			d.add(drillResult{ID: id, Route: p.Route.Name(), Provider: p.Provider, Verdict: "fail", Measures: "not run",
+				Expected: "the route reaches its pingback handler", Seen: why})
+		}
+		return
+	}
+	d.dropped(p)
+	d.outage(p)
+	d.race(p)
+}
+
+func (d *drillRun) dropped(p *drillPolled) {
+	window := d.pollWindow()
+	res := drillResult{ID: scDropped, Route: p.Route.Name(), Provider: p.Provider, Measures: "submission to delivery",
+		Expected: fmt.Sprintf("every pingback dropped: 2 tracked tasks recovered by polling and delivered once within %s (after %s + interval %s)",
+			window.Round(time.Millisecond), d.sb.FirstPoll.Round(time.Millisecond), d.sb.Interval.Round(time.Millisecond))}
+	start := time.Now()
+	var keys []string
+	for range 2 {
+		id, err := d.submit(p)
+		if err != nil {
+			res.Verdict, res.Seen = "fail", "submitting a task: "+err.Error()
+			d.add(res)
+			return
+		}
+		keys = append(keys, key(p.Provider, id))
+	}
+	counts, last, all := d.delivered(window+10*time.Second, keys...)
+	took := last.Sub(start)
+	res.Verdict = verdict(all && allOnce(counts) && took <= window)
+	res.Seen = countsText(counts)
+	if all {
+		res.Seconds = secs(took)
+		res.Seen += fmt.Sprintf(", the last %s after submission", took.Round(time.Millisecond))
+	}
+	d.add(res)
+}
+
+func (d *drillRun) outage(p *drillPolled) {
+	sim := d.sims[p.Provider]
+	floor := scaledWith(d.sb.Scale, 5*time.Second, time.Second)
+	window := 3 * floor
+	bound := 1 + int(window/floor)
+	res := drillResult{ID: scProviderOutage, Route: p.Route.Name(), Provider: p.Provider, Measures: "outage end to delivery",
+		Expected: fmt.Sprintf("result endpoint answering HTML 503 for %s: at most %d result calls (back-off from %s), then the result delivered once",
+			window, bound, floor)}
+	_, before := sim.calls()
+	sim.outage.Store(true)
+	id, err := d.submit(p)
+	if err != nil {
+		sim.outage.Store(false)
+		res.Verdict, res.Seen = "fail", "submitting a task: "+err.Error()
+		d.add(res)
+		return
+	}
+	if !d.waitFor(d.pollWindow()+5*time.Second, func() bool { _, n := sim.calls(); return n > before }) {
+		sim.outage.Store(false)
+		res.Verdict, res.Seen = "fail", "the poller never asked for the result"
+		d.add(res)
+		return
+	}
+	d.pause(window)
+	_, during := sim.calls()
+	during -= before
+	sim.outage.Store(false)
+	end := time.Now()
+	counts, last, all := d.delivered(floor<<4+d.pollWindow(), key(p.Provider, id))
+	took := last.Sub(end)
+	res.Verdict = verdict(during <= bound && all && allOnce(counts))
+	res.Seen = fmt.Sprintf("%d result calls during the outage; %s", during, countsText(counts))
+	if all {
+		res.Seconds = secs(took)
+		res.Seen += fmt.Sprintf(" %s after it ended", took.Round(time.Millisecond))
+	}
+	d.add(res)
+}
+
+func (d *drillRun) race(p *drillPolled) {
+	res := drillResult{ID: scRace, Route: p.Route.Name(), Provider: p.Provider, Measures: "submission to delivery",
+		Expected: "the pingback sent when the poll is due: one delivery"}
+	start := time.Now()
+	id, err := d.submit(p)
+	if err != nil {
+		res.Verdict, res.Seen = "fail", "submitting a task: "+err.Error()
+		d.add(res)
+		return
+	}
+	code := "DRILL-" + id
+	if t, ok := d.sims[p.Provider].sim.Task(id); ok && t.Code != "" {
+		code = t.Code
+	}
+	d.pause(time.Until(start.Add(d.sb.FirstPoll)))
+	s, _, err := d.send(p.Route, id, code)
+	counts, last, all := d.delivered(d.pollWindow()+5*time.Second, key(p.Provider, id))
+	res.Verdict = verdict(err == nil && s == 200 && all && allOnce(counts))
+	res.Seen = fmt.Sprintf("pingback answered %d; %s", s, countsText(counts))
+	if err != nil {
+		res.Seen = "send failed: " + err.Error()
+	}
+	if all {
+		res.Seconds = secs(last.Sub(start))
+	}
+	d.add(res)
+}
