@@ -206,7 +206,15 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 			return writeLocal(w, ct, body)
 		}
 	}
+	return t.passSeenResult(w, r, next, st, key, protocol.SeenResAnswer)
+}
 
+// passSeenResult passes a result request (res.php or getTaskResult) of the
+// app through to the provider and, when the provider answers 200 with a
+// result (seen reads it from the answer), stores it as delivered: the app
+// has it. Stored once the app has it (a failed write stores nothing, so a
+// later pingback or poll still delivers it).
+func (t *Tracker) passSeenResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st store.Store, key store.Key, seen func([]byte) (protocol.Answer, bool)) error {
 	buf := new(bytes.Buffer)
 	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
 	if err := next.ServeHTTP(rec, r); err != nil {
@@ -215,12 +223,10 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	if !rec.Buffered() {
 		return nil
 	}
-	ans, ok := protocol.SeenResAnswer(decodedBody(rec.Header(), buf.Bytes()))
+	ans, ok := seen(decodedBody(rec.Header(), buf.Bytes()))
 	if err := rec.WriteResponse(); err != nil {
 		return err
 	}
-	// Stored once the app has it (a failed write stores nothing, so a
-	// later pingback or poll still delivers it).
 	if ok && rec.Status() == http.StatusOK && st != nil {
 		t.storeSeenResult(st, key, ans)
 	}

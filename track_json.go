@@ -124,23 +124,7 @@ func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, nex
 	if st != nil && t.provider.MaxResultCalls > 0 {
 		t.countAppPoll(st, key)
 	}
-
-	buf := new(bytes.Buffer)
-	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
-	if err := next.ServeHTTP(rec, r); err != nil {
-		return err
-	}
-	if !rec.Buffered() {
-		return nil
-	}
-	ans, ok := protocol.SeenTaskResult(decodedBody(rec.Header(), buf.Bytes()))
-	if err := rec.WriteResponse(); err != nil {
-		return err
-	}
-	if ok && rec.Status() == http.StatusOK && st != nil {
-		t.storeSeenResult(st, key, ans)
-	}
-	return nil
+	return t.passSeenResult(w, r, next, st, key, protocol.SeenTaskResult)
 }
 
 // countAppPoll counts one of the app's own getTaskResult calls on a
