@@ -157,16 +157,12 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	setBody(r, body)
 	submitted := t.app.now().UTC()
 
-	buf := new(bytes.Buffer)
-	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
-	if err := next.ServeHTTP(rec, r); err != nil {
+	rec, answer, err := bufferUpstream(w, r, next)
+	if err != nil || rec == nil {
 		return err
 	}
-	if !rec.Buffered() {
-		return nil
-	}
 	if rec.Status() == http.StatusOK && pingback != "" {
-		if id, ok := protocol.ParseInAnswer(decodedBody(rec.Header(), buf.Bytes())); ok && t.provider.ValidID(id) {
+		if id, ok := protocol.ParseInAnswer(answer); ok && t.provider.ValidID(id) {
 			ctx := context.WithoutCancel(r.Context())
 			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted}
 			if _, _, err := t.app.trackTask(ctx, ts, false); err != nil {
@@ -215,15 +211,11 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 // has it. Stored once the app has it (a failed write stores nothing, so a
 // later pingback or poll still delivers it).
 func (t *Tracker) passSeenResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st store.Store, key store.Key, seen func([]byte) (protocol.Answer, bool)) error {
-	buf := new(bytes.Buffer)
-	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
-	if err := next.ServeHTTP(rec, r); err != nil {
+	rec, answer, err := bufferUpstream(w, r, next)
+	if err != nil || rec == nil {
 		return err
 	}
-	if !rec.Buffered() {
-		return nil
-	}
-	ans, ok := seen(decodedBody(rec.Header(), buf.Bytes()))
+	ans, ok := seen(answer)
 	if err := rec.WriteResponse(); err != nil {
 		return err
 	}
@@ -362,3 +354,18 @@ var (
 	_ caddy.Validator             = (*Tracker)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Tracker)(nil)
 )
+
+// bufferUpstream passes r to next with the answer buffered, and returns
+// the recorder and the answer's body, decoded (Content-Encoding undone);
+// a nil recorder means the answer was not buffered and is already written.
+func bufferUpstream(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (caddyhttp.ResponseRecorder, []byte, error) {
+	buf := new(bytes.Buffer)
+	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
+	if err := next.ServeHTTP(rec, r); err != nil {
+		return nil, nil, err
+	}
+	if !rec.Buffered() {
+		return nil, nil, nil
+	}
+	return rec, decodedBody(rec.Header(), buf.Bytes()), nil
+}

@@ -1,7 +1,6 @@
 package pingback
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net/http"
@@ -48,16 +47,12 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 	setBody(r, body)
 	submitted := t.app.now().UTC()
 
-	buf := new(bytes.Buffer)
-	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
-	if err := next.ServeHTTP(rec, r); err != nil {
+	rec, answer, err := bufferUpstream(w, r, next)
+	if err != nil || rec == nil {
 		return err
 	}
-	if !rec.Buffered() {
-		return nil
-	}
 	if rec.Status() == http.StatusOK {
-		id, sync, ok := protocol.ParseCreateTaskAnswer(decodedBody(rec.Header(), buf.Bytes()))
+		id, sync, ok := protocol.ParseCreateTaskAnswer(answer)
 		if ok && t.provider.ValidID(id) {
 			t.trackCreated(r.Context(), id, ct.TaskType, callback, submitted, sync)
 		}
