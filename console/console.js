@@ -18,7 +18,7 @@
 	// generation is bumped at each render, so that timers and answers of a
 	// view the operator left do nothing.
 	let generation = 0;
-	let purgeSupported = null; // unknown until probed
+	let purgeProbe = null; // a promise of whether purge exists, once probed
 
 	// el builds an element: attrs are set as attributes (on* as listeners),
 	// children are nodes or text.
@@ -161,14 +161,19 @@
 		return box;
 	}
 
-	async function probePurge() {
-		if (purgeSupported === null) {
-			// POST /pingback/purges with no filter is refused with 400 where
-			// purge exists; 404 or 405 means this Caddy has no purge.
-			const r = await api('POST', 'purges', {});
-			purgeSupported = r.status !== 404 && r.status !== 405 && r.status !== 0;
+	// probePurge reports, once per page load, whether the admin API has
+	// purge: POST /pingback/purges with no filter is refused with 400 where
+	// it exists; 404 or 405 means this Caddy has no purge, and the page
+	// shows no purge button.
+	function probePurge() {
+		if (purgeProbe === null) {
+			purgeProbe = api('POST', 'purges', {}).then((r) => {
+				const ok = r.status !== 404 && r.status !== 405 && r.status !== 0;
+				document.body.dataset.purge = ok ? 'yes' : 'no';
+				return ok;
+			});
 		}
-		return purgeSupported;
+		return purgeProbe;
 	}
 
 	// ---- overview ----
