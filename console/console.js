@@ -266,9 +266,15 @@
 	async function records(gen, q) {
 		const f = recordFilter(q);
 		const title = f.state === 'parked' || f.state === 'failed' || f.state === 'rejected' ? 'Dead letters: ' + f.state : 'Results';
+		// The received-time filter shows once the list answers in the paged
+		// shape ({"records", "next_cursor"}), which filters by it; a bare
+		// array (an older admin API) does not.
+		const ranged = !!(f.received_after || f.received_before);
 		const range = [
-			el('label', null, 'received after', el('input', {name: 'received_after', value: f.received_after, placeholder: 'RFC 3339', size: 20})),
-			el('label', null, 'received before', el('input', {name: 'received_before', value: f.received_before, placeholder: 'RFC 3339', size: 20})),
+			el('label', {class: 'range', hidden: !ranged}, 'received after',
+				el('input', {name: 'received_after', value: f.received_after, placeholder: 'RFC 3339', size: 20})),
+			el('label', {class: 'range', hidden: !ranged}, 'received before',
+				el('input', {name: 'received_before', value: f.received_before, placeholder: 'RFC 3339', size: 20})),
 		];
 		const list = el('div', {id: 'records'});
 		const bulk = el('div', {id: 'bulk'});
@@ -288,6 +294,11 @@
 			return;
 		}
 		const {items, next} = listOf(r.data, 'records');
+		if (!cursor && !Array.isArray(r.data)) {
+			for (const label of main.querySelectorAll('label.range')) label.hidden = false;
+		} else if (!cursor && (f.received_after || f.received_before)) {
+			list.append(msg('This admin API lists results without the received-time filter; Replay all applies it.', 'error'));
+		}
 		if (items.length === 0 && !cursor) list.append(msg('No stored result matches.', 'muted'));
 		for (const rec of items) list.append(recordCard(rec));
 		if (next) {
