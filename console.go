@@ -173,14 +173,7 @@ func parseConsoleDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 
 // UnmarshalCaddyfile parses `pingback_console`: no arguments, no block.
 func (c *Console) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	if d.NextBlock(d.Nesting()) {
-		return d.Errf("pingback_console takes no options, got '%s'", d.Val())
-	}
-	return nil
+	return parseNoOptions(d)
 }
 
 // Interface guards

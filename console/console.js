@@ -280,32 +280,41 @@
 		const bulk = el('div', {id: 'bulk'});
 		main.replaceChildren(el('h1', null, title), filterForm('records', f, STATES, range), bulk, list);
 		bulkActions(gen, f, bulk);
-		await recordPage(gen, f, '', list);
+		await recordPage(gen, f, list);
 	}
 
-	async function recordPage(gen, f, cursor, list) {
+	// listPage appends one page of a list route (records or tasks) to list,
+	// with a "More" button while the answer has a next_cursor. first is
+	// called with the first page's answer.
+	async function listPage(gen, route, f, cursor, list, card, empty, first) {
 		const q = new URLSearchParams({limit: String(PAGE)});
 		for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
 		if (cursor) q.set('cursor', cursor);
-		const r = await api('GET', 'records?' + q);
+		const r = await api('GET', route + '?' + q);
 		if (gen !== generation) return;
 		if (!r.ok) {
 			list.append(msg(errorOf(r), 'error'));
 			return;
 		}
-		const {items, next} = listOf(r.data, 'records');
-		if (!cursor && !Array.isArray(r.data)) {
-			for (const label of main.querySelectorAll('label.range')) label.hidden = false;
-		} else if (!cursor && (f.received_after || f.received_before)) {
-			list.append(msg('This admin API lists results without the received-time filter; Replay all applies it.', 'error'));
-		}
-		if (items.length === 0 && !cursor) list.append(msg('No stored result matches.', 'muted'));
-		for (const rec of items) list.append(recordCard(rec));
+		const {items, next} = listOf(r.data, route);
+		if (!cursor && first) first(r.data);
+		if (items.length === 0 && !cursor) list.append(msg(empty, 'muted'));
+		for (const item of items) list.append(card(item));
 		if (next) {
 			const more = el('button', {id: 'more'}, 'More');
-			more.addEventListener('click', () => { more.remove(); recordPage(gen, f, next, list); });
+			more.addEventListener('click', () => { more.remove(); listPage(gen, route, f, next, list, card, empty); });
 			list.append(more);
 		}
+	}
+
+	function recordPage(gen, f, list) {
+		return listPage(gen, 'records', f, '', list, recordCard, 'No stored result matches.', (data) => {
+			if (!Array.isArray(data)) {
+				for (const label of main.querySelectorAll('label.range')) label.hidden = false;
+			} else if (f.received_after || f.received_before) {
+				list.append(msg('This admin API lists results without the received-time filter; Replay all applies it.', 'error'));
+			}
+		});
 	}
 
 	function recordCard(rec) {
@@ -407,7 +416,7 @@
 		const list = document.getElementById('records');
 		if (!list || gen !== generation) return;
 		list.replaceChildren();
-		recordPage(gen, f, '', list);
+		recordPage(gen, f, list);
 	}
 
 	async function startBulk(gen, filter, box, listed) {
@@ -555,40 +564,22 @@
 		const f = {provider: q.get('provider') || '', state: q.get('state') || ''};
 		const list = el('div', {id: 'tasks'});
 		main.replaceChildren(el('h1', null, 'Tasks' + (f.state ? ': ' + f.state : '')), filterForm('tasks', f, TASK_STATES), list);
-		await taskPage(gen, f, '', list);
+		await listPage(gen, 'tasks', f, '', list, taskCard, 'No tracked task matches.');
 	}
 
-	async function taskPage(gen, f, cursor, list) {
-		const q = new URLSearchParams({limit: String(PAGE)});
-		for (const [k, v] of Object.entries(f)) if (v) q.set(k, v);
-		if (cursor) q.set('cursor', cursor);
-		const r = await api('GET', 'tasks?' + q);
-		if (gen !== generation) return;
-		if (!r.ok) {
-			list.append(msg(errorOf(r), 'error'));
-			return;
-		}
-		const {items, next} = listOf(r.data, 'tasks');
-		if (items.length === 0 && !cursor) list.append(msg('No tracked task matches.', 'muted'));
-		for (const t of items) {
-			list.append(el('article', {class: 'card', 'data-key': t.provider + ':' + t.id},
-				el('div', {class: 'rec-head'}, el('strong', null, t.provider + ' / ' + t.id), stateBadge(t.state),
-					isTime(t.result_at) ? navLink({view: 'record', provider: t.provider, id: t.id}, 'result') : null),
-				kv([
-					['submitted', when(t.submitted_at)],
-					['method', t.method],
-					['next poll', isTime(t.next_poll_at) ? when(t.next_poll_at) : undefined],
-					['polls', t.polls ? String(t.polls) : undefined],
-					['result', isTime(t.result_at) ? when(t.result_at) : undefined],
-					['last error', t.last_error],
-					['pingback url', t.pingback_url],
-				])));
-		}
-		if (next) {
-			const more = el('button', {id: 'more'}, 'More');
-			more.addEventListener('click', () => { more.remove(); taskPage(gen, f, next, list); });
-			list.append(more);
-		}
+	function taskCard(t) {
+		return el('article', {class: 'card', 'data-key': t.provider + ':' + t.id},
+			el('div', {class: 'rec-head'}, el('strong', null, t.provider + ' / ' + t.id), stateBadge(t.state),
+				isTime(t.result_at) ? navLink({view: 'record', provider: t.provider, id: t.id}, 'result') : null),
+			kv([
+				['submitted', when(t.submitted_at)],
+				['method', t.method],
+				['next poll', isTime(t.next_poll_at) ? when(t.next_poll_at) : undefined],
+				['polls', t.polls ? String(t.polls) : undefined],
+				['result', isTime(t.result_at) ? when(t.result_at) : undefined],
+				['last error', t.last_error],
+				['pingback url', t.pingback_url],
+			]));
 	}
 
 	// ---- routing ----
