@@ -114,6 +114,9 @@ func Run(t *testing.T, h Harness) {
 		{"DueTasks", testDueTasks},
 		{"Counts", testCounts},
 		{"ListTasks", testListTasks},
+		{"ListPage", testListPage},
+		{"ListTaskPage", testListTaskPage},
+		{"Purge", testPurge},
 		{"Close", testClose},
 		{"Model", testModel},
 	}
