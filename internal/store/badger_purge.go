@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
 )
 
 // Purge on Badger (format 4):

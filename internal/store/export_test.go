@@ -192,3 +192,12 @@ func (j *journal) waitCheckpointed() {
 		j.cond.Wait()
 	}
 }
+
+// SetGatherMax sets how many records of a state ListPage gathers and
+// sorts (badger_list.go) and returns a function that restores it: 0 makes
+// every state listing walk the received-time index.
+func SetGatherMax(n int) (restore func()) {
+	old := gatherMax
+	gatherMax = n
+	return func() { gatherMax = old }
+}
