@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -40,11 +43,31 @@ func parseReceivedKey(k []byte) (Position, bool) {
 	return Position{ReceivedAt: at, Key: Key{Provider: string(rest[:i]), ID: string(rest[i+1+8:])}}, true
 }
 
-// gatherMax is how many records of a state ListPage reads whole and
-// sorts, when its state index (v/, or l/ for forwarding) holds at most as
-// many; a state with more is listed by walking the received-time index
-// and checking each record's state.
-var gatherMax = 2000
+// gatherMax, if not negative, replaces the number of records of a state
+// ListPage gathers, read and sorted (tests set it to walk every time).
+// By default ListPage gathers when the state index holds at most
+// max(200, √((limit+1)·n)) entries, n the records of the provider (or all):
+// gathering costs what the state holds, walking the received-time index
+// about limit·n/held, so either way a page reads at most about
+// √((limit+1)·n) entries (10 000 for a page of 100 among a million).
+var gatherMax = -1
+
+// gatherCap is how many keys of a state ListPage gathers for q.
+func (b *Badger) gatherCap(q ListQuery) int {
+	if gatherMax >= 0 {
+		return gatherMax
+	}
+	c := b.counts.snapshot()
+	var n int64
+	for p, m := range c.Records {
+		if q.Provider == "" || p == q.Provider {
+			for _, k := range m {
+				n += k
+			}
+		}
+	}
+	return max(200, int(math.Sqrt(float64(int64(q.Limit+1)*n))))
+}
 
 // ListPage implements Lister.
 func (b *Badger) ListPage(ctx context.Context, q ListQuery) (Page, error) {
@@ -55,7 +78,7 @@ func (b *Badger) ListPage(ctx context.Context, q ListQuery) (Page, error) {
 	err := b.view(func(txn *badger.Txn) error {
 		w := &batch{txn: txn}
 		if q.State != "" && q.State != StateDelivered {
-			keys, small, err := w.stateKeys(ctx, q)
+			keys, small, err := w.stateKeys(ctx, q, b.gatherCap(q))
 			if err != nil {
 				return err
 			}
@@ -72,8 +95,8 @@ func (b *Badger) ListPage(ctx context.Context, q ListQuery) (Page, error) {
 }
 
 // stateKeys returns the keys the state index holds for q's state and
-// provider, and whether they are at most gatherMax.
-func (w *batch) stateKeys(ctx context.Context, q ListQuery) ([]Key, bool, error) {
+// provider, and whether they are at most limit (it stops after one more).
+func (w *batch) stateKeys(ctx context.Context, q ListQuery, limit int) ([]Key, bool, error) {
 	var keys []Key
 	var prefix string
 	var parse func(k []byte) (Key, bool)
@@ -92,38 +115,88 @@ func (w *batch) stateKeys(ctx context.Context, q ListQuery) ([]Key, bool, error)
 		if key, ok := parse(k); ok && (q.Provider == "" || key.Provider == q.Provider) {
 			keys = append(keys, key)
 		}
-		return len(keys) <= gatherMax && ctx.Err() == nil
+		return len(keys) <= limit && ctx.Err() == nil
 	})
 	if err == nil {
 		err = ctx.Err()
 	}
-	return keys, len(keys) <= gatherMax, err
+	return keys, len(keys) <= limit, err
 }
 
-// gather reads the records under keys, keeps those q matches and appends
-// the first q.Limit+1 of them, in order, to out.
+// gather reads the received time and state of the records under keys
+// (not the whole records), keeps those q matches and appends the first
+// q.Limit+1 of them, read whole, in order, to out.
 func (w *batch) gather(ctx context.Context, q ListQuery, keys []Key, out *[]*Record) error {
 	slices.SortFunc(keys, keyOrder)
 	keys = slices.Compact(keys)
-	var recs []*Record
+	var pos []Position
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		rec, err := w.record(k)
+		p, ok, err := w.position(k)
+		if err != nil {
+			return err
+		}
+		if !ok || !q.matches(p) {
+			continue
+		}
+		d, _, err := w.delivery(k)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if rec.State == q.State && q.matches(PositionOf(rec)) {
-			recs = append(recs, rec)
+		if d.State == q.State {
+			pos = append(pos, p)
 		}
 	}
-	slices.SortFunc(recs, func(a, b *Record) int { return ComparePosition(PositionOf(a), PositionOf(b)) })
-	*out = append(*out, recs[:min(len(recs), q.Limit+1)]...)
+	slices.SortFunc(pos, ComparePosition)
+	for _, p := range pos[:min(len(pos), q.Limit+1)] {
+		rec, err := w.record(p.Key)
+		if err != nil {
+			return err
+		}
+		*out = append(*out, rec)
+	}
 	return nil
+}
+
+// position returns the position of the record under k, decoding only the
+// start of its value; ok is false if there is none.
+func (w *batch) position(k Key) (Position, bool, error) {
+	item, err := w.get(recordKey(k))
+	if errors.Is(err, ErrNotFound) {
+		return Position{}, false, nil
+	}
+	if err != nil {
+		return Position{}, false, err
+	}
+	var at time.Time
+	err = item.Value(func(v []byte) error {
+		if len(v) == 0 || v[0] != tagRecord1 {
+			var r Record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			at = r.ReceivedAt
+			return nil
+		}
+		d := dec{b: v[1:]}
+		var x Delivery
+		d.delivery(&x)
+		d.str() // provider
+		d.str() // id
+		d.str() // code
+		d.str() // source
+		at = d.time()
+		return d.err
+	})
+	if err != nil {
+		return Position{}, false, fmt.Errorf("decoding record %s: %w", k, err)
+	}
+	return Position{ReceivedAt: at, Key: k}, true, nil
 }
 
 // walkReceived merges the received-time runs of q's providers from q's
