@@ -254,18 +254,16 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	}
 
-	// Purge: offered only where the admin API has it.
-	b.do(t, "purge probe", chromedp.Navigate(consoleSub+"?view=record&provider=2captcha&id=7501"),
-		until(`document.querySelector('#record') && document.body.dataset.purge`))
-	if evalJS[string](t, b, `document.body.dataset.purge`) == "yes" {
-		b.do(t, "purge one", chromedp.Click(chromedp.CSS(`[data-action="purge"]`)),
-			chromedp.Click(chromedp.CSS(`[data-confirm="yes"]`)),
-			until(`document.querySelector('#record').innerText.includes('Purged.')`))
-		if status, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusNotFound {
-			t.Errorf("after purge: %d %s, want 404", status, body)
+	// The received-time filter: shown where the list applies it.
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	b.do(t, "received-time filter", chromedp.Navigate(consoleSub+"?view=records&state=delivered&received_after="+future),
+		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
+	if _, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1"); strings.HasPrefix(string(body), "{") {
+		if hidden := evalJS[bool](t, b, `document.querySelector('label.range').hidden`); hidden {
+			t.Error("the list filters by received time, yet the page hides the filter")
 		}
-	} else if n := evalJS[int](t, b, `document.querySelectorAll('[data-action="purge"], #bulk-purge').length`); n != 0 {
-		t.Errorf("the admin API has no purge, yet the page shows %d purge buttons", n)
+	} else if text := evalJS[string](t, b, `document.querySelector('#records').innerText`); !strings.Contains(text, "without the received-time filter") {
+		t.Errorf("the list ignores received_after, and the page does not say so: %q", text)
 	}
 
 	// The tasks.
@@ -284,6 +282,41 @@ func TestConsoleBrowser(t *testing.T) {
 		noHorizontalScroll(t, b, v.name)
 		if v.name == "record" {
 			b.screenshot(t, "record-phone.png")
+		}
+	}
+
+	// Purge: offered only where the admin API has it, one result and all
+	// matching, each after a confirmation.
+	b.do(t, "purge probe", chromedp.Navigate(consoleSub+"?view=record&provider=2captcha&id=7501"),
+		until(`document.querySelector('#record') && document.body.dataset.purge`))
+	if status, _ := adminRequest(t, http.MethodPost, "/pingback/purges"); status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
+		t.Log("the admin API has no purge: checking that the page offers none")
+		if n := evalJS[int](t, b, `document.querySelectorAll('[data-action="purge"], #bulk-purge').length`); n != 0 ||
+			evalJS[string](t, b, `document.body.dataset.purge`) != "no" {
+			t.Errorf("the admin API has no purge, yet the page shows %d purge buttons", n)
+		}
+		return
+	}
+	t.Log("the admin API has purge: purging through the page")
+	b.do(t, "purge one", chromedp.Click(chromedp.CSS(`[data-action="purge"]`)),
+		until(`document.querySelector('#record [data-confirm="yes"]')`))
+	if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusOK {
+		t.Fatalf("7501 gone before the purge was confirmed: %d", status)
+	}
+	b.do(t, "confirm the purge", chromedp.Click(chromedp.CSS(`#record [data-confirm="yes"]`)),
+		until(`document.querySelector('#record').innerText.includes('Purged.')`))
+	if status, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusNotFound {
+		t.Errorf("after purge: %d %s, want 404", status, body)
+	}
+	b.do(t, "purge all delivered", chromedp.Navigate(consoleSub+"?state=delivered&provider=2captcha"),
+		until(`document.querySelectorAll('#records [data-key]').length === 5`),
+		chromedp.Click(chromedp.CSS(`#bulk-purge`)),
+		chromedp.Click(chromedp.CSS(`#bulk [data-confirm="yes"]`)),
+		until(`document.querySelector('#bulk').innerText.includes('Purged 5 results.')`),
+		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
+	for i := range bulk + 1 {
+		if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+strconv.Itoa(7500+i)); status != http.StatusNotFound {
+			t.Errorf("2captcha:%d after the bulk purge: %d, want 404", 7500+i, status)
 		}
 	}
 }
