@@ -122,9 +122,26 @@ func evalJS[T any](t *testing.T, b *browserTab, expr string) T {
 	return v
 }
 
-// until waits for a JavaScript expression to be truthy.
+// until waits for a JavaScript expression to be truthy. Right after a
+// navigation, the tab may still name the old document's JavaScript context,
+// which the browser has just destroyed: the poll is then started again in
+// the new one.
 func until(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
+	poll := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
+	return func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		for {
+			v, err := poll(ctx, tgt)
+			if err == nil || !(strings.Contains(err.Error(), "Cannot find context with specified id") ||
+				strings.Contains(err.Error(), "Execution context was destroyed")) || ctx.Err() != nil {
+				return v, err
+			}
+			select { // pace the retries
+			case <-ctx.Done():
+				return v, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // screenshot saves a full-page PNG screenshot as name in the screenshot
@@ -229,10 +246,19 @@ func TestConsoleBrowser(t *testing.T) {
 	if strings.Contains(text, "SECRET-") || !strings.Contains(text, consoleHidden) || !strings.Contains(text, consoleXSS) {
 		t.Errorf("detail text %q: want credentials hidden and X-Evil shown as text", text)
 	}
-	if hasHistory := evalJS[bool](t, b, `!!document.querySelector('#history')`); hasHistory {
+	if strings.Contains(text, "[object") || strings.Contains(text, "undefined") {
+		t.Errorf("detail text %q: a value rendered as [object ...] or undefined", text)
+	}
+	// The attempt history, where the admin API answers it.
+	if _, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7500"); strings.Contains(string(body), `"history":[`) {
 		if rows := evalJS[int](t, b, `document.querySelectorAll('#history tbody tr').length`); rows != 3 {
-			t.Errorf("history shows %d attempts, want 3", rows)
+			t.Errorf("history shows %d attempts, want 3 (callback, replay, manual)", rows)
 		}
+		if got := evalJS[string](t, b, `document.querySelector('#history tbody tr:last-child').innerText`); !strings.Contains(got, "manual") || !strings.Contains(got, "delivered") {
+			t.Errorf("the last attempt reads %q, want a manual replay, delivered", got)
+		}
+	} else {
+		t.Log("the admin API answers no history: none shown")
 	}
 	b.screenshot(t, "record.png")
 

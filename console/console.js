@@ -212,7 +212,7 @@
 				kv([
 					['pending tasks', t.pending === undefined ? undefined : navLink({view: 'tasks', provider: p, state: 'pending'}, String(t.pending))],
 					['oldest pending', t.oldest_pending_age_seconds === undefined ? undefined : duration(t.oldest_pending_age_seconds)],
-					['retry backlog', oldestUndelivered === undefined ? undefined : duration(oldestUndelivered) + ' old'],
+					['retry backlog', oldestUndelivered === undefined ? undefined : (oldestUndelivered > 0 ? duration(oldestUndelivered) + ' old' : 'none')],
 					['last pingback', (s.last_callback_at || {})[p] === undefined ? undefined : when(s.last_callback_at[p])],
 					['budget', budget ? 'used ' + budget.used + ', left ' + budget.left : undefined],
 				])));
@@ -496,7 +496,7 @@
 		});
 		const req = rec.request || {};
 		const d = rec.lease || {};
-		wrap.append(
+		wrap.append(...[
 			el('div', {class: 'rec-head'}, stateBadge(rec.state), el('span', {class: 'muted'}, 'source ' + (rec.source || '?'))),
 			actions, out,
 			el('section', {class: 'card'}, kv([
@@ -518,7 +518,8 @@
 			rec.answer ? [el('h2', null, 'Answer'), el('pre', {id: 'answer'}, bytesText(rec.answer))] : [],
 			el('h2', null, 'Request'),
 			requestCard(req),
-			historySection(rec.history));
+			historySection(rec.history),
+		].flat());
 		return wrap;
 	}
 
@@ -552,7 +553,7 @@
 		for (const h of history) {
 			const took = isTime(h.started_at) && isTime(h.ended_at) ? ((new Date(h.ended_at) - new Date(h.started_at)) / 1000).toFixed(3) + 's' : '';
 			const vals = [h.attempt, h.source, when(h.started_at), took, h.status ? String(h.status) : '—', h.outcome ? stateBadge(h.outcome) : '', h.error || ''];
-			tbody.append(el('tr', null, vals.map((v, i) => el('td', {'data-label': cols[i]}, v === undefined ? '' : v))));
+			tbody.append(el('tr', null, vals.map((v, i) => el('td', {'data-label': cols[i]}, v === undefined || v === '' ? null : v))));
 		}
 		return [head, el('table', {class: 'history', id: 'history'},
 			el('thead', null, el('tr', null, cols.map((c) => el('th', null, c)))), tbody)];
