@@ -325,6 +325,7 @@ func parseTrackDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, e
 //		provider <name>
 //		pingback_url <url>
 //		max_body <size>
+//		max_answer <size>
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -347,6 +348,12 @@ func (t *Tracker) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			t.MaxBody = size
+		case "max_answer":
+			size, err := sizeArg(d)
+			if err != nil {
+				return err
+			}
+			t.MaxAnswer = size
 		default:
 			return d.Errf("unrecognized pingback_track subdirective '%s'", name)
 		}
@@ -374,6 +381,7 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //		provider <name>
 //		ack_timeout <duration>
 //		max_body <size>
+//		keep_headers <name...>
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -398,6 +406,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.MaxBody = size
+		case "keep_headers":
+			h.KeepHeaders = d.RemainingArgs()
+			if len(h.KeepHeaders) == 0 {
+				return d.ArgErr()
+			}
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
