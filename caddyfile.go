@@ -60,6 +60,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			api_key <key>
 //			callback_method get|post
 //			callback_format form|json
+//			result_method get|post
 //			give_up <duration>
 //		}
 //		poll {
@@ -250,6 +251,10 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			pc.GiveUp = dur
 		case "callback_method":
 			if err := oneArg(d, &pc.CallbackMethod); err != nil {
+				return err
+			}
+		case "result_method":
+			if err := oneArg(d, &pc.ResultMethod); err != nil {
 				return err
 			}
 		default:
