@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -461,5 +463,32 @@ http://localhost:%s {
 	}
 	if strings.Contains(read(accessFile), key) {
 		t.Error("GET submission: the filtered access log holds the key")
+	}
+}
+
+// TestStartRefusesSharedStorageDir checks that Caddy does not start the
+// plugin on a storage_dir that holds a file that is not the store's: the
+// config load fails with an error naming the file, and the file and the
+// directory's mode stay as they were.
+func TestStartRefusesSharedStorageDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "app.sqlite"), []byte("the app's data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := newAppStub(t)
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileFor("storage_dir "+dir, pingbackSite("2captcha", "", app))), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = caddy.Load(cfg, true)
+	t.Cleanup(func() { unloadCaddy(t) })
+	if err == nil || !strings.Contains(err.Error(), `"app.sqlite"`) || !strings.Contains(err.Error(), "not one of the store's files") {
+		t.Fatalf("load with a shared storage_dir: %v; want an error naming app.sqlite", err)
+	}
+	if info, _ := os.Stat(dir); info.Mode().Perm() != 0o755 {
+		t.Errorf("the refused directory's mode changed to %o", info.Mode().Perm())
 	}
 }
