@@ -153,8 +153,8 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = 5 * time.Minute
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating storage directory: %w", err)
+	if err := secureStoreDir(opts.Dir); err != nil {
+		return nil, err
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -240,6 +240,10 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		}
 	}
 	epoch, err := openFormat(db, logger)
+	if err == nil {
+		// The files Badger created while opening (LOCK, a memtable log).
+		err = privateFiles(opts.Dir)
+	}
 	if err == nil && j != nil {
 		// The replayed records and the new epoch, written to Badger
 		// unsynced, become durable here.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -334,10 +335,14 @@ func parseTail(tail []byte) (Key, bool) {
 }
 
 // unixNano is t in Unix nanoseconds, 0 for the zero time or any time
-// before 1970.
+// before 1970, the largest int64 for any time after 2262 (where UnixNano
+// would wrap).
 func unixNano(t time.Time) uint64 {
 	if t.IsZero() || t.Before(time.Unix(0, 0)) {
 		return 0
+	}
+	if t.After(time.Unix(0, math.MaxInt64)) {
+		return math.MaxInt64
 	}
 	return uint64(t.UnixNano())
 }
@@ -346,11 +351,19 @@ func recordKey(k Key) []byte   { return []byte(recordPrefix + k.Provider + "/" +
 func deliveryKey(k Key) []byte { return []byte(deliveryPrefix + k.Provider + "/" + k.ID) }
 
 // expiry is a record's ExpiresAt as Badger TTL (Unix seconds).
+//
+// Badger reads 0 as "never expires", so a time at or before the Unix epoch
+// (which would give 0, or wrap around to a huge value as a negative number
+// turned unsigned) is clamped to 1: expired at once, never immortal. The
+// zero time is the only "no TTL".
 func expiry(t time.Time) uint64 {
 	if t.IsZero() {
 		return 0
 	}
-	return uint64(t.Unix())
+	if s := t.Unix(); s > 0 {
+		return uint64(s)
+	}
+	return 1
 }
 
 // graced is exp plus expiryGrace (0 stays 0: no TTL).

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -371,6 +372,26 @@ func (d *pgDelivery) delivery() Delivery {
 func ns(t time.Time) any {
 	if t.IsZero() {
 		return nil
+	}
+	return pgNano(t)
+}
+
+// The times a nanosecond column can hold (UnixNano's range, years 1678 to
+// 2262).
+var (
+	minNS = time.Unix(0, math.MinInt64)
+	maxNS = time.Unix(0, math.MaxInt64)
+)
+
+// pgNano is t in Unix nanoseconds, clamped to the int64 range: outside
+// it UnixNano wraps (year 1 would read back as a time in 1754 or so, and
+// an expires_at far in the past as one far in the future).
+func pgNano(t time.Time) int64 {
+	switch {
+	case t.Before(minNS):
+		return math.MinInt64
+	case t.After(maxNS):
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }

@@ -158,7 +158,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		}
 		owners, abs, rel = append(owners, owner), append(abs, a), append(rel, r)
 		lastStatus, lastErrs = append(lastStatus, int32(c.LastStatus)), append(lastErrs, c.LastError)
-		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, c.ExpiresAt.UnixNano())
+		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, pgNano(c.ExpiresAt))
 	}
 	sorted := slices.Clone(keys)
 	slices.SortFunc(sorted, keyOrder)
@@ -395,6 +395,6 @@ func nsPtr(t time.Time) *int64 {
 	if t.IsZero() {
 		return nil
 	}
-	v := t.UnixNano()
+	v := pgNano(t)
 	return &v
 }

@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		{"InsertForwarding", testInsertForwarding},
 		{"InsertCompletesTask", testInsertCompletesTask},
 		{"InsertTooLarge", testInsertTooLarge},
+		{"CodeBytes", testCodeBytes},
 		{"UpdateDelivery", testUpdateDelivery},
 		{"UpdateDeliveryFnError", testUpdateDeliveryFnError},
 		{"UpdateDeliveryLeaseInvariant", testUpdateDeliveryLeaseInvariant},
