@@ -195,6 +195,10 @@ type Delivery struct {
 	// delivery.
 	LastError string    `json:"last_error,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// History lists the forwards started (Attempts counts them): the
+	// first and the latest, at most MaxHistory (see StartAttempt); empty
+	// for a result stored before the store kept it.
+	History []Attempt `json:"history"`
 }
 
 // Filter selects records for List. Empty fields match everything.
