@@ -139,6 +139,13 @@ func (a *memAges) apply(ds []ageDelta, live map[string]time.Time) {
 	}
 }
 
+// lastLive is the newest live pingback of provider counted so far.
+func (a *memAges) lastLive(provider string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last[provider]
+}
+
 // snapshot returns the current ages.
 func (a *memAges) snapshot() Ages {
 	a.mu.Lock()

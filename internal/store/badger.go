@@ -949,7 +949,7 @@ func (b *Badger) commit(ops []*op) {
 			if live == nil {
 				live = map[string]time.Time{}
 			}
-			if p := w.recvKey.Provider; w.liveAt.After(live[p]) {
+			if p := w.recvKey.Provider; w.liveAt.After(live[p]) && w.liveAt.After(b.ages.lastLive(p)) {
 				live[p] = w.liveAt
 			}
 		}

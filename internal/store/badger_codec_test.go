@@ -213,8 +213,8 @@ func TestCodecAppendedFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "record without the appended history", r, b[:len(b)-1], decodeRecord)   // its empty history was one byte
-	roundTrip(t, "record without the appended answer", r, b[:len(b)-2], decodeRecord)    // and its empty answer one more
+	roundTrip(t, "record without the appended history", r, b[:len(b)-1], decodeRecord) // its empty history was one byte
+	roundTrip(t, "record without the appended answer", r, b[:len(b)-2], decodeRecord)  // and its empty answer one more
 	roundTrip(t, "delivery without the appended history", &r.Delivery, encodeDelivery(&r.Delivery)[:len(encodeDelivery(&r.Delivery))-1], decodeDelivery)
 	task := filled[Task](t)
 	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt = "", "", 0, time.Time{}, time.Time{}
