@@ -9,10 +9,11 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// agesEvery bounds how often the store is asked for its ages
+// agesEvery bounds how often a shared store is asked for its ages
 // (store.Counter.Ages): on PostgreSQL that is a few index descents per
 // provider, shared by every scrape and GET /pingback/status within it; an
-// age gauge is then at most this stale.
+// age gauge is then at most this stale. Badger keeps them in memory and is
+// asked every time.
 const agesEvery = time.Second
 
 // agesCache holds the last ages read, and of which store.
@@ -26,6 +27,10 @@ var agesCache struct {
 // currentAges returns st's ages, read at most once per agesEvery; false
 // if the store could not answer.
 func currentAges(ctx context.Context, st store.Store) (store.Ages, bool) {
+	if _, inMemory := st.(*store.Badger); inMemory {
+		ages, err := st.Ages(ctx)
+		return ages, err == nil
+	}
 	agesCache.Lock()
 	defer agesCache.Unlock()
 	if agesCache.st == st && time.Since(agesCache.at) < agesEvery {

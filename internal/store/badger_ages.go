@@ -15,8 +15,10 @@ import (
 // when the store opens (countAges); the last live pingback of each
 // provider is also kept under m/live/<provider>, written once per group
 // commit that stored one, so that it survives restarts without a scan.
-// Like the counts, a pending task that leaves Badger by its TTL stays
-// counted until the next open.
+// The oldest times are kept to the second, rounded up (ageSecond): an age
+// told from them is under the true one by less than a second. Like the
+// counts, a pending task that leaves Badger by its TTL stays counted until
+// the next open.
 func (b *Badger) Ages(ctx context.Context) (Ages, error) {
 	b.mu.RLock()
 	closed := b.closed
@@ -25,6 +27,15 @@ func (b *Badger) Ages(ctx context.Context) (Ages, error) {
 		return Ages{}, ErrClosed
 	}
 	return b.ages.snapshot(), nil
+}
+
+// ageSecond is the second t is aged from: the next whole second (an age
+// told from it is under the true one by less than a second, never over).
+func ageSecond(t time.Time) int64 {
+	if t.Nanosecond() > 0 {
+		return t.Unix() + 1
+	}
+	return t.Unix()
 }
 
 // lastLivePrefix keys the received time (8 bytes, big-endian Unix ns) of
@@ -52,7 +63,7 @@ func (w *batch) trackBacklog(k Key, enter bool) {
 	if at.IsZero() {
 		return
 	}
-	w.aged = append(w.aged, ageDelta{kind: ageBacklog, key: k, sec: at.Unix(), n: 1})
+	w.aged = append(w.aged, ageDelta{kind: ageBacklog, key: k, sec: ageSecond(at), n: 1})
 }
 
 // trackPending notes a task entering (n 1) or leaving (n -1) TaskPending.
@@ -60,7 +71,7 @@ func (w *batch) trackPending(t *Task, n int64) {
 	if t.SubmittedAt.IsZero() {
 		return // no age to tell
 	}
-	w.aged = append(w.aged, ageDelta{kind: agePending, key: t.Key(), sec: t.SubmittedAt.Unix(), n: n})
+	w.aged = append(w.aged, ageDelta{kind: agePending, key: t.Key(), sec: ageSecond(t.SubmittedAt), n: n})
 }
 
 // receivedAt reads the received time of the record under k from its r/
@@ -148,7 +159,7 @@ func countAges(w *batch) (*memAges, error) {
 		if at.IsZero() {
 			continue
 		}
-		ds = append(ds, ageDelta{kind: ageBacklog, key: k, sec: at.Unix(), n: 1})
+		ds = append(ds, ageDelta{kind: ageBacklog, key: k, sec: ageSecond(at), n: 1})
 	}
 	for _, k := range tasks {
 		t, err := w.task(k)
@@ -159,7 +170,7 @@ func countAges(w *batch) (*memAges, error) {
 			return nil, err
 		}
 		if t.State == TaskPending && !t.SubmittedAt.IsZero() {
-			ds = append(ds, ageDelta{kind: agePending, key: k, sec: t.SubmittedAt.Unix(), n: 1})
+			ds = append(ds, ageDelta{kind: agePending, key: k, sec: ageSecond(t.SubmittedAt), n: 1})
 		}
 	}
 	err := w.scan(lastLivePrefix, func(k []byte) bool {
