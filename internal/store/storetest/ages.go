@@ -19,13 +19,13 @@ func checkAge(s store.Store, what string, pick func(store.Ages) map[string]time.
 	got, ok := pick(a)[prov]
 	switch {
 	case want.IsZero() && ok:
-		return fmt.Errorf("Ages.%s[%s] = %s, want none", what, prov, fmtTime(got))
+		return fmt.Errorf("ages: %s[%s] = %s, want none", what, prov, fmtTime(got))
 	case !want.IsZero() && (!ok || got.Unix() != want.Unix()):
-		return fmt.Errorf("Ages.%s[%s] = %s (set %v), want %s", what, prov, fmtTime(got), ok, fmtTime(want))
+		return fmt.Errorf("ages: %s[%s] = %s (set %v), want %s", what, prov, fmtTime(got), ok, fmtTime(want))
 	}
 	for p := range pick(a) {
 		if p != prov {
-			return fmt.Errorf("Ages.%s has provider %q the suite never stored", what, p)
+			return fmt.Errorf("ages: %s has provider %q the suite never stored", what, p)
 		}
 	}
 	return nil
