@@ -241,6 +241,9 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		}
 	}
 	epoch, err := openFormat(db, logger)
+	if err == nil {
+		err = seedLastLive(db)
+	}
 	if err == nil && j != nil {
 		// The replayed records and the new epoch, written to Badger
 		// unsynced, become durable here.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dgraph-io/badger/v4"
 )
 
 // Ages implements Counter. Badger keeps them in memory: the backlog by
@@ -83,24 +85,90 @@ func (w *batch) receivedAt(k Key) (time.Time, error) {
 	}
 	var at time.Time
 	err = item.Value(func(v []byte) error {
-		if len(v) == 0 || v[0] != tagRecord1 {
-			var r Record
-			if err := decodeRecord(v, &r); err != nil {
-				return err
-			}
-			at = r.ReceivedAt
-			return nil
-		}
-		d := dec{b: v[1:]}
-		var x Delivery
-		d.delivery(&x)
-		for range 4 { // provider id code source
-			d.raw()
-		}
-		at = d.time()
-		return d.err
+		var err error
+		_, at, err = sourceReceived(v)
+		return err
 	})
 	return at, err
+}
+
+// sourceReceived decodes only the source and received time of an r/
+// value.
+func sourceReceived(v []byte) (Source, time.Time, error) {
+	if len(v) == 0 || v[0] != tagRecord1 {
+		var r Record
+		if err := decodeRecord(v, &r); err != nil {
+			return "", time.Time{}, err
+		}
+		return r.Source, r.ReceivedAt, nil
+	}
+	d := dec{b: v[1:]}
+	var x Delivery
+	d.delivery(&x)
+	for range 3 { // provider id code
+		d.raw()
+	}
+	src := Source(d.raw())
+	at := d.time()
+	return src, at, d.err
+}
+
+// lastLiveSeeded marks a store whose m/live/ keys were seeded from its
+// records (seedLastLive), or that had them from the start.
+const lastLiveSeeded = "m/live-seeded"
+
+// seedLastLive gives a store written before the m/live/ keys existed its
+// newest live pingback of each provider, once: a scan of the records
+// (their source and received time only) when the store is first opened
+// by this version, so that last_callback_timestamp_seconds survives that
+// restart too. Its writes become durable with the checkpoint that follows
+// at open (if they are lost, the next open seeds again).
+func seedLastLive(db *badger.DB) error {
+	seeded := false
+	if err := db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get([]byte(lastLiveSeeded))
+		if err == nil {
+			seeded = true
+			return nil
+		}
+		if !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		return (&batch{txn: txn}).scan(lastLivePrefix, func([]byte) bool { seeded = true; return false })
+	}); err != nil || seeded {
+		return err
+	}
+	live := map[string]time.Time{}
+	if err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(recordPrefix), PrefetchValues: true, PrefetchSize: 100})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			key, ok := parseTail(it.Item().Key()[len(recordPrefix):])
+			if !ok {
+				continue
+			}
+			if err := it.Item().Value(func(v []byte) error {
+				src, at, err := sourceReceived(v)
+				if err == nil && src == SourceCallback && at.After(live[key.Provider]) {
+					live[key.Provider] = at
+				}
+				return err
+			}); err != nil {
+				return fmt.Errorf("decoding record %s: %w", key, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return db.Update(func(txn *badger.Txn) error {
+		for _, w := range liveWrites(live) {
+			if err := txn.Set(w.key, w.val); err != nil {
+				return err
+			}
+		}
+		return txn.Set([]byte(lastLiveSeeded), nil)
+	})
 }
 
 // countAges rebuilds the ages when the store opens: the backlog from the
