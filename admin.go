@@ -212,7 +212,7 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	}
-	rec, err := a.redrive(r.Context(), key, force)
+	rec, err := a.redrive(r.Context(), key, force, store.SourceManual)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}

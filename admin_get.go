@@ -31,6 +31,9 @@ func handleGetRecord(w http.ResponseWriter, r *http.Request, key store.Key) erro
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
+	if rec.History == nil {
+		rec.History = []store.Attempt{} // a list, [] for a result stored before the history was kept
+	}
 	return writeJSON(w, publicRecord(rec))
 }
 

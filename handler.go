@@ -198,6 +198,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		},
 		ExpiresAt: now.Add(time.Duration(h.app.Retention)),
 	}
+	rec.StartAttempt(store.SourceCallback, now) // in the insert: no write of its own
 
 	// The provider may hang up; the result is valid and is stored anyway.
 	ctx := context.WithoutCancel(r.Context())
@@ -270,8 +271,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 		}
 		h.stored.Inc()
-		h.app.metrics.lastCallback.WithLabelValues(h.Provider).Set(float64(now.UnixNano()) / 1e9)
-		lastCallbacks.set(h.Provider, now)
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)

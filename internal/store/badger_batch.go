@@ -53,6 +53,13 @@ type batch struct {
 	// counted are the count changes of the operation's writes, applied
 	// to the store's counts once the batch is committed.
 	counted []countDelta
+	// aged are the changes of the ages (badger_ages.go), applied with
+	// counted; recvKey and recvAt are the received time of the record
+	// the operation read or wrote last, liveAt that of the live pingback
+	// it stored (zero if none).
+	aged           []ageDelta
+	recvKey        Key
+	recvAt, liveAt time.Time
 }
 
 // write is one buffered write: a set, or a deletion when del is true.
@@ -207,6 +214,9 @@ func (w *batch) dropDelivery(k Key, old *Delivery, exp uint64) {
 // moveIndexes deletes old's due and lease entries that d no longer has and
 // writes d's; a record left undelivered joins the expiry watch.
 func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
+	if was, is := old != nil && inBacklog(old.State), inBacklog(d.State); was != is {
+		w.trackBacklog(k, is)
+	}
 	if old == nil || old.State != d.State {
 		if old != nil {
 			w.counted = append(w.counted, countDelta{provider: k.Provider, state: old.State, n: -1})

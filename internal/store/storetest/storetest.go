@@ -115,6 +115,8 @@ func Run(t *testing.T, h Harness) {
 		{"DueTasks", testDueTasks},
 		{"Counts", testCounts},
 		{"ListTasks", testListTasks},
+		{"Ages", testAges},
+		{"History", testHistory},
 		{"Close", testClose},
 		{"Model", testModel},
 	}
