@@ -56,7 +56,8 @@ var consolePage = template.Must(template.ParseFS(consoleFiles, "console/index.ht
 // (any method but GET and HEAD) must come from the page's own origin: an
 // Origin header naming the request's host, or, without Origin,
 // Sec-Fetch-Site: same-origin (403 otherwise). Credential headers of stored
-// requests (Authorization, Cookie, X-Api-Key...) are never sent to the page.
+// requests (Authorization, Cookie, X-Api-Key...) reach the page redacted,
+// as every admin answer has them.
 type Console struct {
 	app *App
 }

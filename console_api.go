@@ -15,9 +15,9 @@ import (
 // The console's API is the admin API itself: <mount>/api/<route> is served
 // by the handler of the admin route /pingback/<route>, in-process, with the
 // same request (method, query, body) and the same answer, so every route
-// the admin API has (or gains) works from the console. Two things differ:
-// the console's guard runs first (console_guard.go), and credential
-// headers of stored requests are removed from the answers.
+// the admin API has (or gains) works from the console, with credential
+// headers of stored requests redacted as the admin API redacts them
+// (publicRecord). Only the console's guard (console_guard.go) comes first.
 
 // consoleRoutes maps admin route patterns to their handlers, matched the
 // way Caddy's admin endpoint matches them (an http.ServeMux).
@@ -44,7 +44,10 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 			Err: errors.New("the config is being reloaded: try again")})
 	}
 	ar := r.Clone(r.Context())
-	ar.URL.Path, ar.URL.RawPath = "/pingback/"+rest, ""
+	// The escaped path too: the admin handlers split it (pathSegments), so
+	// that an id with "%2F" stays one segment.
+	ar.URL.Path = "/pingback/" + rest
+	ar.URL.RawPath = "/pingback/" + strings.TrimPrefix(r.URL.EscapedPath(), "/api/")
 	ar.RequestURI = ar.URL.RequestURI()
 	mux, handlers := consoleRoutes()
 	_, pattern := mux.Handler(ar)
@@ -56,10 +59,6 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 	if err := h.ServeHTTP(buf, ar); err != nil {
 		return writeConsoleError(w, err)
 	}
-	body := buf.body.Bytes()
-	if strings.HasPrefix(buf.header.Get("Content-Type"), "application/json") {
-		body = redactCredentialHeaders(body)
-	}
 	for k, v := range buf.header {
 		w.Header()[k] = v
 	}
@@ -69,7 +68,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 	}
 	w.Header().Del("Content-Length")
 	w.WriteHeader(buf.status())
-	_, err := w.Write(body)
+	_, err := w.Write(buf.body.Bytes())
 	return err
 }
 
@@ -91,8 +90,9 @@ func writeConsoleError(w http.ResponseWriter, err error) error {
 	return json.NewEncoder(w).Encode(apiErr)
 }
 
-// bufferedAnswer holds an admin handler's answer, so that credential
-// headers can be taken out of it before it is sent.
+// bufferedAnswer holds an admin handler's answer, so that an error
+// returned after nothing was written can still be answered, and a
+// Location header rewritten, before anything is sent.
 type bufferedAnswer struct {
 	header http.Header
 	code   int
@@ -117,69 +117,4 @@ func (b *bufferedAnswer) status() int {
 		return http.StatusOK
 	}
 	return b.code
-}
-
-// credentialHeader reports whether a stored request header carries a
-// credential the console must not show: Authorization, Proxy-Authorization,
-// Cookie, Set-Cookie, and any name containing key, token, secret,
-// password, session, signature or auth (X-Api-Key, X-Auth-Token...).
-func credentialHeader(name string) bool {
-	n := strings.ToLower(name)
-	if n == "cookie" || n == "set-cookie" {
-		return true
-	}
-	for _, s := range []string{"auth", "key", "token", "secret", "passw", "session", "signature"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
-}
-
-// consoleHidden replaces a credential header's values in the console's
-// answers.
-const consoleHidden = "(hidden by the console)"
-
-// redactCredentialHeaders replaces, in a JSON answer, the values of
-// credential headers in every "header" object (a stored request's
-// headers), wherever it sits, so that new answer shapes are covered too.
-// An answer that is not JSON is returned unchanged.
-func redactCredentialHeaders(body []byte) []byte {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || !redactIn(v) {
-		return body
-	}
-	out, err := json.Marshal(v)
-	if err != nil {
-		return body
-	}
-	return append(out, '\n')
-}
-
-// redactIn redacts v in place and reports whether it changed anything.
-func redactIn(v any) bool {
-	changed := false
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if hdr, ok := e.(map[string]any); ok && strings.EqualFold(k, "header") {
-				for name, vals := range hdr {
-					if credentialHeader(name) {
-						if _, isList := vals.([]any); isList {
-							hdr[name] = []any{consoleHidden}
-							changed = true
-						}
-					}
-				}
-			}
-			changed = redactIn(e) || changed
-		}
-	case []any:
-		for _, e := range x {
-			changed = redactIn(e) || changed
-		}
-	}
-	return changed
 }

@@ -243,7 +243,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Error("the record's data ran as script")
 	}
 	text := evalJS[string](t, b, `document.body.innerText`)
-	if strings.Contains(text, "SECRET-") || !strings.Contains(text, consoleHidden) || !strings.Contains(text, consoleXSS) {
+	if strings.Contains(text, "SECRET-") || !strings.Contains(text, redactedValue) || !strings.Contains(text, consoleXSS) {
 		t.Errorf("detail text %q: want credentials hidden and X-Evil shown as text", text)
 	}
 	if strings.Contains(text, "[object") || strings.Contains(text, "undefined") {
