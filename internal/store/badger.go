@@ -61,9 +61,6 @@ type BadgerOptions struct {
 	// value logs in a checkpoint (to capture what it made durable, or to
 	// fail it).
 	syncBadger func(*os.File) error
-	// memTableSize, in tests, replaces badgerMemTableSize (a test that
-	// needs its writes to stay in one memtable).
-	memTableSize int64
 }
 
 // Badger is the single-node Store on Badger v4. Concurrent writes are
@@ -133,14 +130,6 @@ type op struct {
 // threshold above 1 MiB, hence MaxRecordSize one byte below.)
 const valueThreshold = MaxRecordSize + 1
 
-// badgerMemTableSize is Badger's MemTableSize, in bytes. Each memtable is
-// an arena of about this size on the Go heap (two of them: the one being
-// written and the one being flushed), and a flush builds an L0 table of
-// it. 8 MiB is the least that keeps Badger's largest write (15% of it,
-// 1.2 MiB) above valueThreshold, which Badger requires. It was 16 MiB:
-// 8 MiB took 10 MiB of heap per memtable off (see BENCHMARKS.md, Memory).
-const badgerMemTableSize = 8 << 20
-
 // badgerTableSize is the size of Badger's tables (BaseTableSize) at every
 // level: the store sets TableSizeMultiplier to 1, where Badger's default
 // doubles it per level. A compaction holds each table it builds in memory,
@@ -200,13 +189,13 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	}
 	// One writer (the committer) and its own atomicity: Badger's
 	// conflict detection would only cost CPU; its expvar metrics too.
-	// Memory: see badgerMemTableSize and badgerTableSize.
+	// Memory: see badgerTableSize.
 	bopts := badger.DefaultOptions(opts.Dir).
 		WithSyncWrites(!journaled).
 		WithDetectConflicts(false).
 		WithMetricsEnabled(false).
 		WithLogger(newBadgerLogger(opts.Logger)).
-		WithMemTableSize(badgerMemTableSize).
+		WithMemTableSize(16 << 20).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
@@ -217,16 +206,6 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
 	bopts.TableSizeMultiplier = 1 // every level's tables are badgerTableSize
-	if opts.memTableSize > 0 {
-		bopts = bopts.WithMemTableSize(opts.memTableSize)
-	}
-	if n := memTableOfLogs(opts.Dir); n > bopts.MemTableSize {
-		// Memtable logs left by an open with larger memtables (an
-		// earlier version, then a crash before they were flushed):
-		// Badger replays each into a memtable of the size it opens
-		// with, and panics if it does not fit.
-		bopts = bopts.WithMemTableSize(n)
-	}
 
 	var db *badger.DB
 	var err error

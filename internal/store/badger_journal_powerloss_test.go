@@ -32,7 +32,6 @@ import (
 type powerImage struct {
 	mu    sync.Mutex
 	files map[string][]byte // log's base name → durable content
-	sizes map[string]int64  // log's base name → its size at that fsync
 	// fail, when set, fails every fsync of Badger's logs, as EIO would.
 	fail atomic.Bool
 	// readOnly counts handles that could not be written: Windows'
@@ -43,9 +42,7 @@ type powerImage struct {
 
 var errInjectedSync = errors.New("injected fsync failure")
 
-func newPowerImage() *powerImage {
-	return &powerImage{files: map[string][]byte{}, sizes: map[string]int64{}}
-}
+func newPowerImage() *powerImage { return &powerImage{files: map[string][]byte{}} }
 
 // sync is the store's syncBadger.
 func (p *powerImage) sync(f *os.File) error {
@@ -65,7 +62,6 @@ func (p *powerImage) sync(f *os.File) error {
 	p.syncs.Add(1)
 	p.mu.Lock()
 	p.files[filepath.Base(f.Name())] = bytes.TrimRight(data, "\x00")
-	p.sizes[filepath.Base(f.Name())] = int64(len(data))
 	p.mu.Unlock()
 	return nil
 }
@@ -74,7 +70,6 @@ func (p *powerImage) sync(f *os.File) error {
 func (p *powerImage) opts(dir string) BadgerOptions {
 	o := journalOpts(dir)
 	o.syncBadger = p.sync
-	o.memTableSize = 16 << 20 // TestJournalPowerLoss's writes stay in one memtable
 	return o
 }
 
@@ -93,18 +88,11 @@ func (p *powerImage) image(t *testing.T, dir string, withCheckpoints bool) strin
 		if strings.HasSuffix(name, ".mem") || strings.HasSuffix(name, ".vlog") {
 			p.mu.Lock()
 			data, ok := p.files[name]
-			size := p.sizes[name]
 			p.mu.Unlock()
 			if !ok || !withCheckpoints {
 				return // no fsync covered the file: gone with the power
 			}
-			// The fsync made the file's size durable too (Badger
-			// creates a log at twice its MemTableSize, and the open
-			// reads its memtable size from it: memTableOfLogs).
 			if err := os.WriteFile(filepath.Join(out, name), data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Truncate(filepath.Join(out, name), size); err != nil {
 				t.Fatal(err)
 			}
 			return

@@ -37,7 +37,7 @@ var ErrUnavailable = errors.New("storage unavailable: free space below min_free_
 // checks them against an opened store, so a change of options fails a test
 // until this is redone.
 const (
-	boundMemTableSize       = 8 << 20  // MemTableSize
+	boundMemTableSize       = 16 << 20 // MemTableSize
 	boundValueLogFileSize   = 16 << 20 // ValueLogFileSize
 	boundNumLevelZeroTables = 2        // NumLevelZeroTables
 	boundBaseTableSize      = 1 << 20  // BaseTableSize
@@ -53,28 +53,28 @@ const (
 // a bigger transaction fails with ErrTxnTooBig, so no single write to a log
 // file is larger).
 const (
-	boundBatch = boundMemTableSize * 15 / 100 // B = 1.2 MiB
+	boundBatch = boundMemTableSize * 15 / 100 // B = 2.4 MiB
 
 	// WAL: Badger rotates a memtable once its WAL holds M bytes, so a
 	// .mem file is written up to M+B, of its 2M mapped. The current
 	// file's unwritten remainder is at most M+B, and the next file, if
-	// the window crosses a rotation, gets at most M+B more: 18.4 MiB.
+	// the window crosses a rotation, gets at most M+B more: 36.8 MiB.
 	// (Crossing two rotations in 100 ms takes more than 2M per window,
-	// 160 MiB/s of synced writes; the plugin peaks well below 20 MB/s.)
+	// 320 MiB/s of synced writes; the plugin peaks well below 20 MB/s.)
 	boundWAL = 2 * (boundMemTableSize + boundBatch)
 
 	// Flush: a rotated memtable becomes one L0 table: the memtable's
 	// entries (at most M+B of them, Snappy-compressed, so rarely larger)
-	// plus block index and bloom filter, which stay under 10%: 10.1 MiB.
+	// plus block index and bloom filter, which stay under 10%: 20.2 MiB.
 	// The WAL it replaces is deleted only after the table is written.
-	// Measured with 16 MiB memtables: 15.2–15.6 MiB L0 tables.
+	// Measured: 15.2–15.6 MiB L0 tables from 16 MiB memtables.
 	boundL0Table = (boundMemTableSize + boundBatch) * 11 / 10
 
 	// Vlog: values of ValueThreshold (1 MiB) and more go to the value
 	// log; the current .vlog file is written up to ValueLogFileSize+B
 	// before Badger starts the next. Records are capped at 1 MiB, so this
 	// is a reserve for the rare record whose encoding crosses the
-	// threshold: 17.2 MiB.
+	// threshold: 18.4 MiB.
 	boundVlog = boundValueLogFileSize + boundBatch
 
 	// Compaction output exists beside its input until the compaction
@@ -85,7 +85,7 @@ const (
 	// L0→Lbase: the NumLevelZeroTables L0 tables (result keys are random
 	// ids, so every table overlaps every other) and every Lbase table in
 	// their range, all of Lbase, which Badger keeps near BaseLevelSize;
-	// counted at twice that for overshoot: 2×10.1 + 20 = 40.2 MiB.
+	// counted at twice that for overshoot: 2×20.2 + 20 = 60.5 MiB.
 	boundL0Compaction = boundNumLevelZeroTables*boundL0Table + 2*boundBaseLevelSize
 
 	// Li→Li+1 below the base: one Li table of size s and the Li+1
@@ -100,17 +100,17 @@ const (
 	boundDeepTable      = boundBaseTableSize * boundTableMultiplier * boundTableMultiplier
 	boundDeepCompaction = (1 + boundLevelMultiplier + 2*boundTableMultiplier) * boundDeepTable
 
-	// boundGrowth is the sum: 99.0 MiB.
+	// boundGrowth is the sum: 148.9 MiB.
 	boundGrowth = boundWAL + boundL0Table + boundVlog + boundL0Compaction + boundDeepCompaction
 )
 
 // DefaultMinFreeSpace is the default min_free_space in bytes: 256 MiB. It
-// was the worst-case growth derived above for the earlier options (16 MiB
-// memtables, tables doubling per level: 255.9 MiB); with today's options
-// the derivation gives 99.0 MiB (boundGrowth), and the default is kept at
-// 256 MiB, which also covers a store written with the earlier options
-// until its larger tables are rewritten, and the bursts measured below
-// (taken with the earlier options). (The value log
+// was the worst-case growth derived above for the earlier options (tables
+// doubling per level: 255.9 MiB); with today's options (tables of 1 MiB
+// at every level) the derivation gives 148.9 MiB (boundGrowth), and the
+// default is kept at 256 MiB, which also covers a store written with the
+// earlier options until its larger tables are rewritten, and the bursts
+// measured below (taken with the earlier options). (The value log
 // is kept at 16 MiB files: a value goes there only from 1 MiB, and records
 // are capped at MaxRecordSize, one byte less, so it is never written.)
 //
