@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		{"InsertForwarding", testInsertForwarding},
 		{"InsertCompletesTask", testInsertCompletesTask},
 		{"InsertTooLarge", testInsertTooLarge},
+		{"CodeBytes", testCodeBytes},
 		{"UpdateDelivery", testUpdateDelivery},
 		{"UpdateDeliveryFnError", testUpdateDeliveryFnError},
 		{"UpdateDeliveryLeaseInvariant", testUpdateDeliveryLeaseInvariant},
@@ -114,6 +115,8 @@ func Run(t *testing.T, h Harness) {
 		{"DueTasks", testDueTasks},
 		{"Counts", testCounts},
 		{"ListTasks", testListTasks},
+		{"Ages", testAges},
+		{"History", testHistory},
 		{"Close", testClose},
 		{"Model", testModel},
 	}
