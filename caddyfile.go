@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -374,6 +375,8 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //		provider <name>
 //		ack_timeout <duration>
 //		max_body <size>
+//		verify token|res_php|none
+//		unknown_ids accept|quarantine|reject
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -398,6 +401,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.MaxBody = size
+		case "verify":
+			return choiceArg(d, &h.Verify, VerifyToken, VerifyResPHP, VerifyNone)
+		case "unknown_ids":
+			return choiceArg(d, &h.UnknownIDs, UnknownAccept, UnknownQuarantine, UnknownReject)
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
@@ -450,6 +457,18 @@ func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	*dst = d.Val()
 	if d.NextArg() {
 		return d.ArgErr()
+	}
+	return nil
+}
+
+// choiceArg reads exactly one argument, one of choices, into dst.
+func choiceArg(d *caddyfile.Dispenser, dst *string, choices ...string) error {
+	name := d.Val()
+	if err := oneArg(d, dst); err != nil {
+		return err
+	}
+	if !slices.Contains(choices, *dst) {
+		return d.Errf("invalid %s '%s': want %s", name, *dst, strings.Join(choices, ", "))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +85,28 @@ type Handler struct {
 	// request's headers. Default: 65536 (64 KiB).
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// How a pingback is verified before it is delivered: "token" (it must
+	// carry its task's pingback token, which pingback_track adds to each
+	// submission's pingback URL), "res_php" (its code is confirmed with
+	// one result request to the provider, res.php or getTaskResult; needs
+	// the provider's api_key) or "none". A pingback that fails is kept in
+	// quarantine (state quarantined), not delivered, and the provider
+	// still gets 200. Tasks without a token are confirmed as with res_php
+	// when the provider has an api_key, else accepted. Default: token for
+	// a provider that has a pingback_track in this config, none otherwise.
+	Verify string `json:"verify,omitempty"`
+
+	// What becomes of a pingback whose task id no submission produced:
+	// "accept" (delivered, X-Pingback-Tracked: false), "quarantine" (kept,
+	// not delivered, released by hand) or "reject" (answered 404, nothing
+	// stored; one that arrives while a submission through pingback_track
+	// is in flight is quarantined instead, and delivered once its task
+	// commits). Default: quarantine for a provider that has a
+	// pingback_track in this config, accept otherwise.
+	UnknownIDs string `json:"unknown_ids,omitempty"`
+
+	resolved *handlerModes // Verify and UnknownIDs with the defaults resolved (verify.go)
+
 	app      *App
 	provider provider
 	logger   *zap.Logger
@@ -114,6 +137,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.AckTimeout == 0 {
 		h.AckTimeout = caddy.Duration(cmp.Or(h.provider.AckTimeout, DefaultAckTimeout))
 	}
+	if err := h.provisionVerify(); err != nil {
+		return err
+	}
 	h.stored = h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored")
 	return nil
 }
@@ -137,6 +163,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// route reaches a pingback handler.
 		d.reached = true
 		if !d.probe {
+			stripToken(r)
 			d.out = forward(r, next)
 		}
 		return nil
@@ -156,6 +183,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
 		return writeText(w, bad.status, bad.reason)
 	}
+	// The key is canonical (no leading zeros, CapSolver's UUIDs in lower
+	// case); the request is kept and forwarded as sent.
+	cb.id = h.provider.CanonicalID(cb.id)
 
 	now := h.app.now().UTC()
 	rec := &store.Record{
@@ -219,11 +249,37 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	st := h.app.store(time.Duration(h.AckTimeout))
+	v := trust{verified: VerifyNone}
+	if st != nil {
+		v = h.judge(ctx, st, r, rec.Key())
+	}
+	if v.reject {
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "unknown_id").Inc()
+		answer(http.StatusNotFound, "unknown task id")
+		return nil
+	}
+	rec.Verified, rec.Tracked, rec.Quarantine = v.verified, v.tracked, v.why
+	if v.why != "" {
+		rec.Delivery = store.Delivery{State: store.StateQuarantined, UpdatedAt: now}
+		if v.confirm {
+			rec.Verified = ""
+		}
+	}
 	var res store.InsertResult
 	err = errStoreUnavailable
 	if st != nil {
-		rec.Lease.Until = now.Add(h.app.leaseFor(st))
+		if v.why == "" {
+			rec.Lease.Until = now.Add(h.app.leaseFor(st))
+		}
 		res, err = st.Insert(ctx, rec)
+		if err == nil && res.Existing != nil && res.Existing.State == store.StateQuarantined && (v.why == "" || v.confirm) {
+			// A trusted pingback (or one to confirm) for a result held
+			// in quarantine: it takes its place, the quarantined code
+			// kept as other_code.
+			if _, serr := h.app.supersede(ctx, st, rec.Key(), rec); serr == nil {
+				res.Existing = nil
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, store.ErrTooLarge):
@@ -243,13 +299,40 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case res.Existing != nil:
 		committed.Store(true)
 		result := "duplicate"
-		if res.Existing.Code != cb.code {
+		switch {
+		case res.Existing.Code == cb.code:
+		case v.why != "" && !v.confirm:
+			// An untrusted pingback with another code: not stored, not
+			// delivered; the stored result stands.
+			result = "quarantined"
+			h.countQuarantinedLog(rec.Key(), v.why)
+		default:
 			result = "conflict"
-			h.logger.Warn("re-delivery with a different code; keeping the first one",
+			h.logger.Warn("re-delivery with a different code: asking the provider which is the result",
 				zap.String("provider", h.Provider), zap.String("id", cb.id))
+			code, logger := cb.code, h.logger
+			h.app.startBackground(func(ctx context.Context, st store.Store) {
+				h.app.settleConflict(ctx, st, rec.Key(), code, logger)
+			})
 		}
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
 		answer(http.StatusOK, "OK")
+		return nil
+	case v.why != "":
+		// Stored in quarantine: the provider is answered 200 (a genuine
+		// pingback sent to a stale URL is not retried into a ban), and
+		// nothing reaches the app unless it is confirmed or released.
+		committed.Store(true)
+		answer(http.StatusOK, "OK")
+		if v.confirm {
+			h.stored.Inc()
+			logger := h.logger
+			h.app.startBackground(func(ctx context.Context, st store.Store) {
+				h.app.confirmStored(ctx, st, rec.Key(), logger)
+			})
+			return nil
+		}
+		h.countQuarantined(rec.Key(), v.why)
 		return nil
 	default:
 		committed.Store(true)
@@ -273,7 +356,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r.Body = io.NopCloser(bytes.NewReader(cb.body))
 	r.ContentLength = int64(len(cb.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
-	setDeliveryHeaders(r.Header, rec.Key(), store.SourceCallback, 1)
+	stripToken(r)
+	setDeliveryHeaders(r.Header, rec, store.SourceCallback, 1)
 	d := delivery{
 		rec:        rec,
 		src:        store.SourceCallback,
@@ -353,11 +437,35 @@ func (a *ackWriter) written() bool {
 	}
 }
 
-// setDeliveryHeaders sets the headers the app sees on every delivery.
-func setDeliveryHeaders(h http.Header, k store.Key, source store.Source, attempt int) {
-	h.Set(HeaderIdempotencyKey, k.String())
+// setDeliveryHeaders sets the headers the app sees on every delivery,
+// after removing every X-Pingback-* header the request came with (only
+// the plugin says what they say). A correction's idempotency key is
+// "<provider>:<id>:correction".
+func setDeliveryHeaders(h http.Header, rec *store.Record, source store.Source, attempt int) {
+	for name := range h {
+		if strings.HasPrefix(http.CanonicalHeaderKey(name), "X-Pingback-") {
+			delete(h, name)
+		}
+	}
+	key := rec.Key().String()
+	if rec.Correction {
+		key += ":correction"
+	}
+	h.Set(HeaderIdempotencyKey, key)
 	h.Set(HeaderSource, string(source))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
+	h.Set(HeaderVerified, cmp.Or(rec.Verified, VerifyNone))
+	h.Set(HeaderTracked, strconv.FormatBool(rec.Tracked))
+}
+
+// stripToken removes the pingback token from the request's query, so the
+// app sees exactly the URL it gave.
+func stripToken(r *http.Request) {
+	if !strings.Contains(r.URL.RawQuery, protocol.TokenParam) {
+		return
+	}
+	r.URL.RawQuery = protocol.StripToken(r.URL.RawQuery)
+	r.RequestURI = protocol.StripTokenURI(r.RequestURI)
 }
 
 // serverName names the http app's server that received r.
