@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -515,4 +516,45 @@ func TestVerifyGetSubmissionWithQuery(t *testing.T) {
 	vfyPingback(t, "/cb?tenant=7", "71000000001", "OKAY")
 	waitForState(t, "2captcha", "71000000001", store.StateDelivered)
 	wantDelivery(t, app, "2captcha:71000000001", "OKAY", "/cb?tenant=7", "res_php", "true", "callback")
+}
+
+// tokenRE matches a pingback token pingback_track added to a URL, plain
+// (JSON, multipart) or escaped (in.php's urlencoded pingback field).
+var tokenRE = regexp.MustCompile(`(\?|&|%3F|%26)` + protocol.TokenParam + `(=|%3D)([0-9a-f]{32})`)
+
+// untokened returns s without the pingback tokens in it, and the last one
+// ("" for none) and how many there were: what the app sent, from what the
+// provider got.
+func untokened(s string) (rest, token string, n int) {
+	for _, m := range tokenRE.FindAllStringSubmatch(s, -1) {
+		token = m[3]
+		n++
+	}
+	return tokenRE.ReplaceAllString(s, ""), token, n
+}
+
+// trkUntoken returns what the provider saw with the token taken out of
+// the query, body and parsed pingback, and the token ("" for none; more
+// than one fails the test).
+func trkUntoken(t *testing.T, s trkSeen) (trkSeen, string) {
+	t.Helper()
+	q, t1, n1 := untokened(s.RawQuery)
+	b, t2, n2 := untokened(string(s.Body))
+	if n1+n2 > 1 {
+		t.Errorf("the provider got %d tokens, want at most one", n1+n2)
+	}
+	out := s
+	out.RawQuery, out.Body = q, []byte(b)
+	if pb := s.Form["pingback"]; len(pb) > 0 {
+		out.Form = url.Values{}
+		for k, v := range s.Form {
+			out.Form[k] = v
+		}
+		clean := make([]string, len(pb))
+		for i, v := range pb {
+			clean[i], _, _ = untokened(v)
+		}
+		out.Form["pingback"] = clean
+	}
+	return out, t1 + t2
 }
