@@ -191,9 +191,9 @@ type handlerModes struct {
 
 // trust is what the handler does with a pingback (judge decides it).
 type trust struct {
-	reject  bool   // unknown id, unknown_ids reject: answered 404, nothing stored
-	why     string // quarantined (or, with confirm, stored for confirmation) for this reason; "" to deliver
-	confirm bool   // ask the provider before delivering (res_php)
+	reject   bool   // unknown id, unknown_ids reject: answered 404, nothing stored
+	why      string // quarantined (or, with confirm, stored for confirmation) for this reason; "" to deliver
+	confirm  bool   // ask the provider before delivering (res_php)
 	verified string
 	tracked  bool
 }

@@ -142,7 +142,7 @@ func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
 	}
 	before := quarantinedCount(t)
 
-	vfyPingback(t, "/cb", id, "FORGED")                                        // no token
+	vfyPingback(t, "/cb", id, "FORGED")                                                   // no token
 	vfyPingback(t, "/cb?"+protocol.TokenParam+"="+strings.Repeat("0", 32), id, "FORGED2") // a wrong one
 	rec := getRecord(t, "2captcha", id)
 	if rec.State != store.StateQuarantined || rec.Quarantine != "token_mismatch" || rec.Code != "FORGED" {
