@@ -377,6 +377,7 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //		max_body <size>
 //		verify token|res_php|none
 //		unknown_ids accept|quarantine|reject
+//		max_quarantine <count> [<size>]
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -405,6 +406,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return choiceArg(d, &h.Verify, VerifyToken, VerifyResPHP, VerifyNone)
 		case "unknown_ids":
 			return choiceArg(d, &h.UnknownIDs, UnknownAccept, UnknownQuarantine, UnknownReject)
+		case "max_quarantine":
+			return quarantineArgs(d, h)
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
@@ -521,3 +524,24 @@ var (
 	_ caddyfile.Unmarshaler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler = (*Tracker)(nil)
 )
+
+// quarantineArgs reads max_quarantine <count> [<size>].
+func quarantineArgs(d *caddyfile.Dispenser, h *Handler) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 1 {
+		return d.Errf("invalid max_quarantine count '%s': want a whole number of records, at least 1", args[0])
+	}
+	h.MaxQuarantine = n
+	if len(args) == 2 {
+		size, err := humanize.ParseBytes(args[1])
+		if err != nil || size < 1 || size > math.MaxInt64 {
+			return d.Errf("invalid max_quarantine size '%s': want a size such as 64MiB", args[1])
+		}
+		h.MaxQuarantineBytes = int64(size)
+	}
+	return nil
+}

@@ -105,6 +105,14 @@ type Handler struct {
 	// pingback_track in this config, accept otherwise.
 	UnknownIDs string `json:"unknown_ids,omitempty"`
 
+	// Most quarantined results kept for the provider, and most bytes of
+	// them (request body, headers, URI and code); past either, an
+	// untrusted pingback is answered 200 and not stored (counted as
+	// callbacks_total{result="quarantine_full"}; a tracked task is still
+	// polled). Defaults: 10000 and 67108864 (64 MiB).
+	MaxQuarantine      int   `json:"max_quarantine,omitempty"`
+	MaxQuarantineBytes int64 `json:"max_quarantine_bytes,omitempty"`
+
 	resolved *handlerModes // Verify and UnknownIDs with the defaults resolved (verify.go)
 
 	app      *App
@@ -265,6 +273,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			rec.Verified = ""
 		}
 	}
+	if st != nil && v.why != "" && !h.admitQuarantine(ctx, st, rec) {
+		h.quarantineFull(rec.Key())
+		answer(http.StatusOK, "OK")
+		return nil
+	}
 	var res store.InsertResult
 	err = errStoreUnavailable
 	if st != nil {
@@ -324,6 +337,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// nothing reaches the app unless it is confirmed or released.
 		committed.Store(true)
 		answer(http.StatusOK, "OK")
+		noteQuarantined(st, rec)
 		if v.confirm {
 			h.stored.Inc()
 			logger := h.logger

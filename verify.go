@@ -154,6 +154,15 @@ func (h *Handler) provisionVerify() error {
 	default:
 		return fmt.Errorf("unknown_ids must be accept, quarantine or reject, got %q", h.UnknownIDs)
 	}
+	if h.MaxQuarantine == 0 {
+		h.MaxQuarantine = DefaultMaxQuarantine
+	}
+	if h.MaxQuarantineBytes == 0 {
+		h.MaxQuarantineBytes = DefaultMaxQuarantineBytes
+	}
+	if h.MaxQuarantine < 0 || h.MaxQuarantineBytes < 0 {
+		return fmt.Errorf("max_quarantine must be positive, got %d records, %d bytes", h.MaxQuarantine, h.MaxQuarantineBytes)
+	}
 	return nil
 }
 
@@ -267,6 +276,7 @@ func (h *Handler) countQuarantinedLog(key store.Key, why string) {
 // It returns the record as stored, or store.ErrSkip if the record under
 // key is not quarantined (someone settled it first).
 func (a *App) supersede(ctx context.Context, st store.Store, key store.Key, next *store.Record) (*store.Record, error) {
+	defer quarantineChanged(st, key.Provider)
 	return st.UpdateRecord(ctx, key, func(cur *store.Record) error {
 		if cur.State != store.StateQuarantined {
 			return store.ErrSkip
@@ -312,6 +322,7 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 	if err != nil {
 		return nil, err
 	}
+	quarantineChanged(st, key.Provider)
 	out := a.deliverStored(st, rec, store.SourceReplay, false)
 	a.logger.Info("quarantined result released by hand", zap.String("key", key.String()),
 		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
@@ -367,6 +378,7 @@ func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
 	}
 	switch {
 	case err == nil:
+		quarantineChanged(st, t.Provider)
 		a.logger.Info("pingback held until its task committed: verified, delivering", zap.String("key", t.Key().String()))
 		if h := a.readyHandle(); h != nil {
 			h.wake()

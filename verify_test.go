@@ -558,3 +558,55 @@ func trkUntoken(t *testing.T, s trkSeen) (trkSeen, string) {
 	}
 	return out, t1 + t2
 }
+
+// TestVerifyQuarantineCap: a flood of forged pingbacks fills the
+// quarantine up to its caps (records, then bytes) and no further: the rest
+// are answered 200, not stored, and counted; releasing one makes room.
+func TestVerifyQuarantineCap(t *testing.T) {
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	startCaddy(t, vfyGlobal(p), vfySite("max_quarantine 3", "pingback_url "+trkCallbackURL, p.URL, app))
+	full := func() float64 {
+		return testutil.ToFloat64(runningApp(t).metrics.callbacks.WithLabelValues("2captcha", "quarantine_full"))
+	}
+	before := full()
+	for i := range 5 {
+		vfyPingback(t, "/cb", fmt.Sprint(900+i), "FORGED")
+	}
+	recs, err := runningApp(t).store(time.Second).List(context.Background(), store.Filter{State: store.StateQuarantined}, 100)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("quarantined %d records (%v), want the cap of 3", len(recs), err)
+	}
+	trkAssertNotStored(t, "903")
+	if got := full() - before; got != 2 {
+		t.Errorf("callbacks{result=quarantine_full} rose by %v, want 2", got)
+	}
+	if code, _ := trkPost(t, "http://"+testAdmin+"/pingback/records/2captcha/900/release"); code != http.StatusOK {
+		t.Fatalf("release: %d", code)
+	}
+	vfyPingback(t, "/cb", "905", "FORGED")
+	if rec := getRecord(t, "2captcha", "905"); rec.State != store.StateQuarantined {
+		t.Errorf("after a release, a forgery is %s, want quarantined", rec.State)
+	}
+	if n := len(app.requests()); n != 1 {
+		t.Errorf("app got %d requests, want the released one", n)
+	}
+}
+
+// TestVerifyQuarantineByteCap: the byte cap holds whatever the count.
+func TestVerifyQuarantineByteCap(t *testing.T) {
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	startCaddy(t, vfyGlobal(p), vfySite("max_quarantine 100 2KiB", "pingback_url "+trkCallbackURL, p.URL, app))
+	big := strings.Repeat("x", 700)
+	for i := range 5 {
+		vfyPingback(t, "/cb", fmt.Sprint(950+i), big)
+	}
+	recs, err := runningApp(t).store(time.Second).List(context.Background(), store.Filter{State: store.StateQuarantined}, 100)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("quarantined %d records of about 1.5 KiB each (%v), want 1 under 2 KiB", len(recs), err)
+	}
+	if g := testutil.ToFloat64(quarantineBytes.WithLabelValues("2captcha")); g < 1400 || g > 2048 {
+		t.Errorf("quarantine_bytes gauge %v", g)
+	}
+}
