@@ -65,7 +65,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		theMetrics = &metrics{
 			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error) and polled results too (poll_stored, poll_duplicate).",
+				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error, quarantined, quarantine_full, unknown_id, corrected) and polled results too (poll_stored, poll_duplicate).",
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",

@@ -251,8 +251,16 @@ func (t *Tracker) storeSeenResult(st store.Store, key store.Key, ans protocol.An
 			rec = full
 		}
 	}
-	if _, err := st.Insert(context.Background(), rec); err != nil {
+	res, err := st.Insert(context.Background(), rec)
+	switch {
+	case err != nil:
 		t.logger.Error("storing a result seen in a passed-through answer failed", zap.String("key", key.String()), zap.Error(err))
+	case res.Existing != nil && res.Existing.State == store.StateQuarantined:
+		// The provider's own answer, which the app has: it replaces a
+		// quarantined pingback (kept as other_code), delivered.
+		if _, err := t.app.supersede(context.Background(), st, key, rec); err != nil && !errors.Is(err, store.ErrSkip) {
+			t.logger.Error("storing a result seen in a passed-through answer over a quarantined one failed", zap.String("key", key.String()), zap.Error(err))
+		}
 	}
 }
 

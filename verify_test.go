@@ -610,3 +610,30 @@ func TestVerifyQuarantineByteCap(t *testing.T) {
 		t.Errorf("quarantine_bytes gauge %v", g)
 	}
 }
+
+// TestVerifyReplayStripsToken: a verified pingback the app refused is
+// replayed without its token in the URL, still X-Pingback-Verified: token.
+func TestVerifyReplayStripsToken(t *testing.T) {
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	app.setStatus(http.StatusServiceUnavailable)
+	startCaddy(t, vfyGlobal(p)+"\n\t\treplay {\n\t\t\tbackoff 20ms 40ms\n\t\t}", vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	pb, id := vfySubmit(t, p)
+	vfyPingback(t, pathOf(t, pb), id, "REAL")
+	waitForState(t, "2captcha", id, store.StateFailed)
+	app.setStatus(http.StatusOK)
+	waitForState(t, "2captcha", id, store.StateDelivered)
+	reqs := app.requests()
+	if len(reqs) < 2 {
+		t.Fatalf("app got %d requests", len(reqs))
+	}
+	for _, r := range reqs {
+		if r.URI != "/cb" || r.Header.Get(HeaderVerified) != "token" || r.Header.Get(HeaderTracked) != "true" {
+			t.Errorf("%s delivery at %s, verified %q tracked %q; want /cb, token, true",
+				r.Header.Get(HeaderSource), r.URI, r.Header.Get(HeaderVerified), r.Header.Get(HeaderTracked))
+		}
+	}
+	if last := reqs[len(reqs)-1]; last.Header.Get(HeaderSource) != "replay" {
+		t.Errorf("last delivery source %q, want replay", last.Header.Get(HeaderSource))
+	}
+}
