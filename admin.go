@@ -160,7 +160,7 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if f.State != "" && !slices.Contains(store.States, f.State) {
-		return badInput("unknown state %q (queued, forwarding, delivered, failed, rejected or parked)", f.State)
+		return badInput("unknown state %q (queued, forwarding, delivered, failed, rejected, parked or quarantined)", f.State)
 	}
 	limit := 100
 	if v := q.Get("limit"); v != "" {

@@ -358,6 +358,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.app.metrics.lastCallback.WithLabelValues(h.Provider).Set(float64(now.UnixNano()) / 1e9)
 		lastCallbacks.set(h.Provider, now)
 		if !res.SubmittedAt.IsZero() {
+			rec.Tracked = true // as the store recorded it
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
 		}

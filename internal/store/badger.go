@@ -355,7 +355,7 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 		val := encoded
 		if !sub.IsZero() {
 			tracked := c
-			tracked.SubmittedAt = sub
+			tracked.SubmittedAt, tracked.Tracked = sub, true
 			if val, err = encodeRecord(&tracked); err != nil {
 				return fmt.Errorf("encoding record: %w", err)
 			}

@@ -186,7 +186,8 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
 			u.last_status, u.last_error, u.updated_at, u.expires_at,
-			u.verified, u.tracked, u.quarantine, u.other_code, u.correction
+			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
+			u.quarantine, u.other_code, u.correction
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
 			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[],

@@ -194,7 +194,9 @@ type Record struct {
 	// for records stored before verification existed (delivered as none).
 	Verified string `json:"verified,omitempty"`
 	// Tracked reports that the result's task was submitted through
-	// pingback_track (or registered), sent as X-Pingback-Tracked.
+	// pingback_track (or registered), sent as X-Pingback-Tracked. Insert
+	// sets it when the insert completes a tracked task (InsertResult.
+	// SubmittedAt set).
 	Tracked bool `json:"tracked,omitempty"`
 	// Quarantine says why a record is (or was) quarantined:
 	// "token_mismatch", "unknown_id", "before_submission",
