@@ -195,7 +195,8 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	// ids are nearly sequential, so anything less would let anyone who
 	// reaches this site read other accounts' results.
 	if st != nil && t.keyMatches(params.Get("key")) {
-		if held, err := st.Get(r.Context(), key); err == nil {
+		// A quarantined result is not trusted: the provider answers.
+		if held, err := st.Get(r.Context(), key); err == nil && held.State != store.StateQuarantined {
 			body, ct := protocol.LocalResAnswer(held.Code, held.Answer, asJSON)
 			return writeLocal(w, ct, body)
 		}

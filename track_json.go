@@ -107,7 +107,8 @@ func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, nex
 	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
 	if st != nil && t.keyMatches(clientKey) {
-		if held, err := st.Get(r.Context(), key); err == nil {
+		// A quarantined result is not trusted: the provider answers.
+		if held, err := st.Get(r.Context(), key); err == nil && held.State != store.StateQuarantined {
 			if answer, ok := protocol.LocalTaskResult(held.Answer); ok {
 				return writeLocal(w, "application/json", answer)
 			}

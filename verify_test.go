@@ -157,6 +157,12 @@ func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
 	if n := len(app.requests()); n != 0 {
 		t.Fatalf("the app got %d requests from forgeries", n)
 	}
+	// pingback_track's local res.php does not serve the quarantined code:
+	// the app's request goes to the provider.
+	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte("CAPCHA_NOT_READY")})
+	if r := trkDo(t, http.MethodGet, "/res.php?key="+trkKey+"&action=get&id="+id, "", nil); string(r.body) != "CAPCHA_NOT_READY" || len(p.requests("res.php")) != 1 {
+		t.Errorf("res.php for a quarantined result answered %q (provider asked %d times); want the provider's answer", r.body, len(p.requests("res.php")))
+	}
 	// Visible in the admin API's list by state.
 	code, body := get(t, "http://"+testAdmin+"/pingback/records?state=quarantined")
 	if code != http.StatusOK || !strings.Contains(body, `"id":"`+id+`"`) || !strings.Contains(body, `"quarantine":"token_mismatch"`) {
