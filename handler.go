@@ -260,6 +260,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	v := trust{verified: VerifyNone}
 	if st != nil {
 		v = h.judge(ctx, st, r, rec.Key())
+	} else if verify, unknown := h.modes(); verify != VerifyNone || unknown != UnknownAccept {
+		// No store, nothing to verify against: an unverified pingback
+		// is never forwarded. The provider may retry; a tracked task is
+		// polled once the store is back.
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.logger.Error("result NOT stored and not forwarded: the store is not open, so the pingback cannot be verified",
+			zap.String("provider", h.Provider), zap.String("id", cb.id))
+		answer(http.StatusServiceUnavailable, "result not stored")
+		return nil
 	}
 	if v.reject {
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "unknown_id").Inc()
@@ -302,6 +311,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.logger.Warn("pingback too large to store (headers and body)",
 			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
 		answer(http.StatusRequestEntityTooLarge, "request too large to store")
+		return nil
+	case err != nil && v.why != "":
+		// Untrusted (or still to confirm): never forwarded unstored.
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		if h.app.handle.storeErrors.allow(h.Provider) {
+			h.logger.Error("untrusted pingback NOT stored and not forwarded (further ones are counted in a summary line each minute)",
+				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.String("reason", v.why), zap.Error(err))
+		}
+		answer(http.StatusServiceUnavailable, "result not stored")
 		return nil
 	case err != nil:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()

@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -641,5 +643,32 @@ func TestVerifyReplayStripsToken(t *testing.T) {
 	}
 	if last := reqs[len(reqs)-1]; last.Header.Get(HeaderSource) != "replay" {
 		t.Errorf("last delivery source %q, want replay", last.Header.Get(HeaderSource))
+	}
+}
+
+// TestVerifyUnstoredNeverForwarded: a pingback that would be quarantined
+// and cannot be stored (a failed commit) is answered 503 and never
+// forwarded: an unverified result never reaches the app without its
+// verdict on record.
+func TestVerifyUnstoredNeverForwarded(t *testing.T) {
+	var fail atomic.Bool
+	withStoreOptions(t, func(o *store.BadgerOptions) {
+		o.BeforeCommit = func(uint64) error {
+			if fail.Load() {
+				return errors.New("injected commit failure")
+			}
+			return nil
+		}
+	})
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	fail.Store(true)
+	resp := trkDo(t, http.MethodPost, "/cb", "application/x-www-form-urlencoded", strings.NewReader("id=777&code=FORGED"))
+	if resp.status != http.StatusServiceUnavailable {
+		t.Errorf("answered %d %q, want 503", resp.status, resp.body)
+	}
+	if n := len(app.requests()); n != 0 {
+		t.Errorf("the app got %d requests of an unverified, unstored pingback", n)
 	}
 }
