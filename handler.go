@@ -85,6 +85,16 @@ type Handler struct {
 	// request's headers. Default: 65536 (64 KiB).
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// Request headers kept with the stored result besides the ones a
+	// replay needs (StoredHeaders: Accept, Accept-Encoding,
+	// Content-Encoding, Content-Length, Content-Type, Forwarded,
+	// User-Agent, X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto,
+	// X-Real-Ip), so that replays carry them too; the live delivery always
+	// carries every header. Names are case-insensitive. Credential headers
+	// kept this way (Authorization, Cookie, X-Api-Key and the like) are
+	// stored, but the admin API shows them as "[redacted]". Default: none.
+	KeepHeaders []string `json:"keep_headers,omitempty"`
+
 	// How a pingback is verified before it is delivered: "token" (it must
 	// carry its task's pingback token, which pingback_track adds to each
 	// submission's pingback URL), "res_php" (its code is confirmed with
@@ -138,6 +148,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.MaxBody = DefaultMaxBody
 	}
 	var err error
+	if h.KeepHeaders, err = canonicalHeaderNames(h.KeepHeaders); err != nil {
+		return err
+	}
 	h.provider, h.app, err = provisionProvider(ctx, h.Provider)
 	if err != nil {
 		return err
@@ -212,9 +225,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			RemoteAddr: r.RemoteAddr,
 			LocalAddr:  localAddr(r),
 			TLS:        r.TLS != nil,
-			// Not a copy: Insert encodes the record before it returns,
-			// and the header changes only after that (below).
-			Header: r.Header,
+			// Only the headers a replay needs (storedheaders.go).
+			Header: storedHeader(r.Header, h.KeepHeaders),
 			Body:   cb.body,
 		},
 		Delivery: store.Delivery{
@@ -224,6 +236,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		},
 		ExpiresAt: now.Add(time.Duration(h.app.Retention)),
 	}
+	rec.StartAttempt(store.SourceCallback, now) // in the insert: no write of its own
 
 	// The provider may hang up; the result is valid and is stored anyway.
 	ctx := context.WithoutCancel(r.Context())
@@ -373,8 +386,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 		}
 		h.stored.Inc()
-		h.app.metrics.lastCallback.WithLabelValues(h.Provider).Set(float64(now.UnixNano()) / 1e9)
-		lastCallbacks.set(h.Provider, now)
 		if !res.SubmittedAt.IsZero() {
 			rec.Tracked = true // as the store recorded it
 			// A tracked task: its delay feeds the poller's automatic "after".
@@ -382,7 +393,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 	stored := err == nil
-	rec.Request.Header = nil // r.Header, about to change; the store has its copy
 
 	// Restore the original request for the app, and forward it in this
 	// goroutine.

@@ -43,7 +43,7 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 
 	submissionStarted(t.Provider)
 	defer submissionEnded(t.Provider)
-	rec, answer, err := bufferUpstream(w, r, next)
+	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
 	}

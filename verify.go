@@ -320,6 +320,7 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 		// loop never sees it between release and forward.
 		r.State, r.UpdatedAt, r.DueAt = store.StateForwarding, now, time.Time{}
 		r.Attempts++
+		r.StartAttempt(store.SourceManual, now)
 		r.Lease = store.Lease{Until: now.Add(a.leaseFor(st))}
 		r.Verified = VerifyNone
 		return nil

@@ -18,13 +18,17 @@ import (
 //
 //	record   tagRecord1   delivery provider id code source received_at
 //	                      submitted_at server request expires_at answer
-//	                      verified tracked quarantine other_code correction
+//	                      (then history, below) verified tracked quarantine
+//	                      other_code correction
 //	request               method uri host proto remote_addr local_addr tls
 //	                      header body
 //	delivery tagDelivery1 (stand-alone, s/) or inside a record, without tag:
 //	                      state attempts failures interrupts due_at
 //	                      lease.owner lease.until last_status last_error
 //	                      updated_at
+//	  then, appended: history (the delivery's, at the end of the
+//	  record's and of the stand-alone delivery's encoding): uvarint count,
+//	  each attempt source started_at ended_at status outcome error
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
@@ -57,7 +61,7 @@ var (
 		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer",
 		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction"}
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
-		"Lease.Until", "LastStatus", "LastError", "UpdatedAt"}
+		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
 		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt",
 		"Token"}
@@ -133,6 +137,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	e.bytes(q.Body)
 	e.time(r.ExpiresAt)
 	e.bytes(r.Answer)
+	e.history(r.History)
 	e.str(r.Verified)
 	e.bool(r.Tracked)
 	e.str(r.Quarantine)
@@ -169,7 +174,10 @@ func decodeRecord(v []byte, r *Record) error {
 	if d.more() { // appended after format 3's first fields
 		r.Answer = d.bytes()
 	}
-	if d.more() { // verification, appended after answer
+	if d.more() { // appended after Answer
+		r.History = d.history()
+	}
+	if d.more() { // verification, appended after history
 		r.Verified = d.str()
 		r.Tracked = d.bool()
 		r.Quarantine = d.str()
@@ -191,6 +199,25 @@ func decodeRecordDelivery(v []byte, x *Delivery) error {
 	}
 	d := dec{b: v[1:]}
 	d.delivery(x)
+	// The history is at the end: step over the rest without copying it.
+	for range 4 { // provider id code source
+		d.raw()
+	}
+	d.time()
+	d.time()
+	for range 7 { // server method uri host proto remote_addr local_addr
+		d.raw()
+	}
+	d.bool()
+	d.skipHeader()
+	d.raw() // body
+	d.time()
+	if d.more() {
+		d.raw() // answer
+	}
+	if d.more() {
+		x.History = d.history()
+	}
 	return d.err
 }
 
@@ -203,6 +230,7 @@ func encodeDelivery(d *Delivery) []byte {
 	e := enc{b: make([]byte, 0, 64+len(d.LastError)+len(d.Lease.Owner))}
 	e.b = append(e.b, tagDelivery1)
 	e.delivery(d)
+	e.history(d.History)
 	return e.b
 }
 
@@ -213,6 +241,9 @@ func decodeDelivery(v []byte, d *Delivery) error {
 	}
 	x := dec{b: v[1:]}
 	x.delivery(d)
+	if x.more() { // appended after UpdatedAt
+		d.History = x.history()
+	}
 	return x.end()
 }
 
@@ -338,6 +369,20 @@ func (e *enc) delivery(d *Delivery) {
 	e.time(d.UpdatedAt)
 }
 
+func (e *enc) history(h []Attempt) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(h)))
+	for i := range h {
+		a := &h[i]
+		e.int(a.Attempt)
+		e.str(string(a.Source))
+		e.time(a.StartedAt)
+		e.time(a.EndedAt)
+		e.int(a.Status)
+		e.str(a.Outcome)
+		e.str(a.Error)
+	}
+}
+
 // dec reads the binary encoding; the first error sticks and every later
 // read returns a zero value.
 type dec struct {
@@ -461,6 +506,43 @@ func (d *dec) delivery(x *Delivery) {
 	x.LastStatus = d.int()
 	x.LastError = d.str()
 	x.UpdatedAt = d.time()
+}
+
+func (d *dec) history() []Attempt {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+	}
+	if n == 0 || d.err != nil {
+		return nil
+	}
+	h := make([]Attempt, n)
+	for i := range h {
+		a := &h[i]
+		a.Attempt = d.int()
+		a.Source = Source(d.str())
+		a.StartedAt = d.time()
+		a.EndedAt = d.time()
+		a.Status = d.int()
+		a.Outcome = d.str()
+		a.Error = d.str()
+	}
+	if d.err != nil {
+		return nil
+	}
+	return h
+}
+
+// skipHeader steps over a header without decoding it.
+func (d *dec) skipHeader() {
+	n := d.uvarint()
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		d.raw()
+		m := d.uvarint()
+		for j := uint64(0); j < m && d.err == nil; j++ {
+			d.raw()
+		}
+	}
 }
 
 // more reports whether the value goes on: fields added to a type after

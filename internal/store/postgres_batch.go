@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -130,7 +131,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		provs, ids, sources, servers, states, lastErrs []string
 		verifieds, quarantines                         []string
 		trackeds, corrections                          []bool
-		codes, answers, reqs, others                   [][]byte
+		codes, answers, reqs, others, histories        [][]byte
 		received, subs, dues, abs, updated             []*int64
 		rel, expires                                   []int64
 		attempts, failures, interrupts, lastStatus     []int32
@@ -160,7 +161,8 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		}
 		owners, abs, rel = append(owners, owner), append(abs, a), append(rel, r)
 		lastStatus, lastErrs = append(lastStatus, int32(c.LastStatus)), append(lastErrs, c.LastError)
-		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, c.ExpiresAt.UnixNano())
+		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, pgNano(c.ExpiresAt))
+		histories = append(histories, historyJSON(c.History))
 		verifieds, quarantines = append(verifieds, c.Verified), append(quarantines, c.Quarantine)
 		trackeds, corrections = append(trackeds, c.Tracked), append(corrections, c.Correction)
 		var other []byte
@@ -185,16 +187,16 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
 			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
-			u.last_status, u.last_error, u.updated_at, u.expires_at,
+			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
 			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
 			u.quarantine, u.other_code, u.correction
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
-			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[],
-			$22::text[], $23::bool[], $24::text[], $25::bytea[], $26::bool[])
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
+			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
 			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
 				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
-				last_status, last_error, updated_at, expires_at, answer,
+				last_status, last_error, updated_at, expires_at, answer, history,
 				verified, tracked, quarantine, other_code, correction, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
 		ORDER BY u.ord
@@ -202,7 +204,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		RETURNING provider, id`,
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
-		lastStatus, lastErrs, updated, expires, answers,
+		lastStatus, lastErrs, updated, expires, answers, histories,
 		verifieds, trackeds, quarantines, others, corrections)
 	// Only results inserted now complete their tasks (a duplicate's task
 	// was settled by the first), never quarantined ones, nor results
@@ -336,10 +338,12 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 			var k Key
 			var d pgDelivery
 			if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
-				&d.LastStatus, &d.LastError, &d.updated); err != nil {
+				&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
 				return err
 			}
-			cur[k] = d.delivery()
+			if cur[k], err = d.delivery(); err != nil {
+				return fmt.Errorf("decoding history of %s: %w", k, err)
+			}
 		}
 		return rows.Err()
 	}()
@@ -375,6 +379,7 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 			at, fa, in, ls []int32
 			due, until, up []*int64
 			ow             []*string
+			hi             [][]byte
 		)
 		for _, k := range keys {
 			if !changed[k] {
@@ -390,15 +395,16 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 				o = &owner
 			}
 			ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
+			hi = append(hi, historyJSON(d.History))
 		}
 		write.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
 				due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
-				last_error = u.last_error, updated_at = u.updated_at
+				last_error = u.last_error, updated_at = u.updated_at, history = u.history
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
-				$10::int[], $11::text[], $12::bigint[])
-				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at)
+				$10::int[], $11::text[], $12::bigint[], $13::bytea[])
+				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
 			WHERE r.provider = u.provider AND r.id = u.id`,
-			wp, wi, st, at, fa, in, due, ow, until, ls, le, up)
+			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
 	}
 	write.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, write).Close(); err != nil {
@@ -415,6 +421,6 @@ func nsPtr(t time.Time) *int64 {
 	if t.IsZero() {
 		return nil
 	}
-	v := t.UnixNano()
+	v := pgNano(t)
 	return &v
 }
