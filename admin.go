@@ -29,6 +29,7 @@ func init() {
 //	DELETE /pingback/records/<provider>/<id>         purge one result (admin_purge.go)
 //	POST /pingback/purges                            purge the results a filter matches (admin_purge.go)
 //	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
+//	POST /pingback/records/<provider>/<id>/release    deliver one quarantined result now, by hand
 //	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_get.go)
 //	GET  /pingback/status                            the overview (admin_status.go)
 //	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (admin_replays.go)
@@ -36,8 +37,10 @@ func init() {
 // GET of one result answers the record (200) or 404 (saying so for a
 // purged one). The replay route answers the
 // record after the attempt (200), 404 for an unknown result, 409 while a
-// forward of it is in flight and 409 for a delivered result unless
-// ?force=true (the app already has it), 503 while the store is unavailable.
+// forward of it is in flight, 409 for a quarantined one (release it), and
+// 409 for a delivered result unless ?force=true (the app already has it),
+// 503 while the store is unavailable. The release route answers like the
+// replay route, and 409 for a result that is not quarantined.
 //
 // POST /pingback/tasks:
 // The body is JSON: {"provider": "2captcha", "id": "123", "pingback_url":
@@ -147,22 +150,26 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	return json.NewEncoder(w).Encode(task)
 }
 
-// handleRecord serves /pingback/records/<provider>/<id> (GET) and
-// /pingback/records/<provider>/<id>/replay (POST).
+// handleRecord serves /pingback/records/<provider>/<id> (GET),
+// /pingback/records/<provider>/<id>/replay (POST) and
+// /pingback/records/<provider>/<id>/release (POST).
 func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	parts := pathSegments(r, "/pingback/records/")
 	switch {
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "" && r.Method == http.MethodDelete:
-		return handlePurgeRecord(w, r, store.Key{Provider: parts[0], ID: parts[1]})
+		return handlePurgeRecord(w, r, canonicalKey(parts[0], parts[1]))
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
-		return handleGetRecord(w, r, store.Key{Provider: parts[0], ID: parts[1]})
-	case len(parts) != 3 || parts[2] != "replay" || parts[0] == "" || parts[1] == "":
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use GET /pingback/records/<provider>/<id> or POST /pingback/records/<provider>/<id>/replay")}
+		return handleGetRecord(w, r, canonicalKey(parts[0], parts[1]))
+	case len(parts) != 3 || (parts[2] != "replay" && parts[2] != "release") || parts[0] == "" || parts[1] == "":
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use GET /pingback/records/<provider>/<id> or POST /pingback/records/<provider>/<id>/replay (or /release)")}
 	}
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
 	}
-	key := store.Key{Provider: parts[0], ID: parts[1]}
+	key := canonicalKey(parts[0], parts[1])
+	if parts[2] == "release" {
+		return handleRelease(w, r, key)
+	}
 	force := false
 	if v := r.URL.Query().Get("force"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -183,7 +190,7 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	case errors.Is(err, errDelivered):
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
-	case errors.Is(err, errInFlight):
+	case errors.Is(err, errInFlight), errors.Is(err, errQuarantined):
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
 	case errors.Is(err, errStoreUnavailable), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}

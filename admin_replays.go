@@ -33,8 +33,8 @@ func handleStartReplays(w http.ResponseWriter, r *http.Request) error {
 	if err := f.parse(); err != nil {
 		return badInput("%v", err)
 	}
-	if f.State == store.StateDelivered || f.State == store.StateForwarding {
-		return badInput("state %s cannot be replayed in bulk (use failed, rejected, parked or queued)", f.State)
+	if f.State == store.StateDelivered || f.State == store.StateForwarding || f.State == store.StateQuarantined {
+		return badInput("state %s cannot be replayed in bulk (use failed, rejected, parked or queued; quarantined results are released one by one)", f.State)
 	}
 	a, err := activeApp()
 	if err != nil {

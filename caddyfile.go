@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -387,6 +388,9 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //		ack_timeout <duration>
 //		max_body <size>
 //		keep_headers <name...>
+//		verify token|res_php|none
+//		unknown_ids accept|quarantine|reject
+//		max_quarantine <count> [<size>]
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -416,6 +420,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if len(h.KeepHeaders) == 0 {
 				return d.ArgErr()
 			}
+		case "verify":
+			return choiceArg(d, &h.Verify, VerifyToken, VerifyResPHP, VerifyNone)
+		case "unknown_ids":
+			return choiceArg(d, &h.UnknownIDs, UnknownAccept, UnknownQuarantine, UnknownReject)
+		case "max_quarantine":
+			return quarantineArgs(d, h)
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
@@ -472,6 +482,18 @@ func oneArg(d *caddyfile.Dispenser, dst *string) error {
 	return nil
 }
 
+// choiceArg reads exactly one argument, one of choices, into dst.
+func choiceArg(d *caddyfile.Dispenser, dst *string, choices ...string) error {
+	name := d.Val()
+	if err := oneArg(d, dst); err != nil {
+		return err
+	}
+	if !slices.Contains(choices, *dst) {
+		return d.Errf("invalid %s '%s': want %s", name, *dst, strings.Join(choices, ", "))
+	}
+	return nil
+}
+
 // durationArg reads exactly one duration (Go syntax, or d for days).
 func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 	name := d.Val()
@@ -520,3 +542,24 @@ var (
 	_ caddyfile.Unmarshaler = (*Handler)(nil)
 	_ caddyfile.Unmarshaler = (*Tracker)(nil)
 )
+
+// quarantineArgs reads max_quarantine <count> [<size>].
+func quarantineArgs(d *caddyfile.Dispenser, h *Handler) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 1 {
+		return d.Errf("invalid max_quarantine count '%s': want a whole number of records, at least 1", args[0])
+	}
+	h.MaxQuarantine = n
+	if len(args) == 2 {
+		size, err := humanize.ParseBytes(args[1])
+		if err != nil || size < 1 || size > math.MaxInt64 {
+			return d.Errf("invalid max_quarantine size '%s': want a size such as 64MiB", args[1])
+		}
+		h.MaxQuarantineBytes = int64(size)
+	}
+	return nil
+}

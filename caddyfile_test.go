@@ -215,13 +215,17 @@ func TestHandlerUnmarshalCaddyfile(t *testing.T) {
 		{"pingback {\n\tprovider captchaai\n}", Handler{Provider: "captchaai"}},
 		{"pingback {\n\tprovider rucaptcha\n\tack_timeout 3s\n\tmax_body 1MiB\n}", Handler{Provider: "rucaptcha", AckTimeout: caddy.Duration(3 * time.Second), MaxBody: 1 << 20}},
 		{"pingback {\n\tmax_body 4096\n\tprovider 2captcha\n\tack_timeout 250ms\n}", Handler{Provider: "2captcha", AckTimeout: caddy.Duration(250 * time.Millisecond), MaxBody: 4096}},
+		{"pingback {\n\tprovider 2captcha\n\tverify res_php\n\tunknown_ids reject\n\tmax_quarantine 50 1MiB\n}",
+			Handler{Provider: "2captcha", Verify: VerifyResPHP, UnknownIDs: UnknownReject, MaxQuarantine: 50, MaxQuarantineBytes: 1 << 20}},
+		{"pingback {\n\tprovider 2captcha\n\tmax_quarantine 7\n}", Handler{Provider: "2captcha", MaxQuarantine: 7}},
 	} {
 		var h Handler
 		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input)); err != nil {
 			t.Errorf("%q: %v", tc.input, err)
 			continue
 		}
-		if h.Provider != tc.want.Provider || h.AckTimeout != tc.want.AckTimeout || h.MaxBody != tc.want.MaxBody {
+		if h.Provider != tc.want.Provider || h.AckTimeout != tc.want.AckTimeout || h.MaxBody != tc.want.MaxBody ||
+			h.Verify != tc.want.Verify || h.UnknownIDs != tc.want.UnknownIDs || h.MaxQuarantine != tc.want.MaxQuarantine || h.MaxQuarantineBytes != tc.want.MaxQuarantineBytes {
 			t.Errorf("%q: got %+v, want %+v", tc.input, h, tc.want)
 		}
 	}
@@ -259,6 +263,14 @@ func TestHandlerCaddyfileErrors(t *testing.T) {
 			[]string{"invalid max_body 'lots'", "Testfile:3"}},
 		{"negative max_body", "pingback {\n\tprovider captchaai\n\tmax_body -1\n}",
 			[]string{"invalid max_body '-1'", "Testfile:3"}},
+		{"bad verify", "pingback {\n\tprovider captchaai\n\tverify hmac\n}",
+			[]string{"invalid verify 'hmac'", "token, res_php, none", "Testfile:3"}},
+		{"bad unknown_ids", "pingback {\n\tprovider captchaai\n\tunknown_ids drop\n}",
+			[]string{"invalid unknown_ids 'drop'", "Testfile:3"}},
+		{"bad max_quarantine", "pingback {\n\tprovider captchaai\n\tmax_quarantine 0\n}",
+			[]string{"invalid max_quarantine count '0'", "Testfile:3"}},
+		{"max_quarantine without args", "pingback {\n\tprovider captchaai\n\tmax_quarantine\n}",
+			[]string{"wrong argument count", "Testfile:3"}},
 		{"extra args on directive", "pingback extra {\n\tprovider captchaai\n}",
 			[]string{"wrong argument count", "'extra'", "Testfile:1"}},
 	} {

@@ -152,6 +152,8 @@ func printRecord(c *cliClient, r *store.Record) {
 		{"key", r.Key().String()},
 		{"state", string(r.State)},
 		{"source", string(r.Source)},
+		{"verified", orDash(r.Verified)},
+		{"quarantine", orDash(r.Quarantine)},
 		{"received", r.ReceivedAt.UTC().Format(time.RFC3339)},
 		{"attempts", strconv.Itoa(r.Attempts)},
 		{"failures", strconv.Itoa(r.Failures)},

@@ -288,11 +288,16 @@ func interruptsReason(d *store.Delivery) string {
 	return fmt.Sprintf("parked: %d forwards in a row were interrupted before they ended (last: %s); does this result crash Caddy?", d.Interrupts, d.LastError)
 }
 
-// sourceOf is the X-Pingback-Source of a claimed record's forward: poll for
-// the first forward of a polled result, replay for every other.
+// sourceOf is the X-Pingback-Source of a claimed record's forward:
+// correction for a corrected result; poll for the first forward of a
+// polled result, callback for the first forward of a pingback that waited
+// (for its confirmation, or for its task's commit); replay for every other.
 func sourceOf(rec *store.Record) store.Source {
-	if rec.Source == store.SourcePoll && rec.Attempts == 1 {
-		return store.SourcePoll
+	switch {
+	case rec.Correction:
+		return store.SourceCorrection
+	case rec.Attempts == 1 && (rec.Source == store.SourcePoll || rec.Source == store.SourceCallback):
+		return rec.Source
 	}
 	return store.SourceReplay
 }

@@ -76,7 +76,7 @@ func (a *App) serveStored(ctx context.Context, srv *caddyhttp.Server, rec *store
 		// A stored request that cannot be rebuilt never will be.
 		return outcome{class: rejected, status: http.StatusBadRequest, err: err}, true
 	}
-	setDeliveryHeaders(req.Header, rec.Key(), source, attempt)
+	setDeliveryHeaders(req.Header, rec, source, attempt)
 	d := new(dispatch)
 	req = req.WithContext(context.WithValue(req.Context(), dispatchCtxKey{}, d))
 	if v := serveRecovering(srv, req); v != nil && !d.reached {

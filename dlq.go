@@ -147,6 +147,7 @@ func (a *App) housekeeping() {
 	st := a.handle.store
 	a.handle.failures.flush(a.logger, zap.WarnLevel, "route")
 	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
+	quarantineLog.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
 }
 
@@ -163,6 +164,10 @@ func (a *App) expireUndelivered(st store.Store) {
 		}
 		for _, e := range gone {
 			a.metrics.expiredUndelivered.WithLabelValues(e.Key.Provider, string(e.State)).Inc()
+			if e.State == store.StateQuarantined {
+				quarantineChanged(st, e.Key.Provider)
+				continue // counted; a forgery flood would otherwise flood the log
+			}
 			a.logger.Warn("result expired at retention without having been delivered",
 				zap.String("key", e.Key.String()), zap.String("state", string(e.State)))
 		}
@@ -208,8 +213,8 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	claimed, err := st.Claim(ctx, store.ClaimRequest{
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
 		Decide: func(d *store.Delivery, lapsed bool) {
-			if d.State == store.StateDelivered && !force {
-				return
+			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined {
+				return // quarantined: only a release (release.go) delivers it
 			}
 			if lapsed {
 				endInterrupted(d, now)
@@ -230,6 +235,9 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 		return nil, errInFlight
 	}
 	rec := claimed[0]
+	if rec.State == store.StateQuarantined {
+		return rec, errQuarantined
+	}
 	if rec.State != store.StateForwarding {
 		return rec, errDelivered
 	}

@@ -501,6 +501,12 @@ func (w *routeWalker) walk(v any, host, path, track string) error {
 					Server: w.server, Host: sampleHost(h), Path: samplePath(p),
 					Provider: prov, AckTime: ack, Before: append([]string(nil), before...),
 				})
+				// The drill's pingbacks are made up (ids no submission
+				// produced, no tokens): verification would quarantine
+				// them, so it is off in the sandbox; the delivery path
+				// it rehearses is the same.
+				hd["verify"], hd["unknown_ids"] = VerifyNone, UnknownAccept
+				w.sb.Notes = append(w.sb.Notes, fmt.Sprintf("route %s%s: verification off in the sandbox (verify none, unknown_ids accept): the drill's pingbacks carry no tokens", sampleHost(h), samplePath(p)))
 			case "pingback_track":
 				track, _ = hd["provider"].(string)
 				w.sb.Tracks = append(w.sb.Tracks, &drillTrack{Server: w.server, Host: sampleHost(h), Base: trackBase(p), Provider: track})

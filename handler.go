@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,36 @@ type Handler struct {
 	// stored, but the admin API shows them as "[redacted]". Default: none.
 	KeepHeaders []string `json:"keep_headers,omitempty"`
 
+	// How a pingback is verified before it is delivered: "token" (it must
+	// carry its task's pingback token, which pingback_track adds to each
+	// submission's pingback URL), "res_php" (its code is confirmed with
+	// one result request to the provider, res.php or getTaskResult; needs
+	// the provider's api_key) or "none". A pingback that fails is kept in
+	// quarantine (state quarantined), not delivered, and the provider
+	// still gets 200. Tasks without a token are confirmed as with res_php
+	// when the provider has an api_key, else accepted. Default: token for
+	// a provider that has a pingback_track in this config, none otherwise.
+	Verify string `json:"verify,omitempty"`
+
+	// What becomes of a pingback whose task id no submission produced:
+	// "accept" (delivered, X-Pingback-Tracked: false), "quarantine" (kept,
+	// not delivered, released by hand) or "reject" (answered 404, nothing
+	// stored; one that arrives while a submission through pingback_track
+	// is in flight is quarantined instead, and delivered once its task
+	// commits). Default: quarantine for a provider that has a
+	// pingback_track in this config, accept otherwise.
+	UnknownIDs string `json:"unknown_ids,omitempty"`
+
+	// Most quarantined results kept for the provider, and most bytes of
+	// them (request body, headers, URI and code); past either, an
+	// untrusted pingback is answered 200 and not stored (counted as
+	// callbacks_total{result="quarantine_full"}; a tracked task is still
+	// polled). Defaults: 10000 and 67108864 (64 MiB).
+	MaxQuarantine      int   `json:"max_quarantine,omitempty"`
+	MaxQuarantineBytes int64 `json:"max_quarantine_bytes,omitempty"`
+
+	resolved *handlerModes // Verify and UnknownIDs with the defaults resolved (verify.go)
+
 	app      *App
 	provider provider
 	logger   *zap.Logger
@@ -127,6 +158,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.AckTimeout == 0 {
 		h.AckTimeout = caddy.Duration(cmp.Or(h.provider.AckTimeout, DefaultAckTimeout))
 	}
+	if err := h.provisionVerify(); err != nil {
+		return err
+	}
 	h.stored = h.app.metrics.callbacks.WithLabelValues(h.Provider, "stored")
 	return nil
 }
@@ -150,6 +184,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		// route reaches a pingback handler.
 		d.reached = true
 		if !d.probe {
+			stripToken(r)
 			d.out = forward(r, next)
 		}
 		return nil
@@ -169,6 +204,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
 		return writeText(w, bad.status, bad.reason)
 	}
+	// The key is canonical (no leading zeros, CapSolver's UUIDs in lower
+	// case); the request is kept and forwarded as sent.
+	cb.id = h.provider.CanonicalID(cb.id)
 
 	now := h.app.now().UTC()
 	rec := &store.Record{
@@ -232,11 +270,51 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	st := h.app.store(time.Duration(h.AckTimeout))
+	v := trust{verified: VerifyNone}
+	if st != nil {
+		v = h.judge(ctx, st, r, rec.Key())
+	} else if verify, unknown := h.modes(); verify != VerifyNone || unknown != UnknownAccept {
+		// No store, nothing to verify against: an unverified pingback
+		// is never forwarded. The provider may retry; a tracked task is
+		// polled once the store is back.
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.logger.Error("result NOT stored and not forwarded: the store is not open, so the pingback cannot be verified",
+			zap.String("provider", h.Provider), zap.String("id", cb.id))
+		answer(http.StatusServiceUnavailable, "result not stored")
+		return nil
+	}
+	if v.reject {
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "unknown_id").Inc()
+		answer(http.StatusNotFound, "unknown task id")
+		return nil
+	}
+	rec.Verified, rec.Tracked, rec.Quarantine = v.verified, v.tracked, v.why
+	if v.why != "" {
+		rec.Delivery = store.Delivery{State: store.StateQuarantined, UpdatedAt: now}
+		if v.confirm {
+			rec.Verified = ""
+		}
+	}
+	if st != nil && v.why != "" && !h.admitQuarantine(ctx, st, rec) {
+		h.quarantineFull(rec.Key())
+		answer(http.StatusOK, "OK")
+		return nil
+	}
 	var res store.InsertResult
 	err = errStoreUnavailable
 	if st != nil {
-		rec.Lease.Until = now.Add(h.app.leaseFor(st))
+		if v.why == "" {
+			rec.Lease.Until = now.Add(h.app.leaseFor(st))
+		}
 		res, err = st.Insert(ctx, rec)
+		if err == nil && res.Existing != nil && res.Existing.State == store.StateQuarantined && (v.why == "" || v.confirm) {
+			// A trusted pingback (or one to confirm) for a result held
+			// in quarantine: it takes its place, the quarantined code
+			// kept as other_code.
+			if _, serr := h.app.supersede(ctx, st, rec.Key(), rec); serr == nil {
+				res.Existing = nil
+			}
+		}
 	}
 	switch {
 	case errors.Is(err, store.ErrTooLarge):
@@ -247,6 +325,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
 		answer(http.StatusRequestEntityTooLarge, "request too large to store")
 		return nil
+	case err != nil && v.why != "":
+		// Untrusted (or still to confirm): never forwarded unstored.
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		if h.app.handle.storeErrors.allow(h.Provider) {
+			h.logger.Error("untrusted pingback NOT stored and not forwarded (further ones are counted in a summary line each minute)",
+				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.String("reason", v.why), zap.Error(err))
+		}
+		answer(http.StatusServiceUnavailable, "result not stored")
+		return nil
 	case err != nil:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
 		if st == nil || h.app.handle.storeErrors.allow(h.Provider) {
@@ -256,13 +343,41 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case res.Existing != nil:
 		committed.Store(true)
 		result := "duplicate"
-		if res.Existing.Code != cb.code {
+		switch {
+		case res.Existing.Code == cb.code:
+		case v.why != "" && !v.confirm:
+			// An untrusted pingback with another code: not stored, not
+			// delivered; the stored result stands.
+			result = "quarantined"
+			h.countQuarantinedLog(rec.Key(), v.why)
+		default:
 			result = "conflict"
-			h.logger.Warn("re-delivery with a different code; keeping the first one",
+			h.logger.Warn("re-delivery with a different code: asking the provider which is the result",
 				zap.String("provider", h.Provider), zap.String("id", cb.id))
+			code, logger := cb.code, h.logger
+			h.app.startBackground(func(ctx context.Context, st store.Store) {
+				h.app.settleConflict(ctx, st, rec.Key(), code, logger)
+			})
 		}
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
 		answer(http.StatusOK, "OK")
+		return nil
+	case v.why != "":
+		// Stored in quarantine: the provider is answered 200 (a genuine
+		// pingback sent to a stale URL is not retried into a ban), and
+		// nothing reaches the app unless it is confirmed or released.
+		committed.Store(true)
+		answer(http.StatusOK, "OK")
+		noteQuarantined(st, rec)
+		if v.confirm {
+			h.stored.Inc()
+			logger := h.logger
+			h.app.startBackground(func(ctx context.Context, st store.Store) {
+				h.app.confirmStored(ctx, st, rec.Key(), logger)
+			})
+			return nil
+		}
+		h.countQuarantined(rec.Key(), v.why)
 		return nil
 	default:
 		committed.Store(true)
@@ -272,6 +387,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		h.stored.Inc()
 		if !res.SubmittedAt.IsZero() {
+			rec.Tracked = true // as the store recorded it
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
 		}
@@ -283,7 +399,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	r.Body = io.NopCloser(bytes.NewReader(cb.body))
 	r.ContentLength = int64(len(cb.body))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
-	setDeliveryHeaders(r.Header, rec.Key(), store.SourceCallback, 1)
+	stripToken(r)
+	setDeliveryHeaders(r.Header, rec, store.SourceCallback, 1)
 	d := delivery{
 		rec:        rec,
 		src:        store.SourceCallback,
@@ -363,11 +480,35 @@ func (a *ackWriter) written() bool {
 	}
 }
 
-// setDeliveryHeaders sets the headers the app sees on every delivery.
-func setDeliveryHeaders(h http.Header, k store.Key, source store.Source, attempt int) {
-	h.Set(HeaderIdempotencyKey, k.String())
+// setDeliveryHeaders sets the headers the app sees on every delivery,
+// after removing every X-Pingback-* header the request came with (only
+// the plugin says what they say). A correction's idempotency key is
+// "<provider>:<id>:correction".
+func setDeliveryHeaders(h http.Header, rec *store.Record, source store.Source, attempt int) {
+	for name := range h {
+		if strings.HasPrefix(http.CanonicalHeaderKey(name), "X-Pingback-") {
+			delete(h, name)
+		}
+	}
+	key := rec.Key().String()
+	if rec.Correction {
+		key += ":correction"
+	}
+	h.Set(HeaderIdempotencyKey, key)
 	h.Set(HeaderSource, string(source))
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
+	h.Set(HeaderVerified, cmp.Or(rec.Verified, VerifyNone))
+	h.Set(HeaderTracked, strconv.FormatBool(rec.Tracked))
+}
+
+// stripToken removes the pingback token from the request's query, so the
+// app sees exactly the URL it gave.
+func stripToken(r *http.Request) {
+	if !strings.Contains(r.URL.RawQuery, protocol.TokenParam) {
+		return
+	}
+	r.URL.RawQuery = protocol.StripToken(r.URL.RawQuery)
+	r.RequestURI = protocol.StripTokenURI(r.RequestURI)
 }
 
 // serverName names the http app's server that received r.

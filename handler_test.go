@@ -197,14 +197,14 @@ func TestReceiveForms(t *testing.T) {
 					t.Errorf("app saw %s %q, want %q", name, got, want)
 				}
 			}
-			for name, want := range map[string]string{HeaderIdempotencyKey: key, HeaderSource: "callback", HeaderAttempt: "1"} {
+			for name, want := range map[string]string{HeaderIdempotencyKey: key, HeaderSource: "callback", HeaderAttempt: "1", HeaderVerified: "none", HeaderTracked: "false"} {
 				if got := seen.Header.Values(name); !slices.Equal(got, []string{want}) {
 					t.Errorf("app saw %s %q, want %q", name, got, want)
 				}
 			}
 			for name := range seen.Header {
 				if sent[name] == nil && !slices.Contains(forwardedHeaders, name) &&
-					name != HeaderIdempotencyKey && name != HeaderSource && name != HeaderAttempt {
+					name != HeaderIdempotencyKey && name != HeaderSource && name != HeaderAttempt && name != HeaderVerified && name != HeaderTracked {
 					t.Errorf("app saw an extra header %s: %q", name, seen.Header[name])
 				}
 			}

@@ -62,7 +62,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		theMetrics = &metrics{
 			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error) and polled results too (poll_stored, poll_duplicate).",
+				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error, quarantined, quarantine_full, unknown_id, corrected) and polled results too (poll_stored, poll_duplicate).",
 			}, []string{"provider", "result"}),
 			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
@@ -104,7 +104,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges()}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges(), quarantineBytes}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -111,6 +111,10 @@ type App struct {
 	probes     *sync.Map    // "<method> <pingback URL>" → probe result (error or nil)
 	metrics    *metrics
 
+	// trackers are the providers that have a pingback_track in this
+	// config, guarded by trackersMu (verify.go).
+	trackers map[string]bool
+
 	// now and jitter are the clock and random source of the replay loop;
 	// tests replace them.
 	now    func() time.Time

@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -36,7 +37,7 @@ func (a *App) deliverPolled(t *store.Task, ans protocol.Answer) {
 		a.logger.Error("storing polled result failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
 		return
 	case res.Existing != nil:
-		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
+		a.polledExisting(t, ans, res.Existing, rec)
 		return
 	}
 	a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
@@ -119,6 +120,9 @@ func (a *App) polledRecord(t *store.Task, ans protocol.Answer, now time.Time) (*
 		Request:    req,
 		Delivery:   store.Delivery{State: store.StateQueued, DueAt: now, UpdatedAt: now},
 		ExpiresAt:  now.Add(time.Duration(a.Retention)),
+		// Read from the provider's result API: the provider's own answer.
+		Verified: VerifyResPHP,
+		Tracked:  true,
 	}, nil
 }
 
@@ -129,4 +133,48 @@ func (a *App) callbackMethodFor(provider string, api protocol.API) string {
 		return http.MethodPost
 	}
 	return a.providerConfig(provider).method
+}
+
+// polledExisting settles a polled result whose key already holds a
+// record. The polled answer is the provider's own: a quarantined record
+// is superseded by it (delivered, the quarantined code kept as
+// other_code); a record with another code is corrected (delivered again
+// as a correction if the app had the wrong one); either way the task is
+// done, since the result is now known. The same code is a duplicate.
+func (a *App) polledExisting(t *store.Task, ans protocol.Answer, existing, rec *store.Record) {
+	st := a.handle.store
+	ctx := context.Background()
+	switch {
+	case existing.State == store.StateQuarantined:
+		if _, err := a.supersede(ctx, st, t.Key(), rec); err != nil {
+			if !errors.Is(err, store.ErrSkip) {
+				a.logger.Error("storing polled result over a quarantined one failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
+			}
+			return
+		}
+		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
+		a.logger.Info("result recovered by polling; a quarantined pingback of it is kept as other_code", zap.String("key", t.Key().String()))
+		a.handle.wake()
+		return
+	case !sameResult(existing.Code, ans):
+		a.correct(ctx, st, t, ans, a.logger)
+	default:
+		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
+	}
+	a.finishTask(t, existing.ReceivedAt)
+}
+
+// finishTask marks a pending task done: its result is known.
+func (a *App) finishTask(t *store.Task, resultAt time.Time) {
+	now := a.now().UTC()
+	_, err := a.handle.store.UpdateTask(context.Background(), t.Key(), func(t *store.Task) error {
+		if t.State != store.TaskPending {
+			return store.ErrSkip
+		}
+		t.State, t.NextPollAt, t.UpdatedAt, t.ResultAt = store.TaskDone, time.Time{}, now, resultAt
+		return nil
+	})
+	if err != nil && !errors.Is(err, store.ErrSkip) {
+		a.logger.Warn("marking a task done failed; it is polled again", zap.String("key", t.Key().String()), zap.Error(err))
+	}
 }

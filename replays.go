@@ -49,7 +49,7 @@ func (f *replayFilter) parse() error {
 		}
 	}
 	if f.State != "" && !slices.Contains(store.States, f.State) {
-		return fmt.Errorf("unknown state %q (queued, forwarding, delivered, failed, rejected or parked)", f.State)
+		return fmt.Errorf("unknown state %q (queued, forwarding, delivered, failed, rejected, parked or quarantined)", f.State)
 	}
 	for _, x := range []struct {
 		name string

@@ -22,6 +22,9 @@ type trackSpec struct {
 	// callbackUrl) the submission carried, or the one the plugin added.
 	pingbackURL string
 	submittedAt time.Time
+	// token is the pingback token pingback_track added to the
+	// submission's pingback URL (not part of pingbackURL), or "".
+	token string
 }
 
 // trackTask durably records a submitted task as pending, so the poller can
@@ -47,6 +50,7 @@ func (a *App) trackTask(ctx context.Context, ts trackSpec, strict bool) (*store.
 	if !p.ValidID(ts.id) {
 		return nil, false, inputError("malformed task id %q: want %s", ts.id, p.IDRule())
 	}
+	ts.id = p.CanonicalID(ts.id)
 	u, err := url.Parse(ts.pingbackURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, false, inputError("pingback_url %q is not an absolute http(s) URL", ts.pingbackURL)
@@ -86,6 +90,7 @@ func (a *App) trackTask(ctx context.Context, ts trackSpec, strict bool) (*store.
 		NextPollAt:  submittedAt.Add(a.pollAfter(ts.provider)),
 		UpdatedAt:   now,
 		ExpiresAt:   submittedAt.Add(max(time.Duration(a.Retention), time.Duration(a.Poll.GiveUp))),
+		Token:       ts.token,
 	}
 	existing, err := st.AddTask(ctx, t)
 	if err != nil {
@@ -101,6 +106,9 @@ func (a *App) trackTask(ctx context.Context, ts trackSpec, strict bool) (*store.
 	}
 	a.countTracked(ts.provider, a.handle.provider(ts.provider))
 	a.metrics.tasks.WithLabelValues(ts.provider, "tracked").Inc()
+	// A pingback that came while the submission was in flight was held
+	// in quarantine as an unknown id: check it now.
+	a.recheckHeld(ctx, st, t)
 	return t, true, nil
 }
 

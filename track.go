@@ -109,6 +109,7 @@ func (t *Tracker) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
+	t.app.noteTracker(t.Provider) // the provider's pingback handlers default to verify token
 	if t.PingbackURL != "" {
 		u, err := url.Parse(t.PingbackURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -151,6 +152,7 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 // serveSubmit forwards an in.php submission and tracks the task it creates.
 func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	submitted := t.app.now().UTC() // when it entered pingback_track
 	body, whole, err := readUpTo(r, t.MaxBody)
 	if err != nil {
 		return caddyhttp.Error(http.StatusBadRequest, err)
@@ -161,16 +163,12 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	}
 	params := submitParams(r, body, t.MaxBody)
 	pingback := params.Get("pingback")
-	if pingback == "" && t.PingbackURL != "" {
-		if nb, ok := addPingback(r, body, t.PingbackURL); ok {
-			body, pingback = nb, t.PingbackURL
-		} else {
-			t.logger.Warn("could not add the pingback URL to this submission; forwarded unchanged")
-		}
-	}
+	var token string
+	body, pingback, token = t.tokenSubmission(r, body, pingback)
 	setBody(r, body)
-	submitted := t.app.now().UTC()
 
+	submissionStarted(t.Provider)
+	defer submissionEnded(t.Provider)
 	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
@@ -178,7 +176,7 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	if rec.Status() == http.StatusOK && pingback != "" {
 		if id, ok := protocol.ParseInAnswer(answer); ok && t.provider.ValidID(id) {
 			ctx := context.WithoutCancel(r.Context())
-			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted}
+			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted, token: token}
 			if _, _, err := t.app.trackTask(ctx, ts, false); err != nil {
 				t.logger.Error("task NOT tracked: its result will not be polled if the pingback is lost",
 					zap.String("provider", t.Provider), zap.String("id", id), zap.Error(err))
@@ -204,14 +202,15 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 		return next.ServeHTTP(w, r)
 	}
 	asJSON := params.Get("json") == "1"
-	key := store.Key{Provider: t.Provider, ID: id}
+	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
 	// Answer locally only a caller that proves it owns the account: the
 	// key must be the provider's api_key configured for the poller. Task
 	// ids are nearly sequential, so anything less would let anyone who
 	// reaches this site read other accounts' results.
 	if st != nil && t.keyMatches(params.Get("key")) {
-		if held, err := st.Get(r.Context(), key); err == nil {
+		// A quarantined result is not trusted: the provider answers.
+		if held, err := st.Get(r.Context(), key); err == nil && held.State != store.StateQuarantined {
 			body, ct := protocol.LocalResAnswer(held.Code, held.Answer, asJSON)
 			return writeLocal(w, ct, body)
 		}
@@ -267,8 +266,16 @@ func (t *Tracker) storeSeenResult(st store.Store, key store.Key, ans protocol.An
 			rec = full
 		}
 	}
-	if _, err := st.Insert(context.Background(), rec); err != nil {
+	res, err := st.Insert(context.Background(), rec)
+	switch {
+	case err != nil:
 		t.logger.Error("storing a result seen in a passed-through answer failed", zap.String("key", key.String()), zap.Error(err))
+	case res.Existing != nil && res.Existing.State == store.StateQuarantined:
+		// The provider's own answer, which the app has: it replaces a
+		// quarantined pingback (kept as other_code), delivered.
+		if _, err := t.app.supersede(context.Background(), st, key, rec); err != nil && !errors.Is(err, store.ErrSkip) {
+			t.logger.Error("storing a result seen in a passed-through answer over a quarantined one failed", zap.String("key", key.String()), zap.Error(err))
+		}
 	}
 }
 

@@ -23,6 +23,7 @@ const maxResultRequest = 64 << 10
 // at once: delivered to the callback URL like a polled result when one is
 // known, else stored as delivered (the app has it in the answer).
 func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	submitted := t.app.now().UTC() // when it entered pingback_track
 	body, whole, err := readUpTo(r, t.MaxBody)
 	if err != nil {
 		return caddyhttp.Error(http.StatusBadRequest, err)
@@ -36,17 +37,12 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 		setBody(r, body)
 		return next.ServeHTTP(w, r) // not JSON: the provider will judge it
 	}
-	callback := ct.CallbackURL
-	if callback == "" && t.PingbackURL != "" {
-		if nb, ok := protocol.AddCallbackURL(body, t.PingbackURL); ok {
-			body, callback = nb, t.PingbackURL
-		} else {
-			t.logger.Warn("could not add callbackUrl to this createTask request; forwarded unchanged")
-		}
-	}
+	var callback, token string
+	body, callback, token = t.tokenCreateTask(body, ct.CallbackURL)
 	setBody(r, body)
-	submitted := t.app.now().UTC()
 
+	submissionStarted(t.Provider)
+	defer submissionEnded(t.Provider)
 	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
@@ -54,7 +50,7 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 	if rec.Status() == http.StatusOK {
 		id, sync, ok := protocol.ParseCreateTaskAnswer(answer)
 		if ok && t.provider.ValidID(id) {
-			t.trackCreated(r.Context(), id, ct.TaskType, callback, submitted, sync)
+			t.trackCreated(r.Context(), id, ct.TaskType, callback, token, submitted, sync)
 		}
 	}
 	return rec.WriteResponse()
@@ -62,11 +58,12 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 
 // trackCreated records a task created through createTask, and stores a
 // synchronous result.
-func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback string, submitted time.Time, sync *protocol.Answer) {
+func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback, token string, submitted time.Time, sync *protocol.Answer) {
 	ctx := context.WithoutCancel(rctx)
+	id = t.provider.CanonicalID(id)
 	var task *store.Task
 	if callback != "" {
-		ts := trackSpec{provider: t.Provider, id: id, api: protocol.JSON, method: taskType, pingbackURL: callback, submittedAt: submitted}
+		ts := trackSpec{provider: t.Provider, id: id, api: protocol.JSON, method: taskType, pingbackURL: callback, submittedAt: submitted, token: token}
 		var err error
 		if task, _, err = t.app.trackTask(ctx, ts, false); err != nil {
 			t.logger.Error("task NOT tracked: its result will not be polled if the callback is lost",
@@ -107,10 +104,11 @@ func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, nex
 	if !ok || !t.provider.ValidID(id) {
 		return next.ServeHTTP(w, r)
 	}
-	key := store.Key{Provider: t.Provider, ID: id}
+	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
 	if st != nil && t.keyMatches(clientKey) {
-		if held, err := st.Get(r.Context(), key); err == nil {
+		// A quarantined result is not trusted: the provider answers.
+		if held, err := st.Get(r.Context(), key); err == nil && held.State != store.StateQuarantined {
 			if answer, ok := protocol.LocalTaskResult(held.Answer); ok {
 				return writeLocal(w, "application/json", answer)
 			}

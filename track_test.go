@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -166,6 +167,8 @@ func trkSite(trackLines, upstream string, app *appStub) string {
 	handle /cb {
 		pingback {
 			provider 2captcha
+			# These tests send pingbacks for ids no submission made.
+			unknown_ids accept
 		}
 		reverse_proxy %s
 	}
@@ -413,10 +416,15 @@ func trkPending(t *testing.T) []*store.Task {
 }
 
 // trkPingback delivers a 2captcha-style pingback (POST form id, code) to
-// the test site's /cb route and checks that it was acknowledged.
+// the test site's /cb route (with the task's token, as the provider
+// would, for a tracked task) and checks that it was acknowledged.
 func trkPingback(t *testing.T, id, code string) {
 	t.Helper()
-	resp := trkDo(t, http.MethodPost, "/cb", "application/x-www-form-urlencoded",
+	target := "/cb"
+	if task, err := trkTask(t, id); err == nil && task.Token != "" {
+		target += "?" + protocol.TokenParam + "=" + task.Token
+	}
+	resp := trkDo(t, http.MethodPost, target, "application/x-www-form-urlencoded",
 		strings.NewReader(url.Values{"id": {id}, "code": {code}}.Encode()))
 	if resp.status != http.StatusOK || string(resp.body) != "OK" {
 		t.Fatalf("pingback %s: got %d %q, want 200 OK", id, resp.status, resp.body)
@@ -453,9 +461,18 @@ func TestTrackForwardsSubmissionsUnchanged(t *testing.T) {
 			if len(seen) != 1 {
 				t.Fatalf("provider got %d submissions, want 1", len(seen))
 			}
-			trkAssertRequest(t, sub, seen[0])
-			if got := seen[0].Form["pingback"]; len(got) != 1 || got[0] != own {
+			// The app's own pingback URL carries a token now, except
+			// in a GET submission (its URL has a query).
+			got, tok := trkUntoken(t, seen[0])
+			if (tok == "") != (sub.method == http.MethodGet) {
+				t.Errorf("token %q in a %s submission", tok, sub.method)
+			}
+			trkAssertRequest(t, sub, got)
+			if got := got.Form["pingback"]; len(got) != 1 || got[0] != own {
 				t.Errorf("provider parsed pingback %q, want only the app's %q", got, own)
+			}
+			if task, err := trkTask(t, ids[i]); err != nil || task.Token != tok {
+				t.Errorf("task's token %+v, %v; want %q", task, err, tok)
 			}
 			if sub.file != nil && !bytes.Equal(seen[0].File, sub.file) {
 				t.Errorf("provider got an image of %d bytes that differs from the app's %d bytes", len(seen[0].File), len(sub.file))
@@ -526,7 +543,10 @@ func TestTrackInjectsPingback(t *testing.T) {
 			if len(seen) != 1 {
 				t.Fatalf("provider got %d submissions, want 1", len(seen))
 			}
-			got := seen[0]
+			got, tok := trkUntoken(t, seen[0])
+			if tok == "" {
+				t.Errorf("the added pingback URL carries no token")
+			}
 			if pb := got.Form["pingback"]; len(pb) != 1 || pb[0] != trkCallbackURL {
 				t.Errorf("provider parsed pingback %q, want [%q]", pb, trkCallbackURL)
 			}
@@ -922,7 +942,7 @@ func TestTrackWithSimulator(t *testing.T) {
 	}
 	id := ans.Request
 	info, ok := sim.Task(id)
-	if !ok || info.Pingback != trkCallbackURL {
+	if pb, tok, _ := untokened(info.Pingback); !ok || pb != trkCallbackURL || tok == "" {
 		t.Fatalf("simulator's task %s: %+v, want pingback %q", id, info, trkCallbackURL)
 	}
 	trkAssertPending(t, id, "post", trkCallbackURL, before, after)

@@ -1,5 +1,7 @@
 package protocol
 
+import "strings"
+
 // Task ids. Legacy ids are digits: 2captcha's res.php rejects others with
 // ERROR_WRONG_ID_FORMAT ("id must be numeric",
 // https://2captcha.com/2captcha-api#res_errors), and CaptchaAI may send one
@@ -49,4 +51,20 @@ func validToken(id string) bool {
 		}
 	}
 	return true
+}
+
+// CanonicalID is the form of a valid task id under which the plugin
+// deduplicates and stores it: decimal ids without leading zeros ("0123"
+// and "123" are one task; "0" stays), UUID-style ids lower-cased
+// (CapSolver shows them lower-case, https://docs.capsolver.com/guide/api-createtask).
+// The request bytes are kept as sent; only the key is canonical.
+func (p Provider) CanonicalID(id string) string {
+	if p.UUIDTaskID {
+		return strings.ToLower(id)
+	}
+	trimmed := strings.TrimLeft(id, "0")
+	if trimmed == "" && id != "" {
+		return "0"
+	}
+	return trimmed
 }

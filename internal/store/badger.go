@@ -379,19 +379,24 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 		case err == nil:
 			// Purged: a duplicate of what was erased, never stored again.
 			res = InsertResult{Existing: &Record{Provider: k.Provider, ID: k.ID, Code: c.Code}, Purged: true}
+			if c.State == StateQuarantined {
+				return nil // a quarantined result never completes its task
+			}
 			_, err := completeTask(w, k, c.ReceivedAt)
 			return err
 		case !errors.Is(err, ErrNotFound):
 			return err
 		}
-		sub, err := completeTask(w, k, c.ReceivedAt)
-		if err != nil {
-			return err
+		var sub time.Time
+		if c.State != StateQuarantined {
+			if sub, err = completeTask(w, k, c.ReceivedAt); err != nil {
+				return err
+			}
 		}
 		val := encoded
 		if !sub.IsZero() {
 			tracked := c
-			tracked.SubmittedAt = sub
+			tracked.SubmittedAt, tracked.Tracked = sub, true
 			if val, err = encodeRecord(&tracked); err != nil {
 				return fmt.Errorf("encoding record: %w", err)
 			}
@@ -439,6 +444,48 @@ func (b *Badger) Get(ctx context.Context, key Key) (*Record, error) {
 		return err
 	})
 	return rec, err
+}
+
+// UpdateRecord implements Store.
+func (b *Badger) UpdateRecord(ctx context.Context, key Key, fn func(*Record) error) (*Record, error) {
+	var result *Record
+	o := &op{size: 4096, apply: func(w *batch) error {
+		result = nil
+		old, err := w.record(key)
+		if err != nil {
+			return err
+		}
+		result = old
+		cur := *old
+		if err := fn(&cur); err != nil {
+			return err
+		}
+		cur.Provider, cur.ID = key.Provider, key.ID
+		b.ownLease(&cur.Delivery)
+		if old.State == StateQuarantined && cur.State != StateQuarantined {
+			sub, err := completeTask(w, key, cur.ReceivedAt)
+			if err != nil {
+				return err
+			}
+			if !sub.IsZero() {
+				cur.SubmittedAt = sub
+			}
+		}
+		val, err := encodeRecord(&cur)
+		if err != nil {
+			return fmt.Errorf("encoding record: %w", err)
+		}
+		if len(val) > MaxRecordSize {
+			return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(val), MaxRecordSize)
+		}
+		exp := expiry(cur.ExpiresAt)
+		w.writeDelivery(key, &old.Delivery, &cur.Delivery, exp, nil)
+		w.set(recordKey(key), val, exp)
+		result = &cur
+		return nil
+	}}
+	err := b.submit(ctx, o)
+	return result, err
 }
 
 // UpdateDelivery implements Store.

@@ -287,7 +287,7 @@ func stateIndexKey(k Key, d *Delivery) []byte {
 }
 
 func indexedState(s State) bool {
-	return s == StateQueued || s == StateFailed || s == StateRejected || s == StateParked
+	return s == StateQueued || s == StateFailed || s == StateRejected || s == StateParked || s == StateQuarantined
 }
 
 // dueIndexKey is the q/ entry of a queued or failed delivery, else nil.

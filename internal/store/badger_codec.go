@@ -18,6 +18,8 @@ import (
 //
 //	record   tagRecord1   delivery provider id code source received_at
 //	                      submitted_at server request expires_at answer
+//	                      (then history, below) verified tracked quarantine
+//	                      other_code correction
 //	request               method uri host proto remote_addr local_addr tls
 //	                      header body
 //	delivery tagDelivery1 (stand-alone, s/) or inside a record, without tag:
@@ -30,7 +32,7 @@ import (
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
-//	                      result_at
+//	                      result_at token
 //
 // string and []byte: uvarint length, bytes; int: zig-zag varint; bool: one
 // byte; time: 0 for the zero time, else 1, varint Unix seconds, uvarint
@@ -56,11 +58,13 @@ const (
 var (
 	recordFields = []string{"Provider", "ID", "Code", "Source", "ReceivedAt", "SubmittedAt", "Server",
 		"Request", "Request.Method", "Request.URI", "Request.Host", "Request.Proto", "Request.RemoteAddr",
-		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer"}
+		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer",
+		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction"}
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
-		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt"}
+		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt",
+		"Token"}
 )
 
 // Whether the binary encoding covers every field of each type.
@@ -134,6 +138,11 @@ func encodeRecord(r *Record) ([]byte, error) {
 	e.time(r.ExpiresAt)
 	e.bytes(r.Answer)
 	e.history(r.History)
+	e.str(r.Verified)
+	e.bool(r.Tracked)
+	e.str(r.Quarantine)
+	e.str(r.OtherCode)
+	e.bool(r.Correction)
 	return e.b, nil
 }
 
@@ -167,6 +176,13 @@ func decodeRecord(v []byte, r *Record) error {
 	}
 	if d.more() { // appended after Answer
 		r.History = d.history()
+	}
+	if d.more() { // verification, appended after history
+		r.Verified = d.str()
+		r.Tracked = d.bool()
+		r.Quarantine = d.str()
+		r.OtherCode = d.str()
+		r.Correction = d.bool()
 	}
 	return d.end()
 }
@@ -254,6 +270,7 @@ func encodeTask(t *Task) ([]byte, error) {
 	e.int(t.AppPolls)
 	e.time(t.AppPolledAt)
 	e.time(t.ResultAt)
+	e.str(t.Token)
 	return e.b, nil
 }
 
@@ -282,6 +299,9 @@ func decodeTask(v []byte, t *Task) error {
 	}
 	if d.more() { // appended after API, Server, AppPolls, AppPolledAt
 		t.ResultAt = d.time()
+	}
+	if d.more() { // appended after result_at
+		t.Token = d.str()
 	}
 	return d.end()
 }

@@ -137,9 +137,14 @@ func TestCodecRoundTrip(t *testing.T) {
 			// A value written before ResultAt was added (format 3 as first
 			// shipped) ends without it and reads with it zero.
 			old := *x
-			old.ResultAt = time.Time{}
+			old.ResultAt, old.Token = time.Time{}, ""
 			ob, _ := encodeTask(&old)
-			roundTrip(t, name+" binary without result_at", &old, ob[:len(ob)-1], decodeTask)
+			roundTrip(t, name+" binary without result_at", &old, ob[:len(ob)-2], decodeTask)
+			// Nor, before that, the token (appended after result_at).
+			old = *x
+			old.Token = ""
+			ob, _ = encodeTask(&old)
+			roundTrip(t, name+" binary without token", &old, ob[:len(ob)-1], decodeTask)
 		}
 	})
 }
@@ -208,22 +213,28 @@ func TestCodecRecordDeliveryHistory(t *testing.T) {
 // those fields zero.
 func TestCodecAppendedFields(t *testing.T) {
 	r := filled[Record](t)
+	r.Verified, r.Tracked, r.Quarantine, r.OtherCode, r.Correction = "", false, "", "", false
+	vb, err := encodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, "record without the appended verification", r, vb[:len(vb)-5], decodeRecord) // three empty strings, two false
 	r.Answer, r.History = nil, nil
 	b, err := encodeRecord(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "record without the appended history", r, b[:len(b)-1], decodeRecord) // its empty history was one byte
-	roundTrip(t, "record without the appended answer", r, b[:len(b)-2], decodeRecord)  // and its empty answer one more
+	roundTrip(t, "record without the appended history", r, b[:len(b)-6], decodeRecord) // its empty history was one byte, after the verification
+	roundTrip(t, "record without the appended answer", r, b[:len(b)-7], decodeRecord)  // and its empty answer one more
 	roundTrip(t, "delivery without the appended history", &r.Delivery, encodeDelivery(&r.Delivery)[:len(encodeDelivery(&r.Delivery))-1], decodeDelivery)
 	task := filled[Task](t)
-	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt = "", "", 0, time.Time{}, time.Time{}
+	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt, task.Token = "", "", 0, time.Time{}, time.Time{}, ""
 	tb, err := encodeTask(task)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-5], decodeTask) // two empty strings, 0, two zero times
-	if err := decodeRecord(b[:len(b)-3], new(Record)); err == nil {
+	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-6], decodeTask) // three empty strings, 0, two zero times
+	if err := decodeRecord(b[:len(b)-8], new(Record)); err == nil {
 		t.Error("a record cut inside its fixed fields decoded without error")
 	}
 }

@@ -34,10 +34,10 @@ func (b *Badger) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			return err
 		}
 		nt := *t
-		switch rec, err := w.recordOnly(k); {
-		case err == nil:
+		switch rec, err := w.record(k); {
+		case err == nil && completes(rec, nt.SubmittedAt):
 			nt.State, nt.NextPollAt, nt.ResultAt = TaskDone, time.Time{}, rec.ReceivedAt
-		case !errors.Is(err, ErrNotFound):
+		case err != nil && !errors.Is(err, ErrNotFound):
 			return err
 		}
 		return w.writeTask(nil, &nt)
@@ -118,9 +118,18 @@ func (b *Badger) DueTasks(ctx context.Context, now time.Time, limit int) ([]*Tas
 	return out, err
 }
 
-// completeTask marks the pending task under k done at now, in the batch
-// that stores its result, and returns the task's submission time (zero if
-// the task is not tracked).
+// completes reports whether rec, a stored result, completes a task
+// submitted at submitted: not a quarantined one, and not one received
+// before its task was submitted (a result cannot be older than its task).
+func completes(rec *Record, submitted time.Time) bool {
+	return rec.State != StateQuarantined && !rec.ReceivedAt.Before(submitted)
+}
+
+// completeTask marks the pending task under k done at now (the result's
+// received time), in the batch that stores its result, and returns the
+// task's submission time (zero if the task is not tracked, or was
+// submitted after now: a result received before its task was submitted
+// never completes it).
 func completeTask(w *batch, k Key, now time.Time) (time.Time, error) {
 	old, err := w.task(k)
 	if errors.Is(err, ErrNotFound) {
@@ -128,6 +137,9 @@ func completeTask(w *batch, k Key, now time.Time) (time.Time, error) {
 	}
 	if err != nil {
 		return time.Time{}, err
+	}
+	if now.Before(old.SubmittedAt) {
+		return time.Time{}, nil
 	}
 	if old.State != TaskPending {
 		return old.SubmittedAt, nil

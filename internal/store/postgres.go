@@ -325,25 +325,27 @@ func (p *Postgres) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // The columns of a record, in the order scanRecord reads them.
 const pgRecordCols = `provider, id, code, answer, source, received_at, submitted_at, server, request,
-	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at, history`
+	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at, history,
+	verified, tracked, quarantine, other_code, correction`
 
 // The columns of a delivery state, in the order scanDelivery reads them.
 const pgDeliveryCols = `state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history`
 
 func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
-	var code, req []byte
+	var code, req, other []byte
 	var received, sub, expires *int64
 	var d pgDelivery
 	err := row.Scan(&r.Provider, &r.ID, &code, &r.Answer, &r.Source, &received, &sub, &r.Server, &req,
-		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires, &d.history)
+		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires, &d.history,
+		&r.Verified, &r.Tracked, &r.Quarantine, &other, &r.Correction)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.Code = string(code)
+	r.Code, r.OtherCode = string(code), string(other)
 	if err := json.Unmarshal(req, &r.Request); err != nil {
 		return nil, fmt.Errorf("decoding stored request of %s:%s: %w", r.Provider, r.ID, err)
 	}
@@ -516,11 +518,70 @@ func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Deliver
 	return result, err
 }
 
+// UpdateRecord implements Store: the key's advisory lock (shared with
+// Insert and AddTask, so a task and its result never miss each other) and
+// the row lock are held while fn runs; a record leaving quarantine marks
+// its pending task done in the same transaction, unless it was received
+// before the task was submitted.
+func (p *Postgres) UpdateRecord(ctx context.Context, key Key, fn func(*Record) error) (*Record, error) {
+	var result *Record
+	err := p.readModifyWriteLocked(ctx, &key, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2 FOR UPDATE`,
+		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
+			result = nil
+			old, err := scanRecord(row)
+			if err != nil {
+				return err
+			}
+			result = old
+			cur := *old
+			if err := fn(&cur); err != nil {
+				return err
+			}
+			cur.Provider, cur.ID = key.Provider, key.ID
+			p.ownLease(&cur.Delivery)
+			req, err := json.Marshal(&cur.Request)
+			if err != nil {
+				return fmt.Errorf("encoding request: %w", err)
+			}
+			if size := len(req) + len(cur.Code) + len(cur.Answer) + len(cur.OtherCode) + len(cur.LastError) + 512; size > MaxRecordSize {
+				return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, size, MaxRecordSize)
+			}
+			if old.State == StateQuarantined && cur.State != StateQuarantined {
+				b.Queue(`UPDATE tasks SET state = 'done', next_poll_at = NULL, updated_at = $3, result_at = $3
+					WHERE provider = $1 AND id = $2 AND state = 'pending' AND coalesce(submitted_at, 0) <= $3`,
+					key.Provider, key.ID, cur.ReceivedAt.UnixNano())
+			}
+			var other any
+			if cur.OtherCode != "" {
+				other = []byte(cur.OtherCode)
+			}
+			b.Queue(`UPDATE records SET code = $3, answer = $4, source = $5, received_at = $6,
+				submitted_at = coalesce((SELECT submitted_at FROM tasks WHERE provider = $1 AND id = $2), $7), server = $8, request = $9,
+				state = $10, attempts = $11, failures = $12, interrupts = $13, due_at = $14, lease_owner = $15, lease_until = $16,
+				last_status = $17, last_error = $18, updated_at = $19, expires_at = $20,
+				verified = $21, tracked = $22, quarantine = $23, other_code = $24, correction = $25, history = $26
+				WHERE provider = $1 AND id = $2`,
+				key.Provider, key.ID, []byte(cur.Code), cur.Answer, string(cur.Source), ns(cur.ReceivedAt), ns(cur.SubmittedAt), cur.Server, req,
+				string(cur.State), cur.Attempts, cur.Failures, cur.Interrupts, ns(cur.DueAt), nullString(cur.Lease.Owner), ns(cur.Lease.Until),
+				cur.LastStatus, cur.LastError, ns(cur.UpdatedAt), pgNano(cur.ExpiresAt),
+				cur.Verified, cur.Tracked, cur.Quarantine, other, cur.Correction, historyJSON(cur.History))
+			result = &cur
+			return nil
+		})
+	return result, err
+}
+
 // readModifyWrite runs one locked read-modify-write transaction in two
 // round trips: BEGIN and the locking query, then the writes fn queues on b
 // and COMMIT. If fn fails the transaction is rolled back and fn's error
 // returned.
 func (p *Postgres) readModifyWrite(ctx context.Context, query string, args []any, fn func(row pgx.Row, b *pgx.Batch) error) error {
+	return p.readModifyWriteLocked(ctx, nil, query, args, fn)
+}
+
+// readModifyWriteLocked is readModifyWrite that first takes the advisory
+// lock of lock (if not nil), the one Insert and AddTask take.
+func (p *Postgres) readModifyWriteLocked(ctx context.Context, lock *Key, query string, args []any, fn func(row pgx.Row, b *pgx.Batch) error) error {
 	return p.op(func() error {
 		conn, err := p.pool.Acquire(ctx)
 		if err != nil {
@@ -529,11 +590,20 @@ func (p *Postgres) readModifyWrite(ctx context.Context, query string, args []any
 		defer conn.Release()
 		read := &pgx.Batch{}
 		read.Queue("BEGIN")
+		if lock != nil {
+			read.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, lock.Provider, lock.ID)
+		}
 		read.Queue(query, args...)
 		br := conn.SendBatch(ctx, read)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err
+		}
+		if lock != nil {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return err
+			}
 		}
 		write := &pgx.Batch{}
 		fnErr := fn(br.QueryRow(), write)

@@ -129,7 +129,9 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	keys := make([]Key, 0, n)
 	var (
 		provs, ids, sources, servers, states, lastErrs []string
-		codes, answers, reqs, histories                [][]byte
+		verifieds, quarantines                         []string
+		trackeds, corrections                          []bool
+		codes, answers, reqs, others, histories        [][]byte
 		received, subs, dues, abs, updated             []*int64
 		rel, expires                                   []int64
 		attempts, failures, interrupts, lastStatus     []int32
@@ -161,6 +163,13 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		lastStatus, lastErrs = append(lastStatus, int32(c.LastStatus)), append(lastErrs, c.LastError)
 		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, pgNano(c.ExpiresAt))
 		histories = append(histories, historyJSON(c.History))
+		verifieds, quarantines = append(verifieds, c.Verified), append(quarantines, c.Quarantine)
+		trackeds, corrections = append(trackeds, c.Tracked), append(corrections, c.Correction)
+		var other []byte
+		if c.OtherCode != "" {
+			other = []byte(c.OtherCode)
+		}
+		others = append(others, other)
 	}
 	sorted := slices.Clone(keys)
 	slices.SortFunc(sorted, keyOrder)
@@ -178,13 +187,17 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
 			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
-			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history
+			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
+			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
+			u.quarantine, u.other_code, u.correction
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
-			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[])
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
+			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
 			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
 				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
-				last_status, last_error, updated_at, expires_at, answer, history, ord)
+				last_status, last_error, updated_at, expires_at, answer, history,
+				verified, tracked, quarantine, other_code, correction, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
 		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
 		ORDER BY u.ord
@@ -192,10 +205,15 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		RETURNING provider, id`,
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
-		lastStatus, lastErrs, updated, expires, answers, histories)
+		lastStatus, lastErrs, updated, expires, answers, histories,
+		verifieds, trackeds, quarantines, others, corrections)
+	// Only results inserted now complete their tasks (a duplicate's task
+	// was settled by the first), never quarantined ones, nor results
+	// received before their task was submitted.
 	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
-		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(provider, id, received)
-		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'`, provs, ids, received)
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(provider, id, received, state)
+		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
+			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
 
 	tracked := map[Key]time.Time{}
 	inserted := map[Key]bool{}
@@ -252,7 +270,9 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		k := op.in.rec.Key()
 		if inserted[k] {
 			delete(inserted, k)
-			op.in.res = InsertResult{SubmittedAt: tracked[k]}
+			if sub := tracked[k]; op.in.rec.State != StateQuarantined && !op.in.rec.ReceivedAt.Before(sub) {
+				op.in.res = InsertResult{SubmittedAt: sub}
+			}
 			continue
 		}
 		dups = append(dups, op)

@@ -46,6 +46,7 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 			History: []store.Attempt{{Attempt: 3, Source: store.SourceManual, StartedAt: at(7), EndedAt: at(8), Status: 502,
 				Outcome: store.OutcomeFailed, Error: "app answered 502"}}},
 		ExpiresAt: at(6),
+		Verified:  store.VerifiedToken, Tracked: true, Quarantine: "unknown_id", OtherCode: "O\x00THER\xff", Correction: true,
 	}
 	allSet(t, "Record", reflect.ValueOf(*rec))
 	if _, err := p.Insert(ctx, rec); err != nil {
@@ -69,7 +70,8 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 
 	task := &store.Task{Provider: "2captcha", ID: "100", Method: "userrecaptcha", API: "json", SubmittedAt: at(1),
 		PingbackURL: "https://example.com/cb", Server: "srv7", State: store.TaskPending, NextPollAt: at(2), Polls: 4,
-		AppPolls: 2, AppPolledAt: at(3), LastError: "CAPCHA_NOT_READY", UpdatedAt: at(4), ExpiresAt: at(5), ResultAt: at(6)}
+		AppPolls: 2, AppPolledAt: at(3), LastError: "CAPCHA_NOT_READY", UpdatedAt: at(4), ExpiresAt: at(5), ResultAt: at(6),
+		Token: "0123456789abcdef0123456789abcdef"}
 	allSet(t, "Task", reflect.ValueOf(*task))
 	if _, err := p.AddTask(ctx, task); err != nil {
 		t.Fatal(err)

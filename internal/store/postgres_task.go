@@ -9,13 +9,13 @@ import (
 )
 
 // The columns of a task, in the order scanTask reads them.
-const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at, result_at`
+const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at, result_at, token`
 
 func scanTask(row pgx.Row) (*Task, error) {
 	var t Task
 	var sub, next, appPolled, updated, expires, resultAt *int64
 	err := row.Scan(&t.Provider, &t.ID, &t.Method, &t.API, &sub, &t.PingbackURL, &t.Server, &t.State, &next,
-		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires, &resultAt)
+		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires, &resultAt, &t.Token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -40,13 +40,14 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 				CASE WHEN r.id IS NULL THEN $7 ELSE 'done' END,
 				CASE WHEN r.id IS NULL THEN $8::bigint END,
 				$9, $14, $15::bigint, $10, $11, $12,
-				CASE WHEN r.id IS NULL THEN $16::bigint ELSE r.received_at END
+				CASE WHEN r.id IS NULL THEN $16::bigint ELSE r.received_at END, $17
 			FROM (SELECT 1) one LEFT JOIN records r ON r.provider = $1 AND r.id = $2
+				AND r.state <> 'quarantined' AND r.received_at >= coalesce($4::bigint, 0)
 			ON CONFLICT (provider, id) DO NOTHING
 			RETURNING id`,
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
 			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), pgNano(t.ExpiresAt),
-			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt))
+			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt), t.Token)
 		br := p.pool.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -105,11 +106,11 @@ func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error
 			result = &cur
 			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
 				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12,
-				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16
+				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16, token = $17
 				WHERE provider = $1 AND id = $2`,
 				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
 				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), pgNano(cur.ExpiresAt),
-				cur.API, cur.AppPolls, ns(cur.AppPolledAt), ns(cur.ResultAt))
+				cur.API, cur.AppPolls, ns(cur.AppPolledAt), ns(cur.ResultAt), cur.Token)
 			return nil
 		})
 	return result, err

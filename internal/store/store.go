@@ -87,10 +87,17 @@ const (
 	// were interrupted too often in a row; kept and visible, never retried
 	// automatically.
 	StateParked State = "parked"
+	// StateQuarantined: a result the pingback handler did not trust (a
+	// token that does not match its task, an id no submission produced,
+	// a code the provider's own answer contradicts, or one not yet
+	// confirmed); kept and visible, never delivered unless released by
+	// hand (or superseded by the provider's own answer). Its task is not
+	// marked done by it.
+	StateQuarantined State = "quarantined"
 )
 
 // States lists every state, in the order of a delivery's life.
-var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, StateRejected, StateParked}
+var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, StateRejected, StateParked, StateQuarantined}
 
 // Source says how a result reached the plugin (Record.Source: callback or
 // poll) and how a forward reaches the app (the X-Pingback-Source header:
@@ -108,6 +115,23 @@ const (
 	// SourcePoll: a result the fallback poller fetched from res.php, on its
 	// first delivery.
 	SourcePoll Source = "poll"
+	// SourceCorrection: the provider's own answer for a result whose
+	// earlier delivery carried another code (a conflict the provider
+	// settled); sent with the idempotency key "<provider>:<id>:correction".
+	SourceCorrection Source = "correction"
+)
+
+// How a result was verified before delivery (Record.Verified, the
+// X-Pingback-Verified header).
+const (
+	// VerifiedToken: the pingback carried its task's token.
+	VerifiedToken = "token"
+	// VerifiedResPHP: the code was read from, or confirmed by, the
+	// provider's result API (res.php or getTaskResult).
+	VerifiedResPHP = "res_php"
+	// VerifiedNone: nothing verified it (verify none, an untracked task
+	// without an api_key, or a quarantined result released by hand).
+	VerifiedNone = "none"
 )
 
 // Request is the original HTTP request as the provider sent it, kept so that
@@ -165,6 +189,29 @@ type Record struct {
 
 	// ExpiresAt is when the store forgets the record (retention).
 	ExpiresAt time.Time `json:"expires_at"`
+
+	// Verified is how the result was verified (VerifiedToken,
+	// VerifiedResPHP, VerifiedNone), sent as X-Pingback-Verified; empty
+	// for records stored before verification existed (delivered as none).
+	Verified string `json:"verified,omitempty"`
+	// Tracked reports that the result's task was submitted through
+	// pingback_track (or registered), sent as X-Pingback-Tracked. Insert
+	// sets it when the insert completes a tracked task (InsertResult.
+	// SubmittedAt set).
+	Tracked bool `json:"tracked,omitempty"`
+	// Quarantine says why a record is (or was) quarantined:
+	// "token_mismatch", "unknown_id", "before_submission",
+	// "not_confirmed", "provider_mismatch", "confirming"; empty for a
+	// record never quarantined.
+	Quarantine string `json:"quarantine,omitempty"`
+	// OtherCode is the conflicting code of the same task that lost to
+	// Code (a forgery, or the wrong code the provider's answer
+	// corrected): both codes are kept. Never log it.
+	OtherCode string `json:"other_code,omitempty"`
+	// Correction reports that Code replaced a code the app had already
+	// been sent: its deliveries carry X-Pingback-Source: correction and
+	// the idempotency key "<provider>:<id>:correction".
+	Correction bool `json:"correction,omitempty"`
 }
 
 // Key returns the record's deduplication key.
@@ -266,7 +313,9 @@ type Store interface {
 	// If rec is in StateForwarding, the stored copy's lease is Owner()'s
 	// (the caller sets Lease.Until), written in the insert's own
 	// transaction. A pending task under the same key is marked done in the
-	// same transaction. Insert does not change rec, and does not use it
+	// same transaction, unless rec is quarantined or was received before
+	// the task was submitted (a result older than its task never
+	// completes it). Insert does not change rec, and does not use it
 	// after it returns (the caller may reuse its header map).
 	//
 	// It returns once the commit is durable; Existing is set for a
@@ -277,6 +326,16 @@ type Store interface {
 
 	// Get returns the record under key, or ErrNotFound.
 	Get(ctx context.Context, key Key) (*Record, error)
+
+	// UpdateRecord atomically applies fn to the whole record under key
+	// (its result, request and delivery state; not its key) and durably
+	// stores the result, keeping the indexes in step, like UpdateDelivery.
+	// When the record leaves StateQuarantined, the pending task under the
+	// key is marked done in the same transaction, unless the record was
+	// received before the task was submitted. If fn returns an error
+	// nothing is written and that error is returned with the unchanged
+	// record. Returns ErrNotFound if there is no such record.
+	UpdateRecord(ctx context.Context, key Key, fn func(*Record) error) (*Record, error)
 
 	// UpdateDelivery atomically applies fn to the delivery state of the
 	// record under key and durably stores the result, keeping the indexes

@@ -59,6 +59,12 @@ type Task struct {
 	ResultAt  time.Time `json:"result_at,omitzero"`
 	UpdatedAt time.Time `json:"updated_at"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Token is the task's pingback token: the random value pingback_track
+	// added to the pingback URL's query (as pingback_token) in the
+	// submission; a pingback for the task must carry it. Empty for a task
+	// without one (registered by hand, tracked before tokens, or a GET
+	// submission whose pingback URL has a query of its own).
+	Token string `json:"token,omitempty"`
 }
 
 // Key returns the task's key, the same as its result's.
@@ -69,7 +75,8 @@ func (t *Task) Key() Key { return Key{Provider: t.Provider, ID: t.ID} }
 type TaskStore interface {
 	// AddTask stores t unless a task with the same key exists, in which
 	// case it returns the existing one. If a result for the key is already
-	// stored, t is stored as TaskDone and not scheduled.
+	// stored, was received at or after t.SubmittedAt and is not
+	// quarantined, t is stored as TaskDone and not scheduled.
 	AddTask(ctx context.Context, t *Task) (existing *Task, err error)
 	// GetTask returns the task under key, or ErrNotFound.
 	GetTask(ctx context.Context, key Key) (*Task, error)

@@ -285,6 +285,11 @@ func diffRecord(got, want *store.Record) string {
 	if got.Server != want.Server {
 		add("server", got.Server, want.Server)
 	}
+	if got.Verified != want.Verified || got.Tracked != want.Tracked || got.Quarantine != want.Quarantine ||
+		got.OtherCode != want.OtherCode || got.Correction != want.Correction {
+		add("verification", fmt.Sprintf("verified %q tracked %v quarantine %q other %q correction %v", got.Verified, got.Tracked, got.Quarantine, got.OtherCode, got.Correction),
+			fmt.Sprintf("verified %q tracked %v quarantine %q other %q correction %v", want.Verified, want.Tracked, want.Quarantine, want.OtherCode, want.Correction))
+	}
 	for _, x := range []struct {
 		name string
 		g, w time.Time
@@ -350,6 +355,9 @@ func diffTask(got, want *store.Task) string {
 	}
 	if got.LastError != want.LastError {
 		add("last_error", got.LastError, want.LastError)
+	}
+	if got.Token != want.Token {
+		add("token", got.Token, want.Token)
 	}
 	for _, x := range []struct {
 		name string

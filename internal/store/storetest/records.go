@@ -154,8 +154,8 @@ func testInsertCompletesTask(t *testing.T, h Harness) {
 	if !rec.SubmittedAt.IsZero() {
 		t.Errorf("Insert set its argument's SubmittedAt")
 	}
-	if got := get(t, s, "55"); !got.SubmittedAt.Equal(sub) {
-		t.Errorf("stored record's SubmittedAt = %s, want %s", fmtTime(got.SubmittedAt), fmtTime(sub))
+	if got := get(t, s, "55"); !got.SubmittedAt.Equal(sub) || !got.Tracked {
+		t.Errorf("stored record's SubmittedAt = %s tracked %v, want %s, tracked", fmtTime(got.SubmittedAt), got.Tracked, fmtTime(sub))
 	}
 	gt, err := s.GetTask(ctx, key("55"))
 	if err != nil {

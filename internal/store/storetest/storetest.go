@@ -122,6 +122,11 @@ func Run(t *testing.T, h Harness) {
 		{"History", testHistory},
 		{"Close", testClose},
 		{"Model", testModel},
+		{"VerifyFields", testVerifyFields},
+		{"QuarantinedKeepsTaskPending", testQuarantinedKeepsTaskPending},
+		{"ResultBeforeSubmission", testResultBeforeSubmission},
+		{"UpdateRecord", testUpdateRecord},
+		{"UpdateRecordReleases", testUpdateRecordReleases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })

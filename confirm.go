@@ -1,0 +1,269 @@
+package pingback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// Confirmation with the provider (verify res_php, tasks without a token,
+// and conflicts in any mode): one result request (res.php or
+// getTaskResult) through the poller's clients, within its rate limit and
+// res.php budget; a "not ready" answer is asked again confirmTries times
+// confirmGap apart. It runs in the background: the provider's pingback is
+// answered 200 once the record is durably stored, and the record is then
+// delivered, or not, through the replay loop (the one delivery path).
+
+// errNotConfirmed is the answer of askResult when the provider gave no
+// final answer (not ready, an error, the budget spent).
+var errNotConfirmed = errors.New("the provider gave no final answer")
+
+// askResult asks the provider once for task's result, as the poller does.
+func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, error) {
+	name := t.Provider
+	h := a.readyHandle()
+	if h == nil {
+		return protocol.Answer{}, errStoreUnavailable
+	}
+	ps := h.provider(name)
+	pc := a.providerConfig(name)
+	if pc.key == "" {
+		return protocol.Answer{}, fmt.Errorf("no api_key configured for %s", name)
+	}
+	if !a.waitPoll(name, ps) {
+		return protocol.Answer{}, fmt.Errorf("%w: the result request budget is spent", errNotConfirmed)
+	}
+	ps.mu.Lock()
+	ps.polls++
+	ps.mu.Unlock()
+	_, _ = h.store.UpdateTask(ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
+	rctx, cancel := context.WithTimeout(ctx, resTimeout)
+	defer cancel()
+	var ans protocol.Answer
+	var err error
+	if t.API == string(protocol.JSON) {
+		prov, _ := lookupProvider(name)
+		c := &taskResultClient{prov: prov, endpoint: pc.apiEndpoint, key: pc.key, http: a.httpClient}
+		ans, err = c.get(rctx, t.ID)
+	} else {
+		c := &resClient{endpoint: pc.endpoint, key: pc.key, http: a.httpClient}
+		var answers []protocol.Answer
+		if answers, err = c.get(rctx, []string{t.ID}); err == nil && len(answers) != 1 {
+			err = errors.New("unexpected answer")
+		}
+		if err == nil {
+			ans = answers[0]
+		}
+	}
+	if err != nil {
+		a.metrics.resphp.WithLabelValues(name, "error").Inc()
+		return protocol.Answer{}, err
+	}
+	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
+	if !ans.Final() {
+		return ans, errNotConfirmed
+	}
+	return ans, nil
+}
+
+// askUntilFinal asks for task's result until the answer is final, at most
+// 1 + confirmTries times, confirmGap apart.
+func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer, error) {
+	for try := 0; ; try++ {
+		ans, err := a.askResult(ctx, t)
+		if err == nil {
+			return ans, nil
+		}
+		if try >= confirmTries || !confirmAfter(ctx, confirmGap) {
+			return ans, err
+		}
+	}
+}
+
+// sameResult reports whether a stored code and a provider's answer are
+// the same result: the same text, the same JSON once normalised
+// (canonical JSON), or, for a createTask task whose pingback came as the
+// form id/code, the solution's token.
+func sameResult(code string, ans protocol.Answer) bool {
+	if code == ans.Code {
+		return true
+	}
+	if a, err := protocol.CanonicalJSON([]byte(code)); err == nil {
+		if b, err := protocol.CanonicalJSON([]byte(ans.Code)); err == nil && a == b {
+			return true
+		}
+	}
+	return ans.Kind == protocol.Result && ans.Raw != nil && protocol.Solution(ans.Raw) != nil &&
+		code == protocol.FormCode(protocol.Solution(ans.Raw))
+}
+
+// startBackground runs fn in the background, counted by the store handle
+// so that closing the store waits for it; false if the store is closing.
+func (a *App) startBackground(fn func(ctx context.Context, st store.Store)) bool {
+	h := a.readyHandle()
+	if h == nil || !h.track() {
+		return false
+	}
+	go func() {
+		defer h.untrack()
+		fn(a.loopCtx, h.store)
+	}()
+	return true
+}
+
+// confirmStored confirms a record stored for confirmation (quarantined
+// "confirming") with the provider: the same result is queued for delivery
+// (X-Pingback-Verified: res_php); another one delivers the provider's
+// answer instead and keeps the pingback's code as other_code; no final
+// answer leaves it quarantined ("not_confirmed"), and its task pending, so
+// the poller still fetches the provider's answer, which then supersedes it.
+func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, logger *zap.Logger) {
+	t, err := st.GetTask(ctx, key)
+	if err != nil {
+		logger.Warn("confirming a pingback: its task cannot be read; it stays quarantined", zap.String("key", key.String()), zap.Error(err))
+		a.markQuarantined(ctx, st, key, whyNotConfirmed)
+		return
+	}
+	rec, err := st.Get(ctx, key)
+	if err != nil {
+		return
+	}
+	ans, err := a.askUntilFinal(ctx, t)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // stopping: the task stays pending, and the poller settles it
+		}
+		logger.Warn("pingback not confirmed by the provider: quarantined (the poller still asks for the result)",
+			zap.String("key", key.String()), zap.Error(err))
+		a.metrics.callbacks.WithLabelValues(key.Provider, "quarantined").Inc()
+		a.markQuarantined(ctx, st, key, whyNotConfirmed)
+		return
+	}
+	now := a.now().UTC()
+	if sameResult(rec.Code, ans) {
+		_, err = st.UpdateRecord(ctx, key, func(r *store.Record) error {
+			if r.State != store.StateQuarantined || r.Quarantine != whyConfirming {
+				return store.ErrSkip
+			}
+			r.State, r.DueAt, r.UpdatedAt = store.StateQueued, now, now
+			r.Verified, r.Quarantine = VerifyResPHP, ""
+			return nil
+		})
+	} else {
+		a.metrics.callbacks.WithLabelValues(key.Provider, "quarantined").Inc()
+		logger.Warn("pingback contradicted by the provider's own answer: the provider's answer is delivered, the pingback's code kept as other_code",
+			zap.String("key", key.String()))
+		var next *store.Record
+		if next, err = a.polledRecord(t, ans, now); err == nil {
+			next.Verified, next.Tracked, next.Quarantine = VerifyResPHP, true, whyProvider
+			_, err = a.supersede(ctx, st, key, next)
+		}
+	}
+	switch {
+	case err == nil:
+		quarantineChanged(st, key.Provider)
+		a.handle.wake()
+	case errors.Is(err, store.ErrSkip):
+	default:
+		logger.Error("recording a pingback's confirmation failed; it stays quarantined", zap.String("key", key.String()), zap.Error(err))
+	}
+}
+
+// markQuarantined sets the quarantine reason of a quarantined record.
+func (a *App) markQuarantined(ctx context.Context, st store.Store, key store.Key, why string) {
+	_, _ = st.UpdateRecord(ctx, key, func(r *store.Record) error {
+		if r.State != store.StateQuarantined {
+			return store.ErrSkip
+		}
+		r.Quarantine, r.UpdatedAt = why, a.now().UTC()
+		return nil
+	})
+}
+
+// settleConflict confirms with the provider which of two codes of one
+// task is its result: the stored one, or code, which a later pingback
+// carried. The provider's answer wins and both codes are kept; if the app
+// had already been sent the losing code, the right one is delivered again
+// as a correction. Without an api_key, or for a task the plugin does not
+// track (no pingback URL to deliver a correction to), the first code is
+// kept and the other recorded as other_code.
+func (a *App) settleConflict(ctx context.Context, st store.Store, key store.Key, code string, logger *zap.Logger) {
+	t, err := st.GetTask(ctx, key)
+	if err != nil || a.providerConfig(key.Provider).key == "" {
+		a.keepOtherCode(ctx, st, key, code)
+		return
+	}
+	ans, err := a.askUntilFinal(ctx, t)
+	if err != nil {
+		if ctx.Err() == nil {
+			logger.Warn("conflicting pingback not settled: the provider gave no final answer; the first code is kept",
+				zap.String("key", key.String()), zap.Error(err))
+			a.keepOtherCode(ctx, st, key, code)
+		}
+		return
+	}
+	if !a.correct(ctx, st, t, ans, logger) {
+		a.keepOtherCode(ctx, st, key, code)
+	}
+}
+
+// keepOtherCode records code as the record's other_code unless it is the
+// record's own code.
+func (a *App) keepOtherCode(ctx context.Context, st store.Store, key store.Key, code string) {
+	_, _ = st.UpdateRecord(ctx, key, func(r *store.Record) error {
+		if r.Code == code || r.OtherCode == code {
+			return store.ErrSkip
+		}
+		r.OtherCode = code
+		return nil
+	})
+}
+
+// correct makes the record of task t hold the provider's answer ans, the
+// truth: if the stored code differs, it becomes other_code and the answer
+// the code; an app that was already sent the wrong code (delivered, or
+// being forwarded) gets the answer as a correction (X-Pingback-Source:
+// correction, Idempotency-Key "<provider>:<id>:correction"); one that was
+// not gets it as the result. It reports whether the record changed.
+func (a *App) correct(ctx context.Context, st store.Store, t *store.Task, ans protocol.Answer, logger *zap.Logger) bool {
+	now := a.now().UTC()
+	next, err := a.polledRecord(t, ans, now)
+	if err != nil {
+		logger.Error("cannot build the provider's answer as a delivery; the stored code is kept", zap.String("key", t.Key().String()), zap.Error(err))
+		return false
+	}
+	next.Verified, next.Tracked = VerifyResPHP, true
+	corrected := false
+	_, err = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
+		if sameResult(r.Code, ans) {
+			return store.ErrSkip
+		}
+		sent := r.State == store.StateDelivered || r.State == store.StateForwarding || r.Correction
+		other := r.Code
+		quarantine := r.Quarantine
+		*r = *next
+		r.OtherCode, r.Quarantine = other, quarantine
+		r.Correction = sent
+		corrected = sent
+		return nil
+	})
+	switch {
+	case err == nil:
+		if corrected {
+			logger.Warn("the app was sent a code the provider contradicts: delivering the provider's answer as a correction",
+				zap.String("key", t.Key().String()))
+		}
+		a.metrics.callbacks.WithLabelValues(t.Provider, "corrected").Inc()
+		a.handle.wake()
+		return true
+	case errors.Is(err, store.ErrSkip):
+	default:
+		logger.Error("storing a correction failed", zap.String("key", t.Key().String()), zap.Error(err))
+	}
+	return false
+}

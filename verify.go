@@ -1,0 +1,398 @@
+package pingback
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// Verification of pingbacks. Providers do not sign pingbacks and task ids
+// are nearly sequential, so anyone who can reach the pingback route could
+// otherwise hand the app a result. The pingback handler decides, before
+// it stores a pingback, whether it is delivered or kept in quarantine:
+//
+//   - verify token: a pingback for a task tracked with a token must carry
+//     it (pingback_track adds it to the pingback URL of each submission);
+//   - verify res_php: the code is confirmed with one result request to the
+//     provider (res.php or getTaskResult) before delivery;
+//   - verify none: nothing is checked;
+//
+// and for ids no submission produced, unknown_ids accept, quarantine or
+// reject. Defaults are static per config: token and quarantine for a
+// provider that has a pingback_track in the config, none and accept
+// otherwise.
+
+// The verify modes and unknown_ids policies.
+const (
+	VerifyToken  = store.VerifiedToken
+	VerifyResPHP = store.VerifiedResPHP
+	VerifyNone   = store.VerifiedNone
+
+	UnknownAccept     = "accept"
+	UnknownQuarantine = "quarantine"
+	UnknownReject     = "reject"
+)
+
+// Headers the app receives on every delivery, beside Idempotency-Key,
+// X-Pingback-Source and X-Pingback-Attempt.
+const (
+	// HeaderVerified says how the result was verified: token, res_php
+	// or none.
+	HeaderVerified = "X-Pingback-Verified"
+	// HeaderTracked is true when the result's task was submitted through
+	// pingback_track (or registered by the admin API), else false.
+	HeaderTracked = "X-Pingback-Tracked"
+)
+
+// Why a record is quarantined (store.Record.Quarantine).
+const (
+	whyTokenMismatch = "token_mismatch"
+	whyUnknownID     = "unknown_id"
+	whyConfirming    = "confirming"
+	whyNotConfirmed  = "not_confirmed"
+	whyProvider      = "provider_mismatch"
+	whyUnverified    = "unverified" // the task could not be read: nothing to verify against
+)
+
+// confirmTries is how many times a result request that answers "not
+// ready" is asked again before the result is quarantined as unconfirmed;
+// confirmGap is the wait before each (3 × 5 s: about 15 s, the providers'
+// "wait at least 5 seconds" between result calls).
+const (
+	confirmTries = 3
+	confirmGap   = 5 * time.Second
+)
+
+// confirmAfter waits d for a confirmation retry; tests replace it.
+var confirmAfter = func(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// trackersMu guards App.trackers: which providers have a pingback_track
+// in a config (the static defaults).
+var trackersMu sync.Mutex
+
+// noteTracker records that the config has a pingback_track for provider.
+func (a *App) noteTracker(provider string) {
+	trackersMu.Lock()
+	defer trackersMu.Unlock()
+	if a.trackers == nil {
+		a.trackers = map[string]bool{}
+	}
+	a.trackers[provider] = true
+}
+
+// hasTracker reports whether the config has a pingback_track for provider.
+func (a *App) hasTracker(provider string) bool {
+	trackersMu.Lock()
+	defer trackersMu.Unlock()
+	return a.trackers[provider]
+}
+
+// submissions counts, per provider, the submissions pingback_track has
+// passed to the provider whose task is not yet committed: a pingback for
+// an unknown id meanwhile may be theirs, so it is held (quarantined and
+// re-checked when the task commits) rather than rejected.
+var submissions = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
+func submissionStarted(provider string) {
+	submissions.Lock()
+	submissions.n[provider]++
+	submissions.Unlock()
+}
+
+func submissionEnded(provider string) {
+	submissions.Lock()
+	submissions.n[provider]--
+	submissions.Unlock()
+}
+
+func submissionsInFlight(provider string) bool {
+	submissions.Lock()
+	defer submissions.Unlock()
+	return submissions.n[provider] > 0
+}
+
+// quarantineLog throttles the warn lines of quarantined pingbacks: a
+// forgery flood gets 20 lines a minute and a summary per provider.
+var quarantineLog = newThrottledLog(20, 100, "pingbacks quarantined in the last minute")
+
+// provisionVerify checks the handler's verify and unknown_ids settings.
+func (h *Handler) provisionVerify() error {
+	h.resolved = new(handlerModes)
+	switch h.Verify {
+	case "", VerifyToken, VerifyNone:
+	case VerifyResPHP:
+		if h.app.providerConfig(h.Provider).APIKey == "" {
+			return fmt.Errorf("verify res_php needs the provider's api_key (global pingback option: provider %s { api_key ... })", h.Provider)
+		}
+	default:
+		return fmt.Errorf("verify must be token, res_php or none, got %q", h.Verify)
+	}
+	switch h.UnknownIDs {
+	case "", UnknownAccept, UnknownQuarantine, UnknownReject:
+	default:
+		return fmt.Errorf("unknown_ids must be accept, quarantine or reject, got %q", h.UnknownIDs)
+	}
+	if h.MaxQuarantine == 0 {
+		h.MaxQuarantine = DefaultMaxQuarantine
+	}
+	if h.MaxQuarantineBytes == 0 {
+		h.MaxQuarantineBytes = DefaultMaxQuarantineBytes
+	}
+	if h.MaxQuarantine < 0 || h.MaxQuarantineBytes < 0 {
+		return fmt.Errorf("max_quarantine must be positive, got %d records, %d bytes", h.MaxQuarantine, h.MaxQuarantineBytes)
+	}
+	return nil
+}
+
+// modes returns the handler's verify mode and unknown_ids policy, the
+// defaults resolved once the whole config is provisioned (a
+// pingback_track of the provider anywhere in it makes them token and
+// quarantine).
+func (h *Handler) modes() (verify, unknown string) {
+	m := h.resolved
+	m.once.Do(func() {
+		tracked := h.app.hasTracker(h.Provider)
+		m.verify, m.unknown = h.Verify, h.UnknownIDs
+		if m.verify == "" {
+			m.verify = VerifyNone
+			if tracked {
+				m.verify = VerifyToken
+			}
+		}
+		if m.unknown == "" {
+			m.unknown = UnknownAccept
+			if tracked {
+				m.unknown = UnknownQuarantine
+			}
+		}
+	})
+	return m.verify, m.unknown
+}
+
+// handlerModes are a handler's verify mode and unknown_ids policy with
+// the defaults resolved.
+type handlerModes struct {
+	once            sync.Once
+	verify, unknown string
+}
+
+// trust is what the handler does with a pingback (judge decides it).
+type trust struct {
+	reject   bool   // unknown id, unknown_ids reject: answered 404, nothing stored
+	why      string // quarantined (or, with confirm, stored for confirmation) for this reason; "" to deliver
+	confirm  bool   // ask the provider before delivering (res_php)
+	verified string
+	tracked  bool
+}
+
+// judge decides what becomes of a pingback for key whose request is r.
+func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, key store.Key) trust {
+	verify, unknown := h.modes()
+	if verify == VerifyNone && unknown == UnknownAccept {
+		// Nothing to check: no read of the task on this path (Insert
+		// tells whether the result's task is tracked).
+		return trust{verified: VerifyNone}
+	}
+	task, err := st.GetTask(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		switch {
+		case unknown == UnknownAccept:
+			return trust{verified: VerifyNone}
+		case unknown == UnknownReject && !submissionsInFlight(h.Provider):
+			return trust{reject: true}
+		}
+		// Quarantined; if its task commits later (a submission in
+		// flight), the task's commit checks it again (recheckHeld).
+		return trust{why: whyUnknownID, verified: VerifyNone}
+	case err != nil:
+		if verify == VerifyNone {
+			return trust{verified: VerifyNone}
+		}
+		h.logger.Warn("reading the pingback's task failed; the pingback is quarantined unverified",
+			zap.String("key", key.String()), zap.Error(err))
+		return trust{why: whyUnverified, verified: VerifyNone}
+	}
+	v := trust{tracked: true}
+	switch {
+	case verify == VerifyNone:
+		v.verified = VerifyNone
+	case verify == VerifyToken && task.Token != "":
+		if !tokenMatches(r.URL.RawQuery, task.Token) {
+			v.why, v.verified = whyTokenMismatch, VerifyNone
+			return v
+		}
+		v.verified = VerifyToken
+	case verify == VerifyResPHP || h.app.providerConfig(h.Provider).key != "":
+		// res_php, or a task without a token and a key to ask with.
+		v.confirm, v.why, v.verified = true, whyConfirming, VerifyResPHP
+	default:
+		v.verified = VerifyNone // no token, no key: accepted as it is
+	}
+	return v
+}
+
+// tokenMatches reports whether the query carries exactly one token, the
+// task's.
+func tokenMatches(rawQuery, want string) bool {
+	got, n := protocol.QueryToken(rawQuery)
+	return n == 1 && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// countQuarantined counts and logs (throttled) a quarantined pingback.
+func (h *Handler) countQuarantined(key store.Key, why string) {
+	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantined").Inc()
+	h.countQuarantinedLog(key, why)
+}
+
+// countQuarantinedLog logs a quarantined pingback, throttled.
+func (h *Handler) countQuarantinedLog(key store.Key, why string) {
+	if quarantineLog.allow(h.Provider) {
+		h.logger.Warn("pingback quarantined: not delivered (release it by hand if it is genuine; further ones are counted in a summary line each minute)",
+			zap.String("key", key.String()), zap.String("reason", why))
+	}
+}
+
+// supersede replaces a quarantined record under key by next (a verified
+// pingback, or the provider's own answer), keeping the quarantined code as
+// other_code; the record leaves quarantine, so its task is marked done.
+// It returns the record as stored, or store.ErrSkip if the record under
+// key is not quarantined (someone settled it first).
+func (a *App) supersede(ctx context.Context, st store.Store, key store.Key, next *store.Record) (*store.Record, error) {
+	defer quarantineChanged(st, key.Provider)
+	return st.UpdateRecord(ctx, key, func(cur *store.Record) error {
+		if cur.State != store.StateQuarantined {
+			return store.ErrSkip
+		}
+		other := cur.Code
+		if other == next.Code {
+			other = cur.OtherCode
+		}
+		*cur = *next
+		cur.OtherCode = other
+		return nil
+	})
+}
+
+// release delivers a quarantined result by hand: it leaves quarantine
+// (X-Pingback-Verified: none; its task, if any, is done unless the result
+// is older than it) and is forwarded once now, as a replay by hand; a
+// failed forward is retried like any other. It returns the record after
+// the attempt.
+func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error) {
+	st := a.store(time.Second)
+	if st == nil {
+		return nil, errStoreUnavailable
+	}
+	h := a.readyHandle()
+	if h == nil || !h.track() {
+		return nil, errStoreUnavailable
+	}
+	defer h.untrack()
+	now := a.now().UTC()
+	rec, err := st.UpdateRecord(ctx, key, func(r *store.Record) error {
+		if r.State != store.StateQuarantined {
+			return errNotQuarantined
+		}
+		// Leased to this process at once, as a claim would: the replay
+		// loop never sees it between release and forward.
+		r.State, r.UpdatedAt, r.DueAt = store.StateForwarding, now, time.Time{}
+		r.Attempts++
+		r.StartAttempt(store.SourceManual, now)
+		r.Lease = store.Lease{Until: now.Add(a.leaseFor(st))}
+		r.Verified = VerifyNone
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	quarantineChanged(st, key.Provider)
+	out := a.deliverStored(st, rec, store.SourceReplay, false)
+	a.logger.Info("quarantined result released by hand", zap.String("key", key.String()),
+		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
+	return st.Get(ctx, key)
+}
+
+var errNotQuarantined = errors.New("result is not quarantined")
+
+// recheckHeld looks, once a task committed, for a pingback of it that was
+// quarantined as an unknown id while its submission was in flight (it
+// arrived after the submission entered pingback_track): if it carries the
+// task's token (or the handler verifies nothing) it is queued for
+// delivery now, verified. A record received before the submission stays
+// quarantined: a result older than its task never completes it.
+func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
+	rec, err := st.Get(ctx, t.Key())
+	if err != nil || rec.State != store.StateQuarantined || rec.Quarantine != whyUnknownID || rec.ReceivedAt.Before(t.SubmittedAt) {
+		return
+	}
+	verified := VerifyNone
+	if t.Token != "" {
+		_, q, _ := strings.Cut(rec.Request.URI, "?")
+		if !tokenMatches(q, t.Token) {
+			_, _ = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
+				if r.State != store.StateQuarantined || r.Quarantine != whyUnknownID {
+					return store.ErrSkip
+				}
+				r.Quarantine, r.Tracked = whyTokenMismatch, true
+				return nil
+			})
+			return
+		}
+		verified = VerifyToken
+	}
+	confirm := t.Token == "" && a.providerConfig(t.Provider).key != ""
+	now := a.now().UTC()
+	_, err = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
+		if r.State != store.StateQuarantined || r.Quarantine != whyUnknownID {
+			return store.ErrSkip
+		}
+		r.Tracked, r.UpdatedAt = true, now
+		if confirm {
+			r.Quarantine = whyConfirming
+			return nil
+		}
+		r.State, r.DueAt = store.StateQueued, now
+		r.Verified = verified
+		return nil
+	})
+	if err == nil && confirm {
+		a.startBackground(func(ctx context.Context, st store.Store) { a.confirmStored(ctx, st, t.Key(), a.logger) })
+		return
+	}
+	switch {
+	case err == nil:
+		quarantineChanged(st, t.Provider)
+		a.logger.Info("pingback held until its task committed: verified, delivering", zap.String("key", t.Key().String()))
+		if h := a.readyHandle(); h != nil {
+			h.wake()
+		}
+	case !errors.Is(err, store.ErrSkip):
+		a.logger.Warn("re-checking a held pingback failed; it stays quarantined (release it by hand)",
+			zap.String("key", t.Key().String()), zap.Error(err))
+	}
+}
+
+var errQuarantined = errors.New("quarantined: release it (POST /pingback/records/<provider>/<id>/release) to deliver it")
