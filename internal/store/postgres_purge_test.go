@@ -55,7 +55,7 @@ func TestPostgresPurgeVacuumFull(t *testing.T) {
 	now := time.Now().UTC()
 	rec := func(id, code string) *store.Record {
 		return &store.Record{Provider: "2captcha", ID: id, Code: code, Source: store.SourceCallback, ReceivedAt: now,
-			Request: store.Request{Method: http.MethodPost, URI: "/cb", Host: "example.com", Body: []byte("id=" + id)},
+			Request:  store.Request{Method: http.MethodPost, URI: "/cb", Host: "example.com", Body: []byte("id=" + id)},
 			Delivery: store.Delivery{State: store.StateDelivered, Attempts: 1, UpdatedAt: now}, ExpiresAt: now.Add(time.Hour)}
 	}
 	for _, r := range []*store.Record{rec("1", marker), rec("2", "KEEP"+marker[5:])} {
