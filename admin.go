@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -43,7 +42,8 @@ func init() {
 // POST /pingback/tasks:
 // The body is JSON: {"provider": "2captcha", "id": "123", "pingback_url":
 // "https://example.com/pingback", "method": "userrecaptcha" (optional),
-// "submitted_at": "2026-11-29T22:00:00Z" (optional, RFC 3339; default now)}.
+// "submitted_at": "2026-11-29T22:00:00Z" (optional, RFC 3339; default now;
+// within [now - give_up, now], the provider's give_up, else 400)}.
 // Answers: 201 with the task for a new task, 200 with the stored task if it
 // was already known, 400 with {"error": "..."} for bad input (unknown
 // provider, malformed id, a pingback URL that does not reach a pingback
@@ -116,8 +116,8 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return badInput("submitted_at must be an RFC 3339 time: %v", err)
 		}
-		if submitted.After(a.now().Add(time.Minute)) {
-			return badInput("submitted_at is in the future")
+		if err := checkSubmittedAt(submitted, a.now(), a.giveUpFor(reg.Provider)); err != nil {
+			return badInput("%v", err)
 		}
 	}
 	api := protocol.API(reg.API)
@@ -150,7 +150,7 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 // handleRecord serves /pingback/records/<provider>/<id> (GET) and
 // /pingback/records/<provider>/<id>/replay (POST).
 func handleRecord(w http.ResponseWriter, r *http.Request) error {
-	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pingback/records/"), "/")
+	parts := pathSegments(r, "/pingback/records/")
 	switch {
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "" && r.Method == http.MethodDelete:
 		return handlePurgeRecord(w, r, store.Key{Provider: parts[0], ID: parts[1]})
@@ -175,7 +175,7 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	}
-	rec, err := a.redrive(r.Context(), key, force)
+	rec, err := a.redrive(r.Context(), key, force, store.SourceManual)
 	switch {
 	case errors.Is(err, store.ErrPurged):
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s was purged: it cannot be replayed", key)}
@@ -191,7 +191,7 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(rec)
+	return json.NewEncoder(w).Encode(publicRecord(rec))
 }
 
 // activeApp returns the pingback app of the running config.

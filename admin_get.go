@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -34,14 +33,17 @@ func handleGetRecord(w http.ResponseWriter, r *http.Request, key store.Key) erro
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	return writeJSON(w, rec)
+	if rec.History == nil {
+		rec.History = []store.Attempt{} // a list, [] for a result stored before the history was kept
+	}
+	return writeJSON(w, publicRecord(rec))
 }
 
 // handleGetTask answers GET /pingback/tasks/<provider>/<id>: the tracked
 // task as JSON (200; result_at is set once its result arrived), 404 for an
 // unknown task, 503 while the store is not open.
 func handleGetTask(w http.ResponseWriter, r *http.Request) error {
-	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/pingback/tasks/"), "/")
+	parts := pathSegments(r, "/pingback/tasks/")
 	if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use GET /pingback/tasks/<provider>/<id>")}
 	}

@@ -53,10 +53,7 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	ans := recordsPage{Records: page.Records}
-	if ans.Records == nil {
-		ans.Records = []*store.Record{}
-	}
+	ans := recordsPage{Records: publicRecords(page.Records)}
 	if page.Next != nil {
 		ans.NextCursor = encodeRecordCursor(*page.Next)
 	}

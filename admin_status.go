@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -16,9 +17,14 @@ type statusAnswer struct {
 	Records map[string]map[store.State]int64 `json:"records"`
 	// Tasks is provider → tracked tasks.
 	Tasks map[string]taskStatus `json:"tasks"`
-	// LastCallbackAt is provider → when this process last stored a live
-	// pingback (since it started).
+	// OldestUndeliveredAgeSeconds is provider → age of the oldest result
+	// in state failed or forwarding (0: none), as the gauge.
+	OldestUndeliveredAgeSeconds map[string]float64 `json:"oldest_undelivered_age_seconds"`
+	// LastCallbackAt is provider → when the last live pingback was stored,
+	// from the store (it survives restarts; database-wide on PostgreSQL).
 	LastCallbackAt map[string]time.Time `json:"last_callback_at"`
+	// Budget is provider → the poller's res.php and getTaskResult budget.
+	Budget map[string]budgetStatus `json:"budget"`
 	// Loops is replay and poll: when each last ran a round in this
 	// process, and when it runs next at the latest.
 	Loops map[string]loopStatus `json:"loops"`
@@ -27,6 +33,9 @@ type statusAnswer struct {
 
 type taskStatus struct {
 	Pending int64 `json:"pending"`
+	// OldestPendingAgeSeconds is the age of the oldest pending task
+	// (since its submission); 0 when none is pending.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 }
 
 type loopStatus struct {
@@ -64,13 +73,26 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the store's counts: %w", err)}
 	}
+	ages, ok := currentAges(r.Context(), st)
+	if !ok {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("reading the store's ages failed")}
+	}
+	budget, err := a.pollBudgets(r.Context())
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the poll budget: %w", err)}
+	}
 	ans := statusAnswer{Records: c.Records, Tasks: map[string]taskStatus{}, Loops: map[string]loopStatus{},
-		LastCallbackAt: lastCallbacks.all()}
+		OldestUndeliveredAgeSeconds: map[string]float64{}, LastCallbackAt: ages.LastCallback, Budget: budget}
 	if ans.Records == nil {
 		ans.Records = map[string]map[store.State]int64{}
 	}
+	if ans.LastCallbackAt == nil {
+		ans.LastCallbackAt = map[string]time.Time{}
+	}
+	now := a.now()
 	for _, p := range countedProviders(c) {
-		ans.Tasks[p] = taskStatus{Pending: c.TasksPending[p]}
+		ans.Tasks[p] = taskStatus{Pending: c.TasksPending[p], OldestPendingAgeSeconds: roundAge(ageAt(ages.OldestPendingTask[p], now))}
+		ans.OldestUndeliveredAgeSeconds[p] = roundAge(ageAt(ages.OldestUndelivered[p], now))
 	}
 	every := map[string]time.Duration{"replay": time.Second, "poll": time.Second}
 	for loop, d := range every {

@@ -33,6 +33,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 		return s
 	}
 
+	registered := time.Now()
 	for _, id := range []string{"74000000001", "74000000002"} {
 		if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
 			"provider": "2captcha", "id": id, "pingback_url": trkCallbackURL,
@@ -69,8 +70,14 @@ func TestStatusAndCountGauges(t *testing.T) {
 	if r := s.Records["2captcha"]; r[store.StateDelivered] != 1 || r[store.StateParked] != 1 || len(r) != 2 {
 		t.Errorf("status records = %v, want 1 delivered and 1 parked", r)
 	}
-	if s.Tasks["2captcha"].Pending != 1 {
-		t.Errorf("status tasks = %+v, want 1 pending", s.Tasks)
+	if ts := s.Tasks["2captcha"]; ts.Pending != 1 || ts.OldestPendingAgeSeconds < 0 || ts.OldestPendingAgeSeconds > time.Since(registered).Seconds() {
+		t.Errorf("status tasks = %+v, want 1 pending, with an age within the %s since it was registered", s.Tasks, time.Since(registered))
+	}
+	if age, ok := s.OldestUndeliveredAgeSeconds["2captcha"]; !ok || age != 0 {
+		t.Errorf("status oldest_undelivered_age_seconds = %v, want 0 for 2captcha (nothing failed or forwarding)", s.OldestUndeliveredAgeSeconds)
+	}
+	if b, ok := s.Budget["2captcha"]; !ok || b.Used+b.Left != 10*2+pollAllowance {
+		t.Errorf("status budget = %v, want 2captcha's with used + left = %d (two tasks tracked)", s.Budget, 10*2+pollAllowance)
 	}
 	if at := s.LastCallbackAt["2captcha"]; at.IsZero() || time.Since(at) > time.Minute {
 		t.Errorf("status last_callback_at = %v, want the last live pingback's time", s.LastCallbackAt)

@@ -166,7 +166,7 @@ func TestAdminRegisterTaskRejects(t *testing.T) {
 		{"pingback_url on a port not served here, a path no site serves", valid(map[string]string{"pingback_url": "http://localhost:1/nowhere"}), "no pingback handler serves POST http://localhost:1/nowhere"},
 		{"pingback_url without a pingback handler", valid(map[string]string{"pingback_url": strings.Replace(trkCallbackURL, "/cb", "/not-a-pingback-route", 1)}), "no pingback handler serves POST"},
 		{"pingback_url of another host", valid(map[string]string{"pingback_url": strings.Replace(trkCallbackURL, "localhost", "elsewhere.example", 1)}), "no pingback handler serves"},
-		{"submitted_at in the future", valid(map[string]string{"submitted_at": future}), "submitted_at is in the future"},
+		{"submitted_at in the future", valid(map[string]string{"submitted_at": future}), "is in the future"},
 		{"submitted_at malformed", valid(map[string]string{"submitted_at": "yesterday"}), "submitted_at must be an RFC 3339 time"},
 		{"submitted_at without zone", valid(map[string]string{"submitted_at": "2026-11-29T22:00:00"}), "submitted_at must be an RFC 3339 time"},
 	}

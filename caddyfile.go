@@ -60,6 +60,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			api_key <key>
 //			callback_method get|post
 //			callback_format form|json
+//			result_method get|post
 //			give_up <duration>
 //		}
 //		poll {
@@ -252,6 +253,10 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := oneArg(d, &pc.CallbackMethod); err != nil {
 				return err
 			}
+		case "result_method":
+			if err := oneArg(d, &pc.ResultMethod); err != nil {
+				return err
+			}
 		default:
 			return d.Errf("unrecognized provider option '%s'", name)
 		}
@@ -325,6 +330,7 @@ func parseTrackDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, e
 //		provider <name>
 //		pingback_url <url>
 //		max_body <size>
+//		max_answer <size>
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -347,6 +353,12 @@ func (t *Tracker) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			t.MaxBody = size
+		case "max_answer":
+			size, err := sizeArg(d)
+			if err != nil {
+				return err
+			}
+			t.MaxAnswer = size
 		default:
 			return d.Errf("unrecognized pingback_track subdirective '%s'", name)
 		}
@@ -374,6 +386,7 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //		provider <name>
 //		ack_timeout <duration>
 //		max_body <size>
+//		keep_headers <name...>
 //	}
 //
 // provider is required; the others are optional. Each may appear once.
@@ -398,6 +411,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			h.MaxBody = size
+		case "keep_headers":
+			h.KeepHeaders = d.RemainingArgs()
+			if len(h.KeepHeaders) == 0 {
+				return d.ArgErr()
+			}
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}

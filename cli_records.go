@@ -114,7 +114,31 @@ func cliShow(c *cliClient, provider, id string) error {
 		return nil
 	}
 	printRecord(c, &r)
-	return nil
+	return printHistory(c, r.History)
+}
+
+// printHistory prints a record's attempts, oldest first.
+func printHistory(c *cliClient, h []store.Attempt) error {
+	out := c.cmd.OutOrStdout()
+	if len(h) == 0 {
+		_, err := fmt.Fprintln(out, "history:      -")
+		return err
+	}
+	fmt.Fprintln(out, "history:")
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  ATTEMPT\tSOURCE\tSTARTED\tTOOK\tSTATUS\tOUTCOME\tERROR")
+	for _, a := range h {
+		took, outcome, status := "-", "running", "-"
+		if !a.EndedAt.IsZero() {
+			took, outcome = a.EndedAt.Sub(a.StartedAt).Round(time.Millisecond).String(), a.Outcome
+		}
+		if a.Status != 0 {
+			status = strconv.Itoa(a.Status)
+		}
+		fmt.Fprintf(w, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Source, a.StartedAt.UTC().Format(time.RFC3339),
+			took, status, outcome, orDash(a.Error))
+	}
+	return w.Flush()
 }
 
 // printRecord prints a record's key facts, one per line (never its code).

@@ -19,7 +19,8 @@ func init() {
 			Short: "Shows stored results by state, pending tasks, the loops and the store",
 			Long: `
 Shows the overview of GET /pingback/status: per provider the stored results
-by delivery state and the tracked tasks still pending; then when the replay
+by delivery state, the tracked tasks still pending and the age of the
+oldest, and when the last live pingback was stored; then when the replay
 and poll loops last ran, and the store.`,
 			Args: cobra.NoArgs,
 			RunE: cliRun(cliStatus),
@@ -41,7 +42,8 @@ func cliStatus(c *cliClient) error {
 	}
 	out := c.cmd.OutOrStdout()
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS")
+	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS\tOLDEST PENDING\tLAST PINGBACK")
+	now := time.Now()
 	var provs []string
 	for p := range s.Records {
 		provs = append(provs, p)
@@ -58,13 +60,16 @@ func cliStatus(c *cliClient) error {
 		for _, n := range r {
 			total += n
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", p, total, r[store.StateDelivered], r[store.StateFailed],
-			r[store.StateRejected], r[store.StateParked], s.Tasks[p].Pending)
+		oldest := "-"
+		if age := s.Tasks[p].OldestPendingAgeSeconds; age > 0 {
+			oldest = (time.Duration(age * float64(time.Second))).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", p, total, r[store.StateDelivered], r[store.StateFailed],
+			r[store.StateRejected], r[store.StateParked], s.Tasks[p].Pending, oldest, ago(s.LastCallbackAt[p], now))
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	now := time.Now()
 	for _, loop := range []string{"replay", "poll"} {
 		fmt.Fprintf(out, "loop %s: last run %s\n", loop, ago(s.Loops[loop].LastRunAt, now))
 	}

@@ -260,6 +260,14 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 			t.Errorf("after three crashes: %s attempts %d failures %d interrupts %d; want delivered, 4, 0, 0",
 				rec.State, rec.Attempts, rec.Failures, rec.Interrupts)
 		}
+		// The history: each cut attempt found interrupted by the next
+		// open, then the delivery.
+		checkHistory(t, rec.History, []attemptWant{
+			{store.SourceCallback, 0, "interrupted", "interrupted by restart"},
+			{store.SourceReplay, 0, "interrupted", "interrupted by restart"},
+			{store.SourceReplay, 0, "interrupted", "interrupted by restart"},
+			{store.SourceReplay, http.StatusOK, "delivered", ""},
+		})
 	})
 	if n := len(app.requests()); n != 4 {
 		t.Errorf("the app received %d forwards, want 4", n)
@@ -295,5 +303,6 @@ func TestStopCutsHangingForward(t *testing.T) {
 			t.Errorf("after the stop: %s interrupts %d failures %d last error %q; want queued, 0, 0, %q",
 				rec.State, rec.Interrupts, rec.Failures, rec.LastError, errCut.Error())
 		}
+		checkHistory(t, rec.History, []attemptWant{{store.SourceCallback, 0, "interrupted", errCut.Error()}})
 	})
 }

@@ -216,6 +216,11 @@ const outcomeWaitMax = 2 * time.Minute
 func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
 	d.UpdatedAt = now
 	d.LastStatus, d.LastError = out.status, out.errorText()
+	status := out.status
+	if out.class == interrupted {
+		status = 0
+	}
+	d.EndAttempt(d.Attempts, now, status, out.class.String(), d.LastError)
 	d.DueAt, d.Lease = time.Time{}, store.Lease{}
 	if out.class != interrupted {
 		d.Interrupts = 0 // the attempt ended
@@ -242,11 +247,15 @@ func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
 
 // decide is the replay loop's claim policy (store.ClaimRequest.Decide): a
 // due record, or one whose forward was cut, is leased for one more attempt,
-// unless its forwards were cut maxInterrupts times in a row. It is pure.
+// unless its forwards were cut maxInterrupts times in a row. The attempt
+// starts in the history, source poll for a record's first forward (only a
+// polled result is stored without one: a live pingback is stored with
+// its first forward under way), else replay, as sourceOf says. It is pure.
 func decide(now time.Time) func(d *store.Delivery, lapsed bool) {
 	return func(d *store.Delivery, lapsed bool) {
 		d.UpdatedAt = now
 		if lapsed {
+			endInterrupted(d, now)
 			d.Interrupts++
 			if d.Interrupts >= maxInterrupts {
 				park(d, interruptsReason(d))
@@ -255,7 +264,18 @@ func decide(now time.Time) func(d *store.Delivery, lapsed bool) {
 		}
 		d.State = store.StateForwarding
 		d.Attempts++
+		src := store.SourceReplay
+		if d.Attempts == 1 {
+			src = store.SourcePoll
+		}
+		d.StartAttempt(src, now)
 	}
+}
+
+// endInterrupted ends, in the history, the attempt whose lease lapsed
+// (the store set LastError to why).
+func endInterrupted(d *store.Delivery, now time.Time) {
+	d.EndAttempt(d.Attempts, now, 0, interrupted.String(), d.LastError)
 }
 
 // park parks d, saying why in its last error.

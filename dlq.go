@@ -196,7 +196,10 @@ var errDelivered = errors.New("already delivered to the app; replay with force=t
 // A delivered result is replayed only with force (the app already has it):
 // without, redrive leaves it as it is and returns errDelivered, decided in
 // the claim's own transaction.
-func (a *App) redrive(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
+//
+// src is the history's source of the attempt: store.SourceManual, or
+// store.SourceBulk for a bulk replay job (the app sees replay either way).
+func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.Source) (*store.Record, error) {
 	st := a.store(time.Second)
 	if st == nil {
 		return nil, errStoreUnavailable
@@ -209,10 +212,12 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool) (*store.Re
 				return
 			}
 			if lapsed {
+				endInterrupted(d, now)
 				d.Interrupts++
 			}
 			d.State, d.UpdatedAt = store.StateForwarding, now
 			d.Attempts++
+			d.StartAttempt(src, now)
 		},
 	})
 	if err != nil {

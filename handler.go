@@ -84,6 +84,16 @@ type Handler struct {
 	// request's headers. Default: 65536 (64 KiB).
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// Request headers kept with the stored result besides the ones a
+	// replay needs (StoredHeaders: Accept, Accept-Encoding,
+	// Content-Encoding, Content-Length, Content-Type, Forwarded,
+	// User-Agent, X-Forwarded-For, X-Forwarded-Host, X-Forwarded-Proto,
+	// X-Real-Ip), so that replays carry them too; the live delivery always
+	// carries every header. Names are case-insensitive. Credential headers
+	// kept this way (Authorization, Cookie, X-Api-Key and the like) are
+	// stored, but the admin API shows them as "[redacted]". Default: none.
+	KeepHeaders []string `json:"keep_headers,omitempty"`
+
 	app      *App
 	provider provider
 	logger   *zap.Logger
@@ -107,6 +117,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		h.MaxBody = DefaultMaxBody
 	}
 	var err error
+	if h.KeepHeaders, err = canonicalHeaderNames(h.KeepHeaders); err != nil {
+		return err
+	}
 	h.provider, h.app, err = provisionProvider(ctx, h.Provider)
 	if err != nil {
 		return err
@@ -174,9 +187,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			RemoteAddr: r.RemoteAddr,
 			LocalAddr:  localAddr(r),
 			TLS:        r.TLS != nil,
-			// Not a copy: Insert encodes the record before it returns,
-			// and the header changes only after that (below).
-			Header: r.Header,
+			// Only the headers a replay needs (storedheaders.go).
+			Header: storedHeader(r.Header, h.KeepHeaders),
 			Body:   cb.body,
 		},
 		Delivery: store.Delivery{
@@ -186,6 +198,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		},
 		ExpiresAt: now.Add(time.Duration(h.app.Retention)),
 	}
+	rec.StartAttempt(store.SourceCallback, now) // in the insert: no write of its own
 
 	// The provider may hang up; the result is valid and is stored anyway.
 	ctx := context.WithoutCancel(r.Context())
@@ -258,15 +271,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 		}
 		h.stored.Inc()
-		h.app.metrics.lastCallback.WithLabelValues(h.Provider).Set(float64(now.UnixNano()) / 1e9)
-		lastCallbacks.set(h.Provider, now)
 		if !res.SubmittedAt.IsZero() {
 			// A tracked task: its delay feeds the poller's automatic "after".
 			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
 		}
 	}
 	stored := err == nil
-	rec.Request.Header = nil // r.Header, about to change; the store has its copy
 
 	// Restore the original request for the app, and forward it in this
 	// goroutine.

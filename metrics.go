@@ -42,9 +42,6 @@ type metrics struct {
 	// checkpoints. Every acknowledged pingback was covered by one of the
 	// syncs; operations per commit is the group commit's batch size.
 	storeWrites []prometheus.Collector
-	// lastCallback is the Unix time (seconds) the last live pingback was
-	// stored, by provider (not duplicates, not polled results).
-	lastCallback *prometheus.GaugeVec
 	// loopLastRun is the Unix time (seconds) each loop (replay, poll)
 	// last ran a round; both run at least every second while this process
 	// owns the store's loops.
@@ -92,10 +89,6 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
 			storeWrites: storeWriteCounters(),
-			lastCallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "last_callback_timestamp_seconds",
-				Help: "Unix time the last live pingback was stored, by provider (duplicates and polled results not counted).",
-			}, []string{"provider"}),
 			loopLastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "loop_last_run_timestamp_seconds",
 				Help: "Unix time each loop (replay, poll) last ran a round; both run at least every second, idle or not.",
@@ -111,7 +104,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.lastCallback, theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges()}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges()}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

@@ -2,7 +2,6 @@ package pingback
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -17,12 +16,18 @@ import (
 //
 //	caddy_pingback_records{provider,state}   stored results by delivery state
 //	caddy_pingback_tasks_pending{provider}   tracked tasks still pending
+//	caddy_pingback_oldest_pending_task_age_seconds{provider}
+//	caddy_pingback_oldest_undelivered_age_seconds{provider}
+//	caddy_pingback_last_callback_timestamp_seconds{provider}
 //
 // A scrape reads store.Counter (in memory on Badger; a sum of a few
-// counter rows on PostgreSQL, database-wide), never the records. Every
-// state of a provider with stored results is exported, 0 included.
+// counter rows on PostgreSQL, database-wide), never the records; the ages
+// come from Counter.Ages at most once a second (see currentAges). Every
+// state of a provider with stored results is exported, 0 included, and
+// both ages (0 when there is nothing to age); the last callback of a
+// provider that never had one is not exported.
 type countGauges struct {
-	records, pending *prometheus.Desc
+	records, pending, pendingAge, backlogAge, lastCallback *prometheus.Desc
 }
 
 func newCountGauges() countGauges {
@@ -32,41 +37,62 @@ func newCountGauges() countGauges {
 			[]string{"provider", "state"}, nil),
 		pending: prometheus.NewDesc("caddy_pingback_tasks_pending",
 			"Tracked tasks whose result has not arrived yet, by provider.", []string{"provider"}, nil),
+		pendingAge: prometheus.NewDesc("caddy_pingback_oldest_pending_task_age_seconds",
+			"Age of the oldest tracked task still pending (since its submission), by provider; 0 when none is pending.",
+			[]string{"provider"}, nil),
+		backlogAge: prometheus.NewDesc("caddy_pingback_oldest_undelivered_age_seconds",
+			"Age of the oldest result in state failed or forwarding (since it was received): the retry backlog's age, by provider; 0 when there is none.",
+			[]string{"provider"}, nil),
+		lastCallback: prometheus.NewDesc("caddy_pingback_last_callback_timestamp_seconds",
+			"Unix time the last live pingback was stored, by provider (duplicates and polled results not counted), from the store: it survives restarts.",
+			[]string{"provider"}, nil),
 	}
 }
 
 func (g countGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.records
 	ch <- g.pending
+	ch <- g.pendingAge
+	ch <- g.backlogAge
+	ch <- g.lastCallback
 }
 
 func (g countGauges) Collect(ch chan<- prometheus.Metric) {
-	c, ok := currentCounts()
-	if !ok {
+	a, st := activeStore()
+	if st == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := st.Counts(ctx)
+	if err != nil {
+		return
+	}
+	ages, agesOK := currentAges(ctx, st)
+	now := a.now()
 	for _, p := range countedProviders(c) {
 		for _, st := range store.States {
 			ch <- prometheus.MustNewConstMetric(g.records, prometheus.GaugeValue, float64(c.Records[p][st]), p, string(st))
 		}
 		ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, float64(c.TasksPending[p]), p)
+		if agesOK {
+			ch <- prometheus.MustNewConstMetric(g.pendingAge, prometheus.GaugeValue, ageAt(ages.OldestPendingTask[p], now), p)
+			ch <- prometheus.MustNewConstMetric(g.backlogAge, prometheus.GaugeValue, ageAt(ages.OldestUndelivered[p], now), p)
+		}
+	}
+	for p, t := range ages.LastCallback {
+		ch <- prometheus.MustNewConstMetric(g.lastCallback, prometheus.GaugeValue, float64(t.UnixNano())/1e9, p)
 	}
 }
 
-// currentCounts reads the running app's store counts, within a second.
-func currentCounts() (store.Counts, bool) {
+// activeStore is the running app and its store, or nil.
+func activeStore() (*App, store.Store) {
 	v, err := caddy.ActiveContext().AppIfConfigured("pingback")
 	if err != nil {
-		return store.Counts{}, false
+		return nil, nil
 	}
-	st := v.(*App).store(100 * time.Millisecond)
-	if st == nil {
-		return store.Counts{}, false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	c, err := st.Counts(ctx)
-	return c, err == nil
+	a := v.(*App)
+	return a, a.store(100 * time.Millisecond)
 }
 
 // countedProviders lists, sorted, the providers the counts name.
@@ -106,24 +132,3 @@ func (l *loopTimes) get(loop string) time.Time {
 
 // Interface guards
 var _ prometheus.Collector = countGauges{}
-
-// lastCallbacks is when this process last stored a live pingback, by
-// provider (what last_callback_timestamp_seconds exports).
-var lastCallbacks = &lastCallbackTimes{at: map[string]time.Time{}}
-
-type lastCallbackTimes struct {
-	mu sync.Mutex
-	at map[string]time.Time
-}
-
-func (l *lastCallbackTimes) set(provider string, t time.Time) {
-	l.mu.Lock()
-	l.at[provider] = t
-	l.mu.Unlock()
-}
-
-func (l *lastCallbackTimes) all() map[string]time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return maps.Clone(l.at)
-}

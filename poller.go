@@ -77,11 +77,22 @@ type ProviderConfig struct {
 	// Default: the global poll give_up.
 	GiveUp caddy.Duration `json:"give_up,omitempty"`
 
+	// How the poller sends its res.php requests: "post" (a form body, so
+	// the API key is in no URL: not in the provider's or a proxy's access
+	// logs, not in Go's transport errors) or "get" (the key in the query).
+	// Default: post for 2captcha and rucaptcha (the 2captcha API v1
+	// documentation shows res.php requests as POST bodies, and rucaptcha
+	// serves the same API), get for captchaai (its documentation shows
+	// only GET; whether it takes POST is not documented). getTaskResult is
+	// always a JSON POST.
+	ResultMethod string `json:"result_method,omitempty"`
+
 	endpoint    string                  // resolved, without trailing slash
 	apiEndpoint string                  // resolved, without trailing slash
 	key         string                  // resolved
 	keyErr      error                   // a key given that resolved empty: fails Start
 	method      string                  // resolved, http.MethodGet or http.MethodPost
+	resMethod   string                  // resolved result_method, http.MethodGet or http.MethodPost
 	format      protocol.CallbackFormat // resolved, for createTask tasks
 	giveUp      time.Duration           // effective
 }
@@ -345,7 +356,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	for _, t := range single {
 		groups = append(groups, []*store.Task{t})
 	}
-	client := &resClient{endpoint: pc.endpoint, key: pc.key, http: a.httpClient}
+	client := &resClient{endpoint: pc.endpoint, key: pc.key, method: pc.resMethod, http: a.httpClient}
 	for _, g := range groups {
 		// A newer config took over the store's loops (reload): leave the
 		// rest of the round to it.

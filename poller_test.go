@@ -67,6 +67,10 @@ type resCall struct {
 	ids   []string // the task ids asked
 	bulk  bool     // asked with ids= (else id=)
 	fault bool     // answered by the fault handler
+	// method is the request's method; keyInURL: a key parameter was in
+	// its query (the poller sends POST bodies where the provider takes them).
+	method   string
+	keyInURL bool
 }
 
 // newPollerSim starts a simulator on a loopback server; it is closed at
@@ -92,7 +96,14 @@ func (s *pollerSim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	c := resCall{at: time.Now()}
+	c := resCall{at: time.Now(), method: r.Method, keyInURL: q.Has("key")}
+	if r.Method == http.MethodPost {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		for k, v := range parseURLEncoded(string(body)) {
+			q[k] = v
+		}
+	}
 	if ids := q.Get("ids"); ids != "" {
 		c.ids, c.bulk = strings.Split(ids, ","), true
 	} else if id := q.Get("id"); id != "" {
@@ -624,6 +635,24 @@ func TestPollerRecoversLostPingbacks(t *testing.T) {
 	if d := counterValue(t, theMetrics.tasks.WithLabelValues("2captcha", "recovered")) - recoveredBefore; int(d) != len(tasksOf(tasks, "2captcha", "")) {
 		t.Errorf("2captcha recovered counter grew by %v, want %d", d, len(tasksOf(tasks, "2captcha", "")))
 	}
+
+	t.Run("res.php by POST where the provider takes it, the key in no URL", func(t *testing.T) {
+		for _, sc := range []struct {
+			name   string
+			sim    *pollerSim
+			method string
+		}{{"2captcha", twoCaptcha, http.MethodPost}, {"captchaai", captchaAI, http.MethodGet}} {
+			calls := sc.sim.resCalls()
+			if len(calls) == 0 {
+				t.Fatalf("%s: no res.php request", sc.name)
+			}
+			for _, c := range calls {
+				if c.method != sc.method || (sc.method == http.MethodPost && c.keyInURL) {
+					t.Errorf("%s: res.php asked by %s (key in the URL: %v), want %s", sc.name, c.method, c.keyInURL, sc.method)
+				}
+			}
+		}
+	})
 
 	t.Run("bulk for tokens, one by one for images", func(t *testing.T) {
 		tokens := map[string]bool{}

@@ -66,6 +66,22 @@ func (pc *ProviderConfig) provision(name string, globalGiveUp time.Duration) err
 	default:
 		return fmt.Errorf("provider %s: callback_method must be get or post, got %q", name, pc.CallbackMethod)
 	}
+	switch strings.ToLower(pc.ResultMethod) {
+	case "":
+		pc.resMethod = http.MethodGet
+		if prov.ResultPOST {
+			pc.resMethod = http.MethodPost
+		}
+	case "get":
+		pc.resMethod = http.MethodGet
+	case "post":
+		pc.resMethod = http.MethodPost
+	default:
+		return fmt.Errorf("provider %s: result_method must be get or post, got %q", name, pc.ResultMethod)
+	}
+	if pc.ResultMethod != "" && !prov.Has(protocol.Legacy) {
+		return fmt.Errorf("provider %s: result_method applies to res.php, and the plugin knows no in.php/res.php API of this provider", name)
+	}
 	switch strings.ToLower(pc.CallbackFormat) {
 	case "":
 		pc.format = prov.JSONCallback

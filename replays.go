@@ -167,7 +167,7 @@ func (a *App) runBulkReplay(ctx context.Context, j *replayJob, keys []store.Key)
 		}
 		wg.Go(func() {
 			defer a.releaseSlot()
-			rec, err := a.redrive(ctx, k, false)
+			rec, err := a.redrive(ctx, k, false, store.SourceBulk)
 			j.update(func(s *replayJobState) {
 				s.Done++
 				if err == nil && rec.State == store.StateDelivered {

@@ -16,10 +16,12 @@ import (
 type resClient struct {
 	endpoint string // base URL, without /res.php
 	key      string
+	method   string // http.MethodPost: parameters in a form body; else GET
 	http     *http.Client
 }
 
-// get asks res.php?action=get&json=1 for one id ("id") or several ("ids",
+// get asks res.php action=get, json=1 (a POST form or a GET query, as
+// c.method says) for one id ("id") or several ("ids",
 // comma-joined) and returns the classified answers (protocol.ParseResAnswer):
 // one element per asked id for a well-formed answer. A transport error, a
 // non-200 status or a body that is not the protocol's JSON is an error,
@@ -31,7 +33,17 @@ func (c *resClient) get(ctx context.Context, ids []string) ([]protocol.Answer, e
 	} else {
 		q.Set("ids", strings.Join(ids, ","))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint+"/res.php?"+q.Encode(), nil)
+	var req *http.Request
+	var err error
+	if c.method == http.MethodPost {
+		// The key in the body: in no URL, so in no access log.
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint+"/res.php", strings.NewReader(q.Encode()))
+		if req != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+	} else {
+		req, err = http.NewRequestWithContext(ctx, http.MethodGet, c.endpoint+"/res.php?"+q.Encode(), nil)
+	}
 	if err != nil {
 		return nil, err
 	}

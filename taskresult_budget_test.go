@@ -2,7 +2,9 @@ package pingback
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,6 +54,26 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 		}
 		return true
 	})
+	// Each polled result's history: one forward, source poll. The status
+	// shows the shared budget, and no live pingback (every one dropped).
+	for _, id := range ids {
+		rec, err := s.Get(t.Context(), store.Key{Provider: provider, ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkHistory(t, rec.History, []attemptWant{{store.SourcePoll, 200, "delivered", ""}})
+	}
+	code, body := adminRequest(t, http.MethodGet, "/pingback/status")
+	var status statusAnswer
+	if code != http.StatusOK || json.Unmarshal(body, &status) != nil {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	if at, ok := status.LastCallbackAt[provider]; ok {
+		t.Errorf("status last_callback_at[%s] = %v with every pingback dropped, want none (polled results are not live pingbacks)", provider, at)
+	}
+	if age := status.OldestUndeliveredAgeSeconds[provider]; age != 0 {
+		t.Errorf("status oldest_undelivered_age_seconds[%s] = %v with everything delivered, want 0", provider, age)
+	}
 	unloadCaddy(t) // no poll after the counts are read
 	calls := sim.Stats().GetTaskResultCalls
 	if calls < tasks {
@@ -71,5 +93,8 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 	}
 	if polls != calls || tracked != tasks {
 		t.Errorf("shared budget counted %d polls for %d tracked tasks; the provider got %d getTaskResult calls for %d tasks", polls, tracked, calls, tasks)
+	}
+	if b, want := status.Budget[provider], (budgetStatus{Used: polls, Left: 10*tracked + pollAllowance - polls}); b != want {
+		t.Errorf("status budget[%s] = %+v, want the shared row's %+v", provider, b, want)
 	}
 }

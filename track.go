@@ -75,6 +75,13 @@ type Tracker struct {
 	// Default: 8 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
+	// Largest provider answer buffered to read the task id or the result
+	// from, in bytes. A larger answer is streamed to the app unchanged,
+	// untracked (no task recorded, no result stored), with a warn line, so
+	// that a hostile or broken upstream cannot make Caddy hold it in
+	// memory. Default: 1 MiB.
+	MaxAnswer int64 `json:"max_answer,omitempty"`
+
 	app      *App
 	provider provider
 	logger   *zap.Logger
@@ -93,6 +100,9 @@ func (t *Tracker) Provision(ctx caddy.Context) error {
 	t.logger = ctx.Logger()
 	if t.MaxBody == 0 {
 		t.MaxBody = DefaultTrackMaxBody
+	}
+	if t.MaxAnswer == 0 {
+		t.MaxAnswer = DefaultMaxAnswer
 	}
 	var err error
 	t.provider, t.app, err = provisionProvider(ctx, t.Provider)
@@ -113,11 +123,15 @@ func (t *Tracker) Validate() error {
 	if t.MaxBody <= 0 {
 		return fmt.Errorf("max_body must be positive, got %d", t.MaxBody)
 	}
+	if t.MaxAnswer <= 0 {
+		return fmt.Errorf("max_answer must be positive, got %d", t.MaxAnswer)
+	}
 	return nil
 }
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	next = t.upstreamGuard(next)
 	switch path.Base(r.URL.Path) {
 	case "in.php":
 		return t.serveSubmit(w, r, next)
@@ -157,7 +171,7 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	setBody(r, body)
 	submitted := t.app.now().UTC()
 
-	rec, answer, err := bufferUpstream(w, r, next)
+	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -211,7 +225,7 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 // has it. Stored once the app has it (a failed write stores nothing, so a
 // later pingback or poll still delivers it).
 func (t *Tracker) passSeenResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, st store.Store, key store.Key, seen func([]byte) (protocol.Answer, bool)) error {
-	rec, answer, err := bufferUpstream(w, r, next)
+	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
 	}
@@ -331,9 +345,10 @@ func writeLocal(w http.ResponseWriter, contentType string, body []byte) error {
 	return err
 }
 
-// decodedBody returns a buffered response body, gunzipped if the provider
-// sent it compressed (for parsing only; the app gets the bytes as sent).
-func decodedBody(h http.Header, b []byte) []byte {
+// decodedBody returns a buffered response body, gunzipped (at most limit
+// bytes) if the provider sent it compressed (for parsing only; the app gets
+// the bytes as sent).
+func decodedBody(h http.Header, b []byte, limit int64) []byte {
 	if !strings.EqualFold(h.Get("Content-Encoding"), "gzip") {
 		return b
 	}
@@ -341,7 +356,7 @@ func decodedBody(h http.Header, b []byte) []byte {
 	if err != nil {
 		return b
 	}
-	out, err := io.ReadAll(io.LimitReader(zr, 1<<20))
+	out, err := io.ReadAll(io.LimitReader(zr, limit))
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return b
 	}
@@ -354,18 +369,3 @@ var (
 	_ caddy.Validator             = (*Tracker)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Tracker)(nil)
 )
-
-// bufferUpstream passes r to next with the answer buffered, and returns
-// the recorder and the answer's body, decoded (Content-Encoding undone);
-// a nil recorder means the answer was not buffered and is already written.
-func bufferUpstream(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) (caddyhttp.ResponseRecorder, []byte, error) {
-	buf := new(bytes.Buffer)
-	rec := caddyhttp.NewResponseRecorder(w, buf, func(int, http.Header) bool { return true })
-	if err := next.ServeHTTP(rec, r); err != nil {
-		return nil, nil, err
-	}
-	if !rec.Buffered() {
-		return nil, nil, nil
-	}
-	return rec, decodedBody(rec.Header(), buf.Bytes()), nil
-}

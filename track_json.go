@@ -47,7 +47,7 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 	setBody(r, body)
 	submitted := t.app.now().UTC()
 
-	rec, answer, err := bufferUpstream(w, r, next)
+	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
 	}

@@ -62,7 +62,9 @@ func BenchmarkStore(b *testing.B) {
 					}
 					// As the handler records an outcome (App.recordOutcome).
 					_, err := st.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
-						d.State, d.Lease, d.LastStatus, d.UpdatedAt = store.StateDelivered, store.Lease{}, 200, time.Now().UTC()
+						now := time.Now().UTC()
+						d.State, d.Lease, d.LastStatus, d.UpdatedAt = store.StateDelivered, store.Lease{}, 200, now
+						d.EndAttempt(d.Attempts, now, 200, store.OutcomeDelivered, "")
 						return nil
 					})
 					if err != nil {
@@ -77,11 +79,12 @@ func BenchmarkStore(b *testing.B) {
 	}
 }
 
-// callbackRecord is a record as the handler stores it for a 2captcha POST.
+// callbackRecord is a record as the handler stores it for a 2captcha POST,
+// its first attempt started in its history.
 func callbackRecord(id string) *store.Record {
 	now := time.Now().UTC()
 	body := "id=" + id + "&code=03AGdBq24PBCbwiDRaS_MJ7Z"
-	return &store.Record{
+	rec := &store.Record{
 		Provider:   "2captcha",
 		ID:         id,
 		Code:       "03AGdBq24PBCbwiDRaS_MJ7Z",
@@ -108,6 +111,8 @@ func callbackRecord(id string) *store.Record {
 		},
 		ExpiresAt: now.Add(24 * time.Hour),
 	}
+	rec.StartAttempt(store.SourceCallback, now)
+	return rec
 }
 
 // cpuTime is the CPU time (user and system) the process has used.

@@ -84,6 +84,11 @@ type Provider struct {
 	// MaxResultCalls is the most result calls for one task before the
 	// provider bans the account; zero: no documented limit.
 	MaxResultCalls int
+	// ResultPOST: res.php takes its parameters as a POST form body (the
+	// 2captcha API v1 documentation shows res.php requests as POST
+	// bodies, https://2captcha.com/2captcha-api), so the poller's API key
+	// stays out of URLs. False where only GET is documented.
+	ResultPOST bool
 }
 
 // Has reports whether the provider speaks the API family.
@@ -144,6 +149,7 @@ var providers = map[string]Provider{
 		AckTimeout:     ackDefault,
 		Retention:      legacyRetention,
 		MinResultGap:   minGapDocumented,
+		ResultPOST:     true,
 	},
 	"rucaptcha": {
 		Name:           "rucaptcha",
@@ -155,6 +161,7 @@ var providers = map[string]Provider{
 		AckTimeout:     ackDefault,
 		Retention:      legacyRetention,
 		MinResultGap:   minGapDocumented,
+		ResultPOST:     true,
 	},
 	"anticaptcha": {
 		Name:          "anticaptcha",

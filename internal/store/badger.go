@@ -107,6 +107,7 @@ type Badger struct {
 	leases    *leaseTracker // the committer's: the leases this handle holds
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
+	ages      *memAges      // the times behind the age gauges: see badger_ages.go
 	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
 }
 
@@ -157,8 +158,8 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = 5 * time.Minute
 	}
-	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating storage directory: %w", err)
+	if err := secureStoreDir(opts.Dir); err != nil {
+		return nil, err
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -244,6 +245,13 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		}
 	}
 	epoch, err := openFormat(db, logger)
+	if err == nil {
+		// The files Badger created while opening (LOCK, a memtable log).
+		err = privateFiles(opts.Dir)
+	}
+	if err == nil {
+		err = seedLastLive(db)
+	}
 	if err == nil && j != nil {
 		// The replayed records and the new epoch, written to Badger
 		// unsynced, become durable here.
@@ -299,6 +307,9 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if err := db.View(func(txn *badger.Txn) error {
 		var err error
 		b.counts, err = countKeys(&batch{txn: txn})
+		if err == nil {
+			b.ages, err = countAges(&batch{txn: txn})
+		}
 		return err
 	}); err != nil {
 		if j != nil {
@@ -375,6 +386,10 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			}
 		}
 		exp := expiry(c.ExpiresAt)
+		w.noteReceived(k, c.ReceivedAt)
+		if c.Source == SourceCallback {
+			w.liveAt = c.ReceivedAt
+		}
 		if c.State == StateForwarding {
 			// A live forward: its delivery state is in the record, and
 			// s/ is first written when it changes (the outcome), one
@@ -478,6 +493,7 @@ func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error)
 			if err != nil {
 				return err
 			}
+			w.noteReceived(c.key, rec.ReceivedAt)
 			cur := old
 			if lapsed != "" {
 				cur.LastStatus, cur.LastError = 0, lapsed
@@ -952,6 +968,8 @@ func (b *Badger) commit(ops []*op) {
 	writes := b.writes[:0]
 	events := b.events[:0]
 	var counted []countDelta
+	var aged []ageDelta
+	var live map[string]time.Time
 	for i, o := range ops {
 		w := &batch{txn: txn, epoch: b.epoch}
 		if o.err = o.apply(w); o.err != nil {
@@ -960,6 +978,15 @@ func (b *Badger) commit(ops []*op) {
 		writes = append(writes, w.writes...)
 		events = append(events, w.leases...)
 		counted = append(counted, w.counted...)
+		aged = append(aged, w.aged...)
+		if !w.liveAt.IsZero() {
+			if live == nil {
+				live = map[string]time.Time{}
+			}
+			if p := w.recvKey.Provider; w.liveAt.After(live[p]) && w.liveAt.After(b.ages.lastLive(p)) {
+				live[p] = w.liveAt
+			}
+		}
 		if err := w.flush(); err != nil {
 			txn.Discard()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
@@ -973,6 +1000,24 @@ func (b *Badger) commit(ops []*op) {
 			b.commit(rest)
 			return
 		}
+	}
+	if len(live) > 0 {
+		// The newest live pingback of each provider, once per commit.
+		lw := &batch{txn: txn, writes: liveWrites(live)}
+		if err := lw.flush(); err != nil {
+			txn.Discard()
+			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
+				mid := len(ops) / 2
+				b.commit(ops[:mid])
+				b.commit(ops[mid:])
+				return
+			}
+			for _, o := range ops {
+				o.err = fmt.Errorf("writing: %w", err)
+			}
+			return
+		}
+		writes = append(writes, lw.writes...)
 	}
 	n := b.attempts.Add(1)
 	var err error
@@ -1018,6 +1063,7 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.leases.apply(events)
 	b.counts.apply(counted)
+	b.ages.apply(aged, live)
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,13 @@ type batch struct {
 	// counted are the count changes of the operation's writes, applied
 	// to the store's counts once the batch is committed.
 	counted []countDelta
+	// aged are the changes of the ages (badger_ages.go), applied with
+	// counted; recvKey and recvAt are the received time of the record
+	// the operation read or wrote last, liveAt that of the live pingback
+	// it stored (zero if none).
+	aged           []ageDelta
+	recvKey        Key
+	recvAt, liveAt time.Time
 }
 
 // write is one buffered write: a set, or a deletion when del is true.
@@ -208,6 +216,9 @@ func (w *batch) dropDelivery(k Key, old *Delivery, exp uint64) {
 // moveIndexes deletes old's due and lease entries that d no longer has and
 // writes d's; a record left undelivered joins the expiry watch.
 func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
+	if was, is := old != nil && inBacklog(old.State), inBacklog(d.State); was != is {
+		w.trackBacklog(k, is)
+	}
 	if old == nil || old.State != d.State {
 		if old != nil {
 			w.counted = append(w.counted, countDelta{provider: k.Provider, state: old.State, n: -1})
@@ -336,10 +347,14 @@ func parseTail(tail []byte) (Key, bool) {
 }
 
 // unixNano is t in Unix nanoseconds, 0 for the zero time or any time
-// before 1970.
+// before 1970, the largest int64 for any time after 2262 (where UnixNano
+// would wrap).
 func unixNano(t time.Time) uint64 {
 	if t.IsZero() || t.Before(time.Unix(0, 0)) {
 		return 0
+	}
+	if t.After(time.Unix(0, math.MaxInt64)) {
+		return math.MaxInt64
 	}
 	return uint64(t.UnixNano())
 }
@@ -348,11 +363,19 @@ func recordKey(k Key) []byte   { return []byte(recordPrefix + k.Provider + "/" +
 func deliveryKey(k Key) []byte { return []byte(deliveryPrefix + k.Provider + "/" + k.ID) }
 
 // expiry is a record's ExpiresAt as Badger TTL (Unix seconds).
+//
+// Badger reads 0 as "never expires", so a time at or before the Unix epoch
+// (which would give 0, or wrap around to a huge value as a negative number
+// turned unsigned) is clamped to 1: expired at once, never immortal. The
+// zero time is the only "no TTL".
 func expiry(t time.Time) uint64 {
 	if t.IsZero() {
 		return 0
 	}
-	return uint64(t.Unix())
+	if s := t.Unix(); s > 0 {
+		return uint64(s)
+	}
+	return 1
 }
 
 // graced is exp plus expiryGrace (0 stays 0: no TTL).

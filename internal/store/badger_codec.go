@@ -24,6 +24,9 @@ import (
 //	                      state attempts failures interrupts due_at
 //	                      lease.owner lease.until last_status last_error
 //	                      updated_at
+//	  then, appended: history (the delivery's, at the end of the
+//	  record's and of the stand-alone delivery's encoding): uvarint count,
+//	  each attempt source started_at ended_at status outcome error
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
@@ -55,7 +58,7 @@ var (
 		"Request", "Request.Method", "Request.URI", "Request.Host", "Request.Proto", "Request.RemoteAddr",
 		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer"}
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
-		"Lease.Until", "LastStatus", "LastError", "UpdatedAt"}
+		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
 		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt"}
 )
@@ -130,6 +133,7 @@ func encodeRecord(r *Record) ([]byte, error) {
 	e.bytes(q.Body)
 	e.time(r.ExpiresAt)
 	e.bytes(r.Answer)
+	e.history(r.History)
 	return e.b, nil
 }
 
@@ -161,6 +165,9 @@ func decodeRecord(v []byte, r *Record) error {
 	if d.more() { // appended after format 3's first fields
 		r.Answer = d.bytes()
 	}
+	if d.more() { // appended after Answer
+		r.History = d.history()
+	}
 	return d.end()
 }
 
@@ -176,6 +183,25 @@ func decodeRecordDelivery(v []byte, x *Delivery) error {
 	}
 	d := dec{b: v[1:]}
 	d.delivery(x)
+	// The history is at the end: step over the rest without copying it.
+	for range 4 { // provider id code source
+		d.raw()
+	}
+	d.time()
+	d.time()
+	for range 7 { // server method uri host proto remote_addr local_addr
+		d.raw()
+	}
+	d.bool()
+	d.skipHeader()
+	d.raw() // body
+	d.time()
+	if d.more() {
+		d.raw() // answer
+	}
+	if d.more() {
+		x.History = d.history()
+	}
 	return d.err
 }
 
@@ -188,6 +214,7 @@ func encodeDelivery(d *Delivery) []byte {
 	e := enc{b: make([]byte, 0, 64+len(d.LastError)+len(d.Lease.Owner))}
 	e.b = append(e.b, tagDelivery1)
 	e.delivery(d)
+	e.history(d.History)
 	return e.b
 }
 
@@ -198,6 +225,9 @@ func decodeDelivery(v []byte, d *Delivery) error {
 	}
 	x := dec{b: v[1:]}
 	x.delivery(d)
+	if x.more() { // appended after UpdatedAt
+		d.History = x.history()
+	}
 	return x.end()
 }
 
@@ -317,6 +347,20 @@ func (e *enc) delivery(d *Delivery) {
 	e.int(d.LastStatus)
 	e.str(d.LastError)
 	e.time(d.UpdatedAt)
+}
+
+func (e *enc) history(h []Attempt) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(h)))
+	for i := range h {
+		a := &h[i]
+		e.int(a.Attempt)
+		e.str(string(a.Source))
+		e.time(a.StartedAt)
+		e.time(a.EndedAt)
+		e.int(a.Status)
+		e.str(a.Outcome)
+		e.str(a.Error)
+	}
 }
 
 // dec reads the binary encoding; the first error sticks and every later
@@ -442,6 +486,43 @@ func (d *dec) delivery(x *Delivery) {
 	x.LastStatus = d.int()
 	x.LastError = d.str()
 	x.UpdatedAt = d.time()
+}
+
+func (d *dec) history() []Attempt {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+	}
+	if n == 0 || d.err != nil {
+		return nil
+	}
+	h := make([]Attempt, n)
+	for i := range h {
+		a := &h[i]
+		a.Attempt = d.int()
+		a.Source = Source(d.str())
+		a.StartedAt = d.time()
+		a.EndedAt = d.time()
+		a.Status = d.int()
+		a.Outcome = d.str()
+		a.Error = d.str()
+	}
+	if d.err != nil {
+		return nil
+	}
+	return h
+}
+
+// skipHeader steps over a header without decoding it.
+func (d *dec) skipHeader() {
+	n := d.uvarint()
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		d.raw()
+		m := d.uvarint()
+		for j := uint64(0); j < m && d.err == nil; j++ {
+			d.raw()
+		}
+	}
 }
 
 // more reports whether the value goes on: fields added to a type after

@@ -183,16 +183,39 @@ func FuzzDecodeRecord(f *testing.F) {
 	})
 }
 
-// Values stored before fields were appended to the encoding decode, with
-// those fields zero.
-func TestCodecAppendedFields(t *testing.T) {
+// The delivery state read alone from a record's value (an r/ whose state
+// has not changed since it was stored) carries the history appended at
+// the record's end.
+func TestCodecRecordDeliveryHistory(t *testing.T) {
 	r := filled[Record](t)
-	r.Answer = nil
 	b, err := encodeRecord(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "record without the appended answer", r, b[:len(b)-1], decodeRecord) // its empty answer was one byte
+	if len(r.History) == 0 {
+		t.Fatal("filled record has no history")
+	}
+	var d Delivery
+	if err := decodeRecordDelivery(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(d, r.Delivery) {
+		t.Errorf("delivery read alone:\n got %+v\nwant %+v", d, r.Delivery)
+	}
+}
+
+// Values stored before fields were appended to the encoding decode, with
+// those fields zero.
+func TestCodecAppendedFields(t *testing.T) {
+	r := filled[Record](t)
+	r.Answer, r.History = nil, nil
+	b, err := encodeRecord(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, "record without the appended history", r, b[:len(b)-1], decodeRecord) // its empty history was one byte
+	roundTrip(t, "record without the appended answer", r, b[:len(b)-2], decodeRecord)  // and its empty answer one more
+	roundTrip(t, "delivery without the appended history", &r.Delivery, encodeDelivery(&r.Delivery)[:len(encodeDelivery(&r.Delivery))-1], decodeDelivery)
 	task := filled[Task](t)
 	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt = "", "", 0, time.Time{}, time.Time{}
 	tb, err := encodeTask(task)
@@ -200,7 +223,7 @@ func TestCodecAppendedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-5], decodeTask) // two empty strings, 0, two zero times
-	if err := decodeRecord(b[:len(b)-2], new(Record)); err == nil {
+	if err := decodeRecord(b[:len(b)-3], new(Record)); err == nil {
 		t.Error("a record cut inside its fixed fields decoded without error")
 	}
 }

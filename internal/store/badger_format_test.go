@@ -2,6 +2,7 @@ package store
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestBadgerFormat1(t *testing.T) {
 	}
 	again := checkFormat1Records(t, b)
 	for id, r := range first {
-		if r.Delivery != again[id].Delivery {
+		if !reflect.DeepEqual(r.Delivery, again[id].Delivery) {
 			t.Errorf("%s changed on reopening: %+v, then %+v", id, r.Delivery, again[id].Delivery)
 		}
 	}

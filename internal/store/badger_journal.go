@@ -537,6 +537,10 @@ func (j *journal) doCheckpoint(seq uint64) error {
 	if err := syncBadgerFiles(j.dir, j.syncBadger); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	if err := privateFiles(j.dir); err != nil {
+		// Not a durability matter: the directory is private anyway.
+		j.log.Warn("making the store's new files mode 0600 failed", zap.Error(err))
+	}
 	j.mu.Lock()
 	slot := j.ckptSlot
 	j.mu.Unlock()

@@ -92,6 +92,7 @@ func (w *batch) purge(k Key, state State) (bool, error) {
 	case err == nil:
 		if t.State == TaskPending {
 			w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: -1})
+			w.trackPending(t, -1)
 		}
 		if !t.NextPollAt.IsZero() {
 			w.del(timeKey(pollPrefix, t.NextPollAt, k))

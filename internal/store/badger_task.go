@@ -167,6 +167,13 @@ func (w *batch) writeTask(old, t *Task) error {
 		}
 		w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: n})
 	}
+	was, is := old != nil && old.State == TaskPending, t.State == TaskPending
+	if was && (!is || !old.SubmittedAt.Equal(t.SubmittedAt)) {
+		w.trackPending(old, -1)
+	}
+	if is && (!was || !old.SubmittedAt.Equal(t.SubmittedAt)) {
+		w.trackPending(t, 1)
+	}
 	// Only a pending task is polled, whatever poll time it was left with.
 	polled := t.State == TaskPending && !t.NextPollAt.IsZero()
 	if old != nil && !old.NextPollAt.IsZero() && (!polled || !old.NextPollAt.Equal(t.NextPollAt)) {

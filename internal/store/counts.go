@@ -22,6 +22,9 @@ type Counter interface {
 	// Counts returns the current counts. On a store shared by several
 	// instances they are database-wide, the same on every instance.
 	Counts(ctx context.Context) (Counts, error)
+	// Ages returns the times behind the age gauges (see Ages). On a
+	// store shared by several instances they are database-wide.
+	Ages(ctx context.Context) (Ages, error)
 }
 
 // countDelta is one change of a count: a record entering (+1) or leaving

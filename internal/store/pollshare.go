@@ -25,6 +25,15 @@ type SharedPolling interface {
 	// RecentDelays returns up to n of the most recent delays of provider,
 	// newest first.
 	RecentDelays(ctx context.Context, provider string, n int) ([]time.Duration, error)
+	// PollBudgets returns the budget's counts of every provider that has
+	// any (one small row per provider; nothing is taken or counted).
+	PollBudgets(ctx context.Context) (map[string]PollBudget, error)
+}
+
+// PollBudget is the counts behind a provider's budget: requests made
+// (res.php and getTaskResult) and tasks tracked.
+type PollBudget struct {
+	Polls, Tracked int64
 }
 
 // PollLimit is the rate and budget a TakePoll checks.

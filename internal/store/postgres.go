@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -324,10 +325,10 @@ func (p *Postgres) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // The columns of a record, in the order scanRecord reads them.
 const pgRecordCols = `provider, id, code, answer, source, received_at, submitted_at, server, request,
-	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at`
+	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at, history`
 
 // The columns of a delivery state, in the order scanDelivery reads them.
-const pgDeliveryCols = `state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at`
+const pgDeliveryCols = `state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history`
 
 func scanRecord(row pgx.Row) (*Record, error) {
 	var r Record
@@ -335,7 +336,7 @@ func scanRecord(row pgx.Row) (*Record, error) {
 	var received, sub, expires *int64
 	var d pgDelivery
 	err := row.Scan(&r.Provider, &r.ID, &code, &r.Answer, &r.Source, &received, &sub, &r.Server, &req,
-		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires)
+		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires, &d.history)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -347,7 +348,9 @@ func scanRecord(row pgx.Row) (*Record, error) {
 		return nil, fmt.Errorf("decoding stored request of %s:%s: %w", r.Provider, r.ID, err)
 	}
 	r.ReceivedAt, r.SubmittedAt, r.ExpiresAt = fromNS(received), fromNS(sub), fromNS(expires)
-	r.Delivery = d.delivery()
+	if r.Delivery, err = d.delivery(); err != nil {
+		return nil, fmt.Errorf("decoding history of %s:%s: %w", r.Provider, r.ID, err)
+	}
 	return &r, nil
 }
 
@@ -356,21 +359,56 @@ type pgDelivery struct {
 	Delivery
 	due, until, updated *int64
 	owner               *string
+	history             []byte // JSON, nil for none
 }
 
-func (d *pgDelivery) delivery() Delivery {
+func (d *pgDelivery) delivery() (Delivery, error) {
 	out := d.Delivery
 	out.UpdatedAt, out.DueAt = fromNS(d.updated), fromNS(d.due)
 	if d.owner != nil && d.until != nil {
 		out.Lease = Lease{Owner: *d.owner, Until: fromNS(d.until)}
 	}
-	return out
+	if len(d.history) > 0 {
+		if err := json.Unmarshal(d.history, &out.History); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// historyJSON is the history column's value: JSON, nil for none.
+func historyJSON(h []Attempt) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(h) // attempts always encode
+	return b
 }
 
 // ns is t as a query parameter: Unix nanoseconds, NULL for the zero time.
 func ns(t time.Time) any {
 	if t.IsZero() {
 		return nil
+	}
+	return pgNano(t)
+}
+
+// The times a nanosecond column can hold (UnixNano's range, years 1678 to
+// 2262).
+var (
+	minNS = time.Unix(0, math.MinInt64)
+	maxNS = time.Unix(0, math.MaxInt64)
+)
+
+// pgNano is t in Unix nanoseconds, clamped to the int64 range: outside
+// it UnixNano wraps (year 1 would read back as a time in 1754 or so, and
+// an expires_at far in the past as one far in the future).
+func pgNano(t time.Time) int64 {
+	switch {
+	case t.Before(minNS):
+		return math.MinInt64
+	case t.After(maxNS):
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
@@ -456,10 +494,10 @@ func (p *Postgres) Get(ctx context.Context, key Key) (*Record, error) {
 // queueDelivery queues the update of key's delivery state to d.
 func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
 	b.Queue(`UPDATE records SET state = $3, attempts = $4, failures = $5, interrupts = $6, due_at = $7,
-		lease_owner = $8, lease_until = $9, last_status = $10, last_error = $11, updated_at = $12
+		lease_owner = $8, lease_until = $9, last_status = $10, last_error = $11, updated_at = $12, history = $13
 		WHERE provider = $1 AND id = $2`,
 		key.Provider, key.ID, string(d.State), d.Attempts, d.Failures, d.Interrupts, ns(d.DueAt),
-		nullString(d.Lease.Owner), ns(d.Lease.Until), d.LastStatus, d.LastError, ns(d.UpdatedAt))
+		nullString(d.Lease.Owner), ns(d.Lease.Until), d.LastStatus, d.LastError, ns(d.UpdatedAt), historyJSON(d.History))
 }
 
 // UpdateDelivery implements Store: group-committed with the updates

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -128,7 +129,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	keys := make([]Key, 0, n)
 	var (
 		provs, ids, sources, servers, states, lastErrs []string
-		codes, answers, reqs                           [][]byte
+		codes, answers, reqs, histories                [][]byte
 		received, subs, dues, abs, updated             []*int64
 		rel, expires                                   []int64
 		attempts, failures, interrupts, lastStatus     []int32
@@ -158,7 +159,8 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		}
 		owners, abs, rel = append(owners, owner), append(abs, a), append(rel, r)
 		lastStatus, lastErrs = append(lastStatus, int32(c.LastStatus)), append(lastErrs, c.LastError)
-		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, c.ExpiresAt.UnixNano())
+		updated, expires = append(updated, nsPtr(c.UpdatedAt)), append(expires, pgNano(c.ExpiresAt))
+		histories = append(histories, historyJSON(c.History))
 	}
 	sorted := slices.Clone(keys)
 	slices.SortFunc(sorted, keyOrder)
@@ -176,13 +178,13 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
 			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
-			u.last_status, u.last_error, u.updated_at, u.expires_at
+			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
-			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[])
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[])
 			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
 				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
-				last_status, last_error, updated_at, expires_at, answer, ord)
+				last_status, last_error, updated_at, expires_at, answer, history, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
 		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
 		ORDER BY u.ord
@@ -190,7 +192,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		RETURNING provider, id`,
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
-		lastStatus, lastErrs, updated, expires, answers)
+		lastStatus, lastErrs, updated, expires, answers, histories)
 	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
 		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(provider, id, received)
 		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'`, provs, ids, received)
@@ -325,10 +327,12 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 			var k Key
 			var d pgDelivery
 			if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
-				&d.LastStatus, &d.LastError, &d.updated); err != nil {
+				&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
 				return err
 			}
-			cur[k] = d.delivery()
+			if cur[k], err = d.delivery(); err != nil {
+				return fmt.Errorf("decoding history of %s: %w", k, err)
+			}
 		}
 		return rows.Err()
 	}()
@@ -364,6 +368,7 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 			at, fa, in, ls []int32
 			due, until, up []*int64
 			ow             []*string
+			hi             [][]byte
 		)
 		for _, k := range keys {
 			if !changed[k] {
@@ -379,15 +384,16 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 				o = &owner
 			}
 			ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
+			hi = append(hi, historyJSON(d.History))
 		}
 		write.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
 				due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
-				last_error = u.last_error, updated_at = u.updated_at
+				last_error = u.last_error, updated_at = u.updated_at, history = u.history
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
-				$10::int[], $11::text[], $12::bigint[])
-				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at)
+				$10::int[], $11::text[], $12::bigint[], $13::bytea[])
+				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
 			WHERE r.provider = u.provider AND r.id = u.id`,
-			wp, wi, st, at, fa, in, due, ow, until, ls, le, up)
+			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
 	}
 	write.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, write).Close(); err != nil {
@@ -404,6 +410,6 @@ func nsPtr(t time.Time) *int64 {
 	if t.IsZero() {
 		return nil
 	}
-	v := t.UnixNano()
+	v := pgNano(t)
 	return &v
 }

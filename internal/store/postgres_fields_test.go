@@ -42,7 +42,9 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 			RemoteAddr: "192.0.2.1:1", LocalAddr: "198.51.100.1:8443", TLS: true,
 			Header: http.Header{"A": {"b"}}, Body: []byte{0, 1, 2}},
 		Delivery: store.Delivery{State: store.StateForwarding, Attempts: 3, Failures: 2, Interrupts: 1, DueAt: at(3),
-			Lease: store.Lease{Owner: "someone", Until: at(4)}, LastStatus: 502, LastError: "app answered 502", UpdatedAt: at(5)},
+			Lease: store.Lease{Owner: "someone", Until: at(4)}, LastStatus: 502, LastError: "app answered 502", UpdatedAt: at(5),
+			History: []store.Attempt{{Attempt: 3, Source: store.SourceManual, StartedAt: at(7), EndedAt: at(8), Status: 502,
+				Outcome: store.OutcomeFailed, Error: "app answered 502"}}},
 		ExpiresAt: at(6),
 	}
 	allSet(t, "Record", reflect.ValueOf(*rec))

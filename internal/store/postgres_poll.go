@@ -50,6 +50,29 @@ func (p *Postgres) TakePoll(ctx context.Context, provider string, l PollLimit) (
 	return g, err
 }
 
+// PollBudgets implements SharedPolling.
+func (p *Postgres) PollBudgets(ctx context.Context) (map[string]PollBudget, error) {
+	out := map[string]PollBudget{}
+	err := p.op(func() error {
+		clear(out)
+		rows, err := p.pool.Query(ctx, `SELECT provider, polls, tracked FROM providers`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var prov string
+			var b PollBudget
+			if err := rows.Scan(&prov, &b.Polls, &b.Tracked); err != nil {
+				return err
+			}
+			out[prov] = b
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
 // CountTracked implements SharedPolling.
 func (p *Postgres) CountTracked(ctx context.Context, provider string) error {
 	return p.op(func() error {

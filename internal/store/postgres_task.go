@@ -45,7 +45,7 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			ON CONFLICT (provider, id) DO NOTHING
 			RETURNING id`,
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
-			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), t.ExpiresAt.UnixNano(),
+			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), pgNano(t.ExpiresAt),
 			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt))
 		br := p.pool.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
@@ -108,7 +108,7 @@ func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error
 				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16
 				WHERE provider = $1 AND id = $2`,
 				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
-				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), cur.ExpiresAt.UnixNano(),
+				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), pgNano(cur.ExpiresAt),
 				cur.API, cur.AppPolls, ns(cur.AppPolledAt), ns(cur.ResultAt))
 			return nil
 		})

@@ -94,7 +94,8 @@ var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, 
 
 // Source says how a result reached the plugin (Record.Source: callback or
 // poll) and how a forward reaches the app (the X-Pingback-Source header:
-// callback, replay or poll).
+// callback, replay or poll); an attempt's Source in the history also
+// tells manual and bulk replays apart (see history.go).
 type Source string
 
 // The sources.
@@ -195,6 +196,10 @@ type Delivery struct {
 	// delivery.
 	LastError string    `json:"last_error,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// History lists the forwards started (Attempts counts them): the
+	// first and the latest, at most MaxHistory (see StartAttempt); empty
+	// for a result stored before the store kept it.
+	History []Attempt `json:"history"`
 }
 
 // Filter selects records for List. Empty fields match everything.

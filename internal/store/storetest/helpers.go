@@ -246,7 +246,26 @@ func diffDelivery(got, want store.Delivery) string {
 	if !got.UpdatedAt.Equal(want.UpdatedAt) {
 		add("updated_at", fmtTime(got.UpdatedAt), fmtTime(want.UpdatedAt))
 	}
+	if h := diffHistory(got.History, want.History); h != "" {
+		add("history", h, "")
+	}
 	return strings.Join(d, "; ")
+}
+
+// diffHistory says how the history got differs from want ("" if not):
+// times by instant.
+func diffHistory(got, want []store.Attempt) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d attempts %+v, want %d %+v", len(got), got, len(want), want)
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.Attempt != w.Attempt || g.Source != w.Source || !g.StartedAt.Equal(w.StartedAt) || !g.EndedAt.Equal(w.EndedAt) ||
+			g.Status != w.Status || g.Outcome != w.Outcome || g.Error != w.Error {
+			return fmt.Sprintf("attempt %d: %+v, want %+v", i, g, w)
+		}
+	}
+	return ""
 }
 
 // diffRecord lists how got differs from want, field by field (times by

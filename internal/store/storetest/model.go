@@ -39,7 +39,8 @@ type model struct {
 	term  time.Duration // the store's lease term, 0 if leases are not renewed
 	lease time.Duration // the lease claims ask for
 	recs  map[string]*store.Delivery
-	order []string // ids in insertion order
+	recv  map[string]time.Time // each record's ReceivedAt
+	order []string             // ids in insertion order
 	step  int
 }
 
@@ -49,7 +50,7 @@ func runModel(t *testing.T, h Harness, s store.Store, seed uint64) {
 	t0 := base()
 	m := &model{
 		t: t, h: h, s: s, rnd: rand.New(rand.NewPCG(seed, 0x5eed)), now: t0, t0: t0,
-		term: s.LeaseTerm(), lease: leaseLen, recs: map[string]*store.Delivery{},
+		term: s.LeaseTerm(), lease: leaseLen, recs: map[string]*store.Delivery{}, recv: map[string]time.Time{},
 	}
 	if m.term > 0 {
 		m.lease = m.term
@@ -103,6 +104,12 @@ func (m *model) randomDelivery(st store.State) store.Delivery {
 	case store.StateRejected:
 		d.LastStatus = 422
 	}
+	if d.Attempts > 0 && m.rnd.IntN(2) == 0 {
+		d.StartAttempt(store.SourceManual, m.now.Add(-time.Second))
+		if st != store.StateForwarding {
+			d.EndAttempt(d.Attempts, m.now, d.LastStatus, store.OutcomeFailed, d.LastError)
+		}
+	}
 	return d
 }
 
@@ -116,6 +123,7 @@ func (m *model) insert() {
 		d.Lease.Owner = m.s.Owner()
 	}
 	m.recs[id] = &d
+	m.recv[id] = m.now
 	m.order = append(m.order, id)
 }
 
@@ -180,10 +188,12 @@ func (m *model) due(d *store.Delivery) bool {
 	return (d.State == store.StateQueued || d.State == store.StateFailed) && !d.DueAt.IsZero() && !d.DueAt.After(m.now)
 }
 
-// decide is the model's Decide: a record is parked at its sixth attempt.
-func decide(d *store.Delivery, lapsed bool) {
+// decide is the model's Decide: a record is parked at its sixth attempt;
+// the interrupted attempt ends and the new one starts in the history.
+func (m *model) decide(d *store.Delivery, lapsed bool) {
 	if lapsed {
 		d.Interrupts++
+		d.EndAttempt(d.Attempts, m.now, 0, store.OutcomeInterrupted, d.LastError)
 	}
 	if d.Attempts >= 5 {
 		d.State, d.DueAt, d.LastError = store.StateParked, time.Time{}, "parked"
@@ -191,6 +201,7 @@ func decide(d *store.Delivery, lapsed bool) {
 	}
 	d.State = store.StateForwarding
 	d.Attempts++
+	d.StartAttempt(store.SourceReplay, m.now)
 }
 
 // claimed checks a claimed record against the model and applies it.
@@ -216,7 +227,7 @@ func (m *model) claimed(r *store.Record) {
 			m.fatalf("claim of %s (lapsed: %s) gave no last error", id, why)
 		}
 	}
-	decide(&want, why != "")
+	m.decide(&want, why != "")
 	if want.State == store.StateForwarding {
 		want.Lease = store.Lease{Owner: m.s.Owner(), Until: m.now.Add(m.lease)}
 		want.DueAt = time.Time{}
@@ -241,7 +252,7 @@ func (m *model) claim() {
 			due = append(due, id)
 		}
 	}
-	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: limit, Lease: m.lease, Decide: decide})
+	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: limit, Lease: m.lease, Decide: m.decide})
 	if err != nil {
 		m.fatalf("Claim: %v", err)
 	}
@@ -287,7 +298,7 @@ func (m *model) claimKeys() {
 	if m.rnd.IntN(4) == 0 {
 		keys = append(keys, key("absent"))
 	}
-	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: len(keys), Keys: keys, Lease: m.lease, Decide: decide})
+	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: len(keys), Keys: keys, Lease: m.lease, Decide: m.decide})
 	if err != nil {
 		m.fatalf("Claim(keys %v): %v", keys, err)
 	}
@@ -354,6 +365,15 @@ func (m *model) check() {
 		want[d.State]++
 	}
 	if err := checkCounts(m.s, want, -1); err != nil {
+		m.fatalf("%v", err)
+	}
+	var oldest time.Time
+	for id, d := range m.recs {
+		if (d.State == store.StateFailed || d.State == store.StateForwarding) && (oldest.IsZero() || m.recv[id].Before(oldest)) {
+			oldest = m.recv[id]
+		}
+	}
+	if err := checkAge(m.s, "OldestUndelivered", func(a store.Ages) map[string]time.Time { return a.OldestUndelivered }, oldest); err != nil {
 		m.fatalf("%v", err)
 	}
 	if m.step%50 == 49 {

@@ -97,6 +97,7 @@ func Run(t *testing.T, h Harness) {
 		{"InsertForwarding", testInsertForwarding},
 		{"InsertCompletesTask", testInsertCompletesTask},
 		{"InsertTooLarge", testInsertTooLarge},
+		{"CodeBytes", testCodeBytes},
 		{"UpdateDelivery", testUpdateDelivery},
 		{"UpdateDeliveryFnError", testUpdateDeliveryFnError},
 		{"UpdateDeliveryLeaseInvariant", testUpdateDeliveryLeaseInvariant},
@@ -117,6 +118,8 @@ func Run(t *testing.T, h Harness) {
 		{"ListPage", testListPage},
 		{"ListTaskPage", testListTaskPage},
 		{"Purge", testPurge},
+		{"Ages", testAges},
+		{"History", testHistory},
 		{"Close", testClose},
 		{"Model", testModel},
 	}

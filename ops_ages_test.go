@@ -1,0 +1,113 @@
+package pingback
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// TestAgeGauges checks the age gauges and GET /pingback/status as they
+// move: oldest_pending_task_age_seconds rises while a tracked task waits
+// and drops to 0 when its pingback arrives; oldest_undelivered_age_seconds
+// rises while a result is failed and drops to 0 once it is delivered; and
+// last_callback_timestamp_seconds, after a restart, is the newest stored
+// live pingback's time (no absence alert because Caddy restarted). The
+// status's budget is the poller's (10 requests per tracked task plus
+// pollAllowance). Real time, within the gauges' one second of staleness.
+func TestAgeGauges(t *testing.T) {
+	app := newAppStub(t)
+	global := trkGlobal + "\n\t\treplay {\n\t\t\tbackoff 1h 1h\n\t\t}"
+	dir := startCaddy(t, global, pingbackSite("2captcha", "", app))
+	gauge := func(name string) (float64, bool) {
+		return scrapeMetric(t, name+`{provider="2captcha"}`)
+	}
+	const (
+		pendingAge = "caddy_pingback_oldest_pending_task_age_seconds"
+		backlogAge = "caddy_pingback_oldest_undelivered_age_seconds"
+		lastLive   = "caddy_pingback_last_callback_timestamp_seconds"
+	)
+	status := func() statusAnswer {
+		t.Helper()
+		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
+		var s statusAnswer
+		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
+			t.Fatalf("status: %d %s", code, body)
+		}
+		return s
+	}
+	rising := func(name string, pick func(statusAnswer) float64) {
+		t.Helper()
+		waitFor(t, 10*time.Second, name+" at 1.5 s or more", func() bool {
+			v, _ := gauge(name)
+			return v >= 1.5
+		})
+		if s := pick(status()); s < 1.5 {
+			t.Errorf("status shows %v for %s, want at least 1.5 s as the gauge", s, name)
+		}
+	}
+	zero := func(name string, pick func(statusAnswer) float64) {
+		t.Helper()
+		waitFor(t, 5*time.Second, name+" back to 0", func() bool {
+			v, ok := gauge(name)
+			return ok && v == 0 && pick(status()) == 0
+		})
+	}
+	statusPending := func(s statusAnswer) float64 { return s.Tasks["2captcha"].OldestPendingAgeSeconds }
+	statusBacklog := func(s statusAnswer) float64 { return s.OldestUndeliveredAgeSeconds["2captcha"] }
+
+	// A tracked task waits for its pingback.
+	if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "74100000001", "pingback_url": trkCallbackURL,
+	})); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	if v, ok := gauge(backlogAge); ok && v != 0 {
+		t.Errorf("%s = %v with nothing failed, want 0", backlogAge, v)
+	}
+	rising(pendingAge, statusPending)
+	if b := status().Budget["2captcha"]; b.Used+b.Left != 10*1+pollAllowance {
+		t.Errorf("status budget = %+v with one task tracked, want used + left = %d", b, 10+pollAllowance)
+	}
+	if code, _ := postForm(t, testBase+"/cb", "id=74100000001&code=A"); code != http.StatusOK {
+		t.Fatal("pingback refused")
+	}
+	zero(pendingAge, statusPending)
+
+	// A result the app refuses waits in state failed (backoff 1h).
+	app.setStatus(http.StatusServiceUnavailable)
+	if code, _ := postForm(t, testBase+"/cb", "id=602&code=B"); code != http.StatusOK {
+		t.Fatal("pingback refused")
+	}
+	waitForState(t, "2captcha", "602", store.StateFailed)
+	rising(backlogAge, statusBacklog)
+	app.setStatus(http.StatusOK)
+	if code, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/602/replay"); code != http.StatusOK {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	zero(backlogAge, statusBacklog)
+
+	// A polled result stored later is not a live pingback: the newest
+	// live one stays 602.
+	newest := getRecord(t, "2captcha", "602").ReceivedAt
+	now := time.Now().UTC()
+	if _, err := runningApp(t).store(time.Second).Insert(context.Background(), &store.Record{
+		Provider: "2captcha", ID: "603", Code: "C", Source: store.SourcePoll, ReceivedAt: now,
+		Delivery: store.Delivery{State: store.StateDelivered, UpdatedAt: now}, ExpiresAt: now.Add(time.Hour),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	unloadCaddy(t)
+	loadCaddyfile(t, caddyfileFor("storage_dir "+dir+"\n"+global, pingbackSite("2captcha", "", app)))
+	v, ok := gauge(lastLive)
+	if want := float64(newest.UnixNano()) / 1e9; !ok || math.Abs(v-want) > 1e-3 {
+		t.Errorf("after a restart %s = %v (present %v), want the newest stored live pingback's %v", lastLive, v, ok, want)
+	}
+	if at := status().LastCallbackAt["2captcha"]; !at.Equal(newest) {
+		t.Errorf("after a restart status last_callback_at = %v, want %v", at, newest)
+	}
+}
