@@ -8,6 +8,7 @@
 #   RATE=1000 bash bench/run.sh        # open loop at a fixed rate (bench/loadgen), not wrk
 #   PIN=1 bash bench/run.sh            # Caddy on CPU 0, the load generator on CPU 1 (taskset)
 #   GUARD=1 bash bench/run.sh          # strace counts Caddy's syncs during one more plugin round
+#   MEM=1 bash bench/run.sh            # plus what Caddy's memory is made of (see below)
 #
 # What it does: builds ./cmd/caddy into a temp dir, starts it as a child
 # process (admin localhost:2996, HTTP port 9096, app port 9097, clear of the
@@ -32,7 +33,14 @@
 # THREADS (2), BENCH_DIR (/var/tmp), PROFILE (empty: no profile),
 # RATE (empty: wrk), LG_CONNS (64), PIN (empty: no pinning), GUARD (empty),
 # STORAGE (a storage_dir to use instead of a fresh one, e.g. one filled by
-# bench/fill), KEEP (1: keep the temp dir with the logs and profile).
+# bench/fill), KEEP (1: keep the temp dir with the logs and profile),
+# MEM (empty).
+#
+# With MEM, Caddy's RSS is sampled every 200 ms from start-up on (the peak
+# and when it happened are printed), and after the run: its mappings by kind
+# (/proc/<pid>/smaps: anonymous, Badger's tables, memtable logs, journal,
+# binary), the Go runtime's memory statistics (admin /debug/vars) and the
+# top of a heap profile (in-use bytes, admin /debug/pprof/heap).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -48,6 +56,7 @@ LG_CONNS=${LG_CONNS:-64}
 PIN=${PIN:-}
 GUARD=${GUARD:-}
 STORAGE=${STORAGE:-}
+MEM=${MEM:-}
 
 ADMIN=localhost:2996
 PORT=9096
@@ -137,6 +146,18 @@ XDG_DATA_HOME=$tmp/xdg-data XDG_CONFIG_HOME=$tmp/xdg-config \
 	"${caddy_pin[@]}" "$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
 caddy_pid=$!
 started=$(date +%s%N)
+sampler_pid=
+if [ -n "$MEM" ]; then
+	# "ms_since_exec rss_kB anon_kB file_kB" every 200 ms, and a mark per round.
+	(while kill -0 "$caddy_pid" 2>/dev/null; do
+		awk -v t="$(( ($(date +%s%N) - started) / 1000000 ))" '/^VmRSS/ { r = $2 } /^RssAnon/ { a = $2 } /^RssFile/ { f = $2 }
+			END { if (r) print t, r, a, f }' "/proc/$caddy_pid/status" 2>/dev/null
+		sleep 0.2
+	done) >"$tmp/rss.dat" &
+	sampler_pid=$!
+fi
+# mark WHAT: notes in the RSS timeline where a phase starts.
+mark() { [ -n "$MEM" ] && echo "$(( ($(date +%s%N) - started) / 1000000 )) $1" >>"$tmp/marks.dat"; return 0; }
 
 ready=
 for _ in $(seq 100); do
@@ -216,6 +237,7 @@ printf '%-6s %-7s %9s %8s %8s %9s %10s %10s\n' round path "req/s" "p50 ms" "p99 
 for r in $(seq "$ROUNDS"); do
 	if [ $((r % 2)) = 1 ]; then order="bare cb"; else order="cb bare"; fi
 	for p in $order; do
+		mark "round$r-$p"
 		res=$(load "/$p" "$DURATION" "round$r-$p")
 		echo "$res" >>"$tmp/$p.dat"
 		name=bare
@@ -225,6 +247,7 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+mark end
 
 # median COLUMN FILE
 median() {
@@ -278,6 +301,50 @@ awk -F'[ "]' '/^caddy_pingback_store_sync_seconds_bucket/ { le[n] = $2; c[n++] =
 		printf "journal write+sync per commit (%d, bucket bounds):", t
 		for (k = 1; k <= 4; k++) for (i = 0; i < n; i++) if (c[i] >= q[k] * t) { printf " p%s <= %s ms", q[k] * 100, (le[i] == "+Inf" ? "inf" : le[i] * 1000); break }
 		print "" }' "$tmp/metrics.txt"
+
+if [ -n "$MEM" ]; then
+	echo "== memory: what Caddy's RSS is made of"
+	kill "$sampler_pid" 2>/dev/null || true
+	wait "$sampler_pid" 2>/dev/null || true
+	awk 'NR == FNR { m[NR] = $1; w[NR] = $2; nm = NR; next }
+		{ if ($2 > peak) { peak = $2; pa = $3; pf = $4; pt = $1 } last = $0 }
+		END { ph = "start-up"; for (i = 1; i <= nm; i++) if (m[i] <= pt) ph = w[i]
+			printf "RSS peak (200 ms samples): %d MiB (anon %d, file %d) at %.1f s, during %s\n", peak / 1024, pa / 1024, pf / 1024, pt / 1000, ph }' \
+		"$tmp/marks.dat" "$tmp/rss.dat"
+	awk 'NR == FNR { m[NR] = $1; w[NR] = $2; nm = NR; next }
+		{ for (i = nm; i >= 1; i--) if ($1 >= m[i]) break; if (i < 1) i = 0; if ($2 > mx[i]) mx[i] = $2 }
+		END { printf "RSS peak per phase (MiB):"; printf " start-up+warm-up %d", mx[0] / 1024
+			for (i = 1; i < nm; i++) printf ", %s %d", w[i], mx[i] / 1024; print "" }' "$tmp/marks.dat" "$tmp/rss.dat"
+	grep -E '^(VmHWM|VmRSS|RssAnon|RssFile|RssShmem)' "/proc/$caddy_pid/status" | tr -s ' \t' ' ' | paste -sd, -
+	# Mappings by kind: Rss of each mapping, summed by what backs it.
+	awk '/^[0-9a-f]+-[0-9a-f]+ / { name = (NF >= 6 ? $6 : "")
+			if (name == "") kind = "anonymous (Go heap, stacks, mmap'"'"'d buffers)"
+			else if (name ~ /\.sst$/) kind = "Badger tables (.sst, mmap)"
+			else if (name ~ /\.mem$/) kind = "Badger memtable logs (.mem, mmap)"
+			else if (name ~ /\.vlog$/) kind = "Badger value log (.vlog, mmap)"
+			else if (name ~ /pingback-journal/) kind = "journal"
+			else if (name ~ /DISCARD|KEYREGISTRY|MANIFEST/) kind = "Badger small files"
+			else if (name ~ /caddy$/) kind = "caddy binary"
+			else if (name ~ /^\[/) kind = "anonymous " name
+			else kind = "other files"
+			next }
+		/^Rss:/ { rss[kind] += $2 } /^Size:/ { size[kind] += $2; n[kind]++ }
+		END { for (k in rss) printf "  %-48s rss %7.1f MiB  mapped %8.1f MiB  (%d mappings)\n", k, rss[k] / 1024, size[k] / 1024, n[k] }' \
+		"/proc/$caddy_pid/smaps" | sort -t'	' -k1,1
+	curl -fsS "http://$ADMIN/debug/vars" >"$tmp/vars.json"
+	python3 - "$tmp/vars.json" <<'PY' || echo "(no python3: see $tmp/vars.json)"
+import json, sys
+m = json.load(open(sys.argv[1]))["memstats"]
+mib = lambda k: m[k] / 2**20
+print("Go runtime (MiB): Sys %.1f, HeapSys %.1f, HeapInuse %.1f, HeapAlloc (live+unswept) %.1f, HeapIdle %.1f, HeapReleased %.1f, StackSys %.1f, NextGC %.1f, NumGC %d" % (
+    mib("Sys"), mib("HeapSys"), mib("HeapInuse"), mib("HeapAlloc"), mib("HeapIdle"), mib("HeapReleased"), mib("StackSys"), mib("NextGC"), m["NumGC"]))
+PY
+	curl -fsS -o "$tmp/heap.pprof" "http://$ADMIN/debug/pprof/heap?gc=1"
+	echo "heap profile, in-use bytes after a GC (top 25):"
+	go tool pprof -top -sample_index=inuse_space -nodecount=25 "$tmp/caddy" "$tmp/heap.pprof" 2>/dev/null | sed -n '4,40p'
+	echo "heap profile: $tmp/heap.pprof; RSS timeline: $tmp/rss.dat (ms rss anon file, kB), phases $tmp/marks.dat"
+	KEEP=1
+fi
 
 if [ -n "$GUARD" ]; then
 	echo "== guard: syscalls of Caddy during one more plugin round (strace -c; strace slows Caddy down)"

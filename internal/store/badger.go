@@ -135,6 +135,17 @@ type op struct {
 // threshold above 1 MiB, hence MaxRecordSize one byte below.)
 const valueThreshold = MaxRecordSize + 1
 
+// badgerTableSize is the size of Badger's tables (BaseTableSize) at every
+// level: the store sets TableSizeMultiplier to 1, where Badger's default
+// doubles it per level. A compaction holds each table it builds in memory,
+// its blocks both uncompressed and compressed (our records compress about
+// 4x, so about 5x the table's size, in buffers that double as they grow),
+// several tables at once: with doubling, the bottom level of a million
+// results had 8 MiB tables, and the builders held about 200 MiB of live
+// heap during a compaction. Small tables of one size bound that whatever
+// the store's size.
+const badgerTableSize = 1 << 20
+
 // lazyWait is how long a batch of only deferrable operations waits for an
 // operation someone waits on, to share its commit and sync. An operation
 // someone waits on is never held back.
@@ -183,6 +194,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	}
 	// One writer (the committer) and its own atomicity: Badger's
 	// conflict detection would only cost CPU; its expvar metrics too.
+	// Memory: see badgerTableSize.
 	bopts := badger.DefaultOptions(opts.Dir).
 		WithSyncWrites(!journaled).
 		WithDetectConflicts(false).
@@ -192,11 +204,13 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
+		WithBaseTableSize(badgerTableSize).
 		WithBlockCacheSize(16 << 20).
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(valueThreshold).
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
+	bopts.TableSizeMultiplier = 1 // every level's tables are badgerTableSize
 
 	var db *badger.DB
 	var err error

@@ -54,6 +54,11 @@ func (t *leaseTracker) apply(events []leaseEvent) {
 		t.held[e.key] = e.until
 		heap.Push(&t.byEnd, e.leaseAt)
 	}
+	// Drop ended leases from the top of the heap now, not only in the
+	// next claim scan: the replay loop skips its claims while its slots
+	// are busy or the store is unavailable, and the heap would grow by an
+	// entry per pingback meanwhile.
+	t.floor()
 }
 
 // floor is the earliest Until of a lease this handle holds; MaxUint64 if

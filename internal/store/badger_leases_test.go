@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -47,4 +48,30 @@ func TestClaimFindsLapsedLeases(t *testing.T) {
 		t.Fatalf("claim after d's lease went to an earlier owner = %q, want d", got)
 	}
 	checkIndexesOK(t, b)
+}
+
+// Without any claim scan (the replay loop skips them while its slots are
+// busy), the lease tracker keeps no entry per ended lease: its memory does
+// not grow with the pingbacks forwarded. (An entry waits behind a lease
+// still held that ends before it: at most the leases of one forward
+// timeout.)
+func TestLeaseTrackerForgetsEndedLeases(t *testing.T) {
+	b := openTestBadger(t, BadgerOptions{Dir: t.TempDir()})
+	held := testRecord("held", StateForwarding)
+	held.Lease.Until = t0.Add(time.Hour) // ends after the others
+	mustInsert(t, b, held)
+	for i := range 300 {
+		id := fmt.Sprint(i)
+		rec := testRecord(id, StateForwarding)
+		rec.Lease.Until = t0.Add(time.Duration(i) * time.Millisecond) // forwarded one after the other
+		mustInsert(t, b, rec)
+		if _, err := b.UpdateDelivery(ctx, key(id), delivered); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Committed batches are applied to the tracker before their callers
+	// return, so it can be read here.
+	if len(b.leases.held) != 1 || b.leases.byEnd.Len() > 2 {
+		t.Errorf("after 300 ended leases: %d held, %d in the heap; want the one held, and no more than 2", len(b.leases.held), b.leases.byEnd.Len())
+	}
 }

@@ -32,17 +32,18 @@ var ErrUnavailable = errors.New("storage unavailable: free space below min_free_
 
 // Badger options the growth bound below depends on. They must match what
 // OpenBadger opens the database with (MemTableSize, ValueLogFileSize and
-// NumLevelZeroTables are set there, the table and level sizes are Badger's
-// defaults); TestDefaultMinFreeSpaceMatchesOptions checks them against an
-// opened store, so a change of options fails a test until this is redone.
+// NumLevelZeroTables, BaseTableSize and TableSizeMultiplier are set there,
+// the level sizes are Badger's defaults); TestDefaultMinFreeSpaceMatchesOptions
+// checks them against an opened store, so a change of options fails a test
+// until this is redone.
 const (
 	boundMemTableSize       = 16 << 20 // MemTableSize
 	boundValueLogFileSize   = 16 << 20 // ValueLogFileSize
 	boundNumLevelZeroTables = 2        // NumLevelZeroTables
-	boundBaseTableSize      = 2 << 20  // BaseTableSize (Badger default)
+	boundBaseTableSize      = 1 << 20  // BaseTableSize
 	boundBaseLevelSize      = 10 << 20 // BaseLevelSize (Badger default)
 	boundLevelMultiplier    = 10       // LevelSizeMultiplier (Badger default)
-	boundTableMultiplier    = 2        // TableSizeMultiplier (Badger default)
+	boundTableMultiplier    = 1        // TableSizeMultiplier (Badger's default is 2)
 )
 
 // Worst-case growth of the storage directory after a free-space check that
@@ -89,29 +90,32 @@ const (
 
 	// Li→Li+1 below the base: one Li table of size s and the Li+1
 	// tables in its key range: LevelSizeMultiplier×s of data plus the
-	// two tables (2s each) that straddle its ends: (1+10+4)s = 15s.
-	// Table sizes double per level below the base (BaseTableSize at the
-	// base), and the base moves up a level per tenfold growth, so the
-	// deepest compaction grows with the store: s = 4 MiB (60 MiB) up to
-	// about 1 GiB of tables, s = 8 MiB (120 MiB) up to about 10 GiB. The
-	// bound takes 8 MiB: stores up to 10 GiB.
+	// two tables (TableSizeMultiplier×s each) that straddle its ends:
+	// (1+10+2)s = 13s. Tables are BaseTableSize at every level
+	// (TableSizeMultiplier 1), so this does not grow with the store:
+	// s = 1 MiB, 13 MiB. (With Badger's default multiplier of 2 the
+	// deepest tables doubled per level, and this bound was 120 MiB for
+	// stores up to 10 GiB; a store written then keeps its larger tables
+	// until compactions rewrite them.)
 	boundDeepTable      = boundBaseTableSize * boundTableMultiplier * boundTableMultiplier
 	boundDeepCompaction = (1 + boundLevelMultiplier + 2*boundTableMultiplier) * boundDeepTable
 
-	// boundGrowth is the sum, 255.9 MiB with ValueLogFileSize 16 MiB
-	// (303.9 MiB with 64 MiB).
+	// boundGrowth is the sum: 148.9 MiB.
 	boundGrowth = boundWAL + boundL0Table + boundVlog + boundL0Compaction + boundDeepCompaction
 )
 
-// DefaultMinFreeSpace is the default min_free_space in bytes: 256 MiB, the
-// worst-case growth of the directory derived above (boundGrowth, 255.9 MiB,
-// rounded up to a whole MiB). (The value log
+// DefaultMinFreeSpace is the default min_free_space in bytes: 256 MiB. It
+// was the worst-case growth derived above for the earlier options (tables
+// doubling per level: 255.9 MiB); with today's options (tables of 1 MiB
+// at every level) the derivation gives 148.9 MiB (boundGrowth), and the
+// default is kept at 256 MiB, which also covers a store written with the
+// earlier options until its larger tables are rewritten, and the bursts
+// measured below (taken with the earlier options). (The value log
 // is kept at 16 MiB files: a value goes there only from 1 MiB, and records
 // are capped at MaxRecordSize, one byte less, so it is never written.)
 //
-// The derivation counts one compaction of each kind at a time, and stores
-// of up to about 10 GiB of tables; every tenfold growth beyond adds about
-// 120 MiB to the deepest compaction. Measured on tmpfs (2 cores, 2 KiB
+// The derivation counts one compaction of each kind at a time. Measured on
+// tmpfs, with the earlier options (2 cores, 2 KiB
 // random bodies, 32 writers): at 2000 records/s, far above the plugin's
 // traffic, the directory's peak growth after writes stopped was under 1 MiB
 // most of the time, but bursts of compaction grew it by 86–312 MiB in stores
@@ -119,7 +123,7 @@ const (
 // store. So a store that is large, or fed near Badger's compaction speed,
 // needs a larger min_free_space; the figure is no guarantee against another
 // process filling the disk to the last block while Badger compacts.
-const DefaultMinFreeSpace int64 = (boundGrowth + 1<<20 - 1) &^ (1<<20 - 1)
+const DefaultMinFreeSpace int64 = 256 << 20
 
 // growthBound is the derivation above for the given Badger options, so a
 // test can compare DefaultMinFreeSpace with the options a store really has.
