@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"time"
 
@@ -23,18 +22,20 @@ func init() {
 // adminAPI adds the plugin's routes to Caddy's admin endpoint:
 //
 //	POST /pingback/tasks                             register a submitted task for fallback polling
-//	GET  /pingback/tasks?provider=&state=&limit=     list tracked tasks (admin_get.go)
-//	GET  /pingback/records?state=&provider=&limit=   list stored results (the dead-letter queue: state=failed, rejected or parked)
+//	GET  /pingback/tasks?provider=&state=&limit=&cursor=  list tracked tasks by pages (admin_get.go)
+//	GET  /pingback/records?state=&provider=&received_after=&received_before=&limit=&cursor=
+//	                                                 list stored results by pages (admin_list.go; the dead-letter queue: state=failed, rejected or parked)
 //	GET  /pingback/records/<provider>/<id>           one stored result
+//	DELETE /pingback/records/<provider>/<id>         purge one result (admin_purge.go)
+//	POST /pingback/purges                            purge the results a filter matches (admin_purge.go)
 //	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
 //	POST /pingback/records/<provider>/<id>/release    deliver one quarantined result now, by hand
 //	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_get.go)
 //	GET  /pingback/status                            the overview (admin_status.go)
 //	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (admin_replays.go)
 //
-// GET /pingback/records answers a JSON array of records, at most limit
-// (default 100, at most 10000), ordered by provider and id. GET of one
-// result answers the record (200) or 404. The replay route answers the
+// GET of one result answers the record (200) or 404 (saying so for a
+// purged one). The replay route answers the
 // record after the attempt (200), 404 for an unknown result, 409 while a
 // forward of it is in flight, 409 for a quarantined one (release it), and
 // 409 for a delivered result unless ?force=true (the app already has it),
@@ -71,6 +72,7 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/status", Handler: caddy.AdminHandlerFunc(handleStatus)},
 		{Pattern: "/pingback/replays", Handler: caddy.AdminHandlerFunc(handleStartReplays)},
 		{Pattern: "/pingback/replays/", Handler: caddy.AdminHandlerFunc(handleReplayJob)},
+		{Pattern: "/pingback/purges", Handler: caddy.AdminHandlerFunc(handlePurges)},
 	}
 }
 
@@ -148,53 +150,14 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	return json.NewEncoder(w).Encode(task)
 }
 
-func handleListRecords(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
-	}
-	q := r.URL.Query()
-	f := store.Filter{Provider: q.Get("provider"), State: store.State(q.Get("state"))}
-	if f.Provider != "" {
-		if _, err := lookupProvider(f.Provider); err != nil {
-			return badInput("%v", err)
-		}
-	}
-	if f.State != "" && !slices.Contains(store.States, f.State) {
-		return badInput("unknown state %q (queued, forwarding, delivered, failed, rejected, parked or quarantined)", f.State)
-	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			return badInput("limit must be a whole number from 1 to 10000, got %q", v)
-		}
-		limit = n
-	}
-	a, err := activeApp()
-	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
-	}
-	st := a.store(time.Second)
-	if st == nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStoreUnavailable}
-	}
-	recs, err := st.List(r.Context(), f, limit)
-	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
-	}
-	if recs == nil {
-		recs = []*store.Record{}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(publicRecords(recs))
-}
-
 // handleRecord serves /pingback/records/<provider>/<id> (GET),
 // /pingback/records/<provider>/<id>/replay (POST) and
 // /pingback/records/<provider>/<id>/release (POST).
 func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	parts := pathSegments(r, "/pingback/records/")
 	switch {
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "" && r.Method == http.MethodDelete:
+		return handlePurgeRecord(w, r, store.Key{Provider: parts[0], ID: parts[1]})
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
 		return handleGetRecord(w, r, canonicalKey(parts[0], parts[1]))
 	case len(parts) != 3 || (parts[2] != "replay" && parts[2] != "release") || parts[0] == "" || parts[1] == "":
@@ -221,6 +184,8 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	}
 	rec, err := a.redrive(r.Context(), key, force, store.SourceManual)
 	switch {
+	case errors.Is(err, store.ErrPurged):
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s was purged: it cannot be replayed", key)}
 	case errors.Is(err, store.ErrNotFound):
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	case errors.Is(err, errDelivered):

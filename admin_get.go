@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -25,6 +24,9 @@ func handleGetRecord(w http.ResponseWriter, r *http.Request, key store.Key) erro
 		return err
 	}
 	rec, err := st.Get(r.Context(), key)
+	if errors.Is(err, store.ErrPurged) {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s was purged", key)}
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	}
@@ -63,42 +65,51 @@ func handleGetTask(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, t)
 }
 
-// handleListTasks answers GET /pingback/tasks?provider=&state=&limit=:
-// {"tasks": [...]}, ordered by provider and id, at most limit (default
-// 100, at most 10000); state is pending, done or expired.
+// handleListTasks answers GET /pingback/tasks?provider=&state=&limit=&cursor=:
+// {"tasks": [...], "next_cursor": "..."}, ordered by provider and id, at
+// most limit (default 100, at most 10000); state is pending, done or
+// expired; next_cursor, absent on the last page, asks for the next one.
 func handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	provider, state := q.Get("provider"), store.TaskState(q.Get("state"))
-	if provider != "" {
-		if _, err := lookupProvider(provider); err != nil {
+	tq := store.TaskQuery{Provider: q.Get("provider"), State: store.TaskState(q.Get("state"))}
+	if tq.Provider != "" {
+		if _, err := lookupProvider(tq.Provider); err != nil {
 			return badInput("%v", err)
 		}
 	}
-	switch state {
+	switch tq.State {
 	case "", store.TaskPending, store.TaskDone, store.TaskExpired:
 	default:
-		return badInput("unknown task state %q (pending, done or expired)", state)
+		return badInput("unknown task state %q (pending, done or expired)", tq.State)
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			return badInput("limit must be a whole number from 1 to 10000, got %q", v)
+	limit, err := listLimit(q)
+	if err != nil {
+		return err
+	}
+	tq.Limit = limit
+	if c := q.Get("cursor"); c != "" {
+		k, err := decodeTaskCursor(c)
+		if err != nil {
+			return badInput("%v", err)
 		}
-		limit = n
+		tq.After = &k
 	}
 	st, err := adminStore()
 	if err != nil {
 		return err
 	}
-	tasks, err := st.ListTasks(r.Context(), provider, state, limit)
+	page, err := st.ListTaskPage(r.Context(), tq)
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	if tasks == nil {
-		tasks = []*store.Task{}
+	ans := tasksPage{Tasks: page.Tasks}
+	if ans.Tasks == nil {
+		ans.Tasks = []*store.Task{}
 	}
-	return writeJSON(w, map[string]any{"tasks": tasks})
+	if page.Next != nil {
+		ans.NextCursor = encodeTaskCursor(*page.Next)
+	}
+	return writeJSON(w, ans)
 }
 
 // adminStore returns the running app's store, or a 503 API error.

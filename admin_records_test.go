@@ -50,15 +50,18 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("list: %d %s", status, body)
 	}
-	var listed []store.Record
-	if err := json.Unmarshal(body, &listed); err != nil {
+	var page struct {
+		Records []store.Record `json:"records"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
 		t.Fatalf("list body: %v: %s", err, body)
 	}
+	listed := page.Records
 	if len(listed) != 2 || listed[0].ID != "81" || listed[1].ID != "82" || listed[0].Attempts != 2 || listed[0].LastStatus != 503 {
 		t.Fatalf("listed %+v, want 81 and 82 parked after 2 attempts with status 503", listed)
 	}
-	if status, body := adminRequest(t, http.MethodGet, "/pingback/records?state=delivered"); status != http.StatusOK || string(body) != "[]\n" {
-		t.Errorf("delivered list: %d %s, want an empty array", status, body)
+	if status, body := adminRequest(t, http.MethodGet, "/pingback/records?state=delivered"); status != http.StatusOK || string(body) != `{"records":[]}`+"\n" {
+		t.Errorf("delivered list: %d %s, want an empty page", status, body)
 	}
 	if status, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1"); status != http.StatusOK || strings.Count(string(body), `"id"`) != 1 {
 		t.Errorf("limit=1: %d %s, want one record", status, body)

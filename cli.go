@@ -171,3 +171,18 @@ func ago(t, now time.Time) string {
 	}
 	return now.Sub(t).Round(time.Second).String() + " ago"
 }
+
+// flagTime reads the time flag --name: an RFC 3339 time, or a duration
+// ago (2h); "" stays "". It returns the time in RFC 3339.
+func flagTime(name, v string) (string, error) {
+	if v == "" {
+		return "", nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return time.Now().Add(-d).UTC().Format(time.RFC3339), nil
+	}
+	if _, err := time.Parse(time.RFC3339, v); err == nil {
+		return v, nil
+	}
+	return "", fmt.Errorf("--%s must be an RFC 3339 time or a duration, got %q", name, v)
+}

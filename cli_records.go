@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -16,14 +17,15 @@ import (
 func init() {
 	addSubcommand(func() *cobra.Command {
 		cmd := &cobra.Command{
-			Use:   "records [--state <state>] [--provider <name>] [--limit <n>]",
+			Use:   "records [--state <state>] [--provider <name>] [--since <time>] [--limit <n>]",
 			Short: "Lists stored results (the dead-letter queue: --state failed, rejected or parked)",
 			Args:  cobra.NoArgs,
 			RunE:  cliRun(cliRecords),
 		}
 		cmd.Flags().String("state", "", "Only results in this state (queued, forwarding, delivered, failed, rejected, parked)")
 		cmd.Flags().String("provider", "", "Only this provider's results")
-		cmd.Flags().Int("limit", 100, "At most this many results (1 to 10000)")
+		cmd.Flags().String("since", "", "Only results received after this (RFC 3339, or a duration ago such as 2h)")
+		cmd.Flags().Int("limit", 100, "At most this many results (read page by page)")
 		adminFlags(cmd)
 		return cmd
 	})
@@ -50,24 +52,55 @@ func cliRecords(c *cliClient) error {
 	if v, _ := fs.GetString("provider"); v != "" {
 		q.Set("provider", v)
 	}
-	limit, _ := fs.GetInt("limit")
-	q.Set("limit", strconv.Itoa(limit))
-	var recs []store.Record
-	raw, err := c.call(http.MethodGet, "/pingback/records?"+q.Encode(), nil, &recs)
+	since, _ := fs.GetString("since")
+	after, err := flagTime("since", since)
 	if err != nil {
 		return err
 	}
+	if after != "" {
+		q.Set("received_after", after)
+	}
+	limit, _ := fs.GetInt("limit")
+	if limit < 1 {
+		return fmt.Errorf("--limit must be at least 1, got %d", limit)
+	}
+	// Page through the cursor until limit records or the last page.
+	var all recordsPage
+	all.Records = []*store.Record{}
+	for {
+		q.Set("limit", strconv.Itoa(min(limit-len(all.Records), 1000)))
+		var page recordsPage
+		if _, err := c.call(http.MethodGet, "/pingback/records?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		all.Records = append(all.Records, page.Records...)
+		all.NextCursor = page.NextCursor
+		if page.NextCursor == "" || len(all.Records) >= limit {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
+	}
 	if c.json {
+		raw, err := json.Marshal(all)
+		if err != nil {
+			return err
+		}
 		c.printJSON(raw)
 		return nil
 	}
 	w := tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "PROVIDER\tID\tSTATE\tATTEMPTS\tRECEIVED\tLAST ERROR")
-	for _, r := range recs {
+	for _, r := range all.Records {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.Provider, r.ID, r.State, r.Attempts,
 			r.ReceivedAt.UTC().Format(time.RFC3339), orDash(r.LastError))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if all.NextCursor != "" {
+		fmt.Fprintf(c.cmd.OutOrStdout(), "(more than %d: raise --limit to see them)\n", limit)
+	}
+	return nil
 }
 
 func cliShow(c *cliClient, provider, id string) error {

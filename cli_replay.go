@@ -76,14 +76,10 @@ func cliBulkReplay(c *cliClient, state string) error {
 	fs := c.cmd.Flags()
 	f := replayFilter{State: store.State(state)}
 	f.Provider, _ = fs.GetString("provider")
-	if since, _ := fs.GetString("since"); since != "" {
-		if d, err := time.ParseDuration(since); err == nil {
-			f.ReceivedAfter = time.Now().Add(-d).UTC().Format(time.RFC3339)
-		} else if _, err := time.Parse(time.RFC3339, since); err == nil {
-			f.ReceivedAfter = since
-		} else {
-			return fmt.Errorf("--since must be an RFC 3339 time or a duration, got %q", since)
-		}
+	since, _ := fs.GetString("since")
+	var err error
+	if f.ReceivedAfter, err = flagTime("since", since); err != nil {
+		return err
 	}
 	var job replayJobState
 	if _, err := c.call(http.MethodPost, "/pingback/replays", f, &job); err != nil {

@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -23,7 +24,7 @@ func init() {
 		}
 		cmd.Flags().String("state", "", "Only tasks in this state (pending, done, expired)")
 		cmd.Flags().String("provider", "", "Only this provider's tasks")
-		cmd.Flags().Int("limit", 100, "At most this many tasks (1 to 10000)")
+		cmd.Flags().Int("limit", 100, "At most this many tasks (read page by page)")
 		adminFlags(cmd)
 		return cmd
 	})
@@ -39,15 +40,28 @@ func cliTasks(c *cliClient) error {
 		q.Set("provider", v)
 	}
 	limit, _ := fs.GetInt("limit")
-	q.Set("limit", strconv.Itoa(limit))
-	var ans struct {
-		Tasks []store.Task `json:"tasks"`
+	if limit < 1 {
+		return fmt.Errorf("--limit must be at least 1, got %d", limit)
 	}
-	raw, err := c.call(http.MethodGet, "/pingback/tasks?"+q.Encode(), nil, &ans)
-	if err != nil {
-		return err
+	// Page through the cursor until limit tasks or the last page.
+	ans := tasksPage{Tasks: []*store.Task{}}
+	for {
+		q.Set("limit", strconv.Itoa(min(limit-len(ans.Tasks), 1000)))
+		var page tasksPage
+		if _, err := c.call(http.MethodGet, "/pingback/tasks?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		ans.Tasks, ans.NextCursor = append(ans.Tasks, page.Tasks...), page.NextCursor
+		if page.NextCursor == "" || len(ans.Tasks) >= limit {
+			break
+		}
+		q.Set("cursor", page.NextCursor)
 	}
 	if c.json {
+		raw, err := json.Marshal(ans)
+		if err != nil {
+			return err
+		}
 		c.printJSON(raw)
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,25 +156,20 @@ func (c *drillChild) logTail() string {
 }
 
 // stored reports whether the child's store holds the result key (the
-// admin API's record list).
+// admin API's GET of one record: 200 or 404).
 func (c *drillChild) stored(provider, id string) (bool, error) {
-	resp, err := http.Get("http://" + c.sb.AdminAddr + "/pingback/records?limit=10000&provider=" + provider)
+	resp, err := http.Get("http://" + c.sb.AdminAddr + "/pingback/records/" + url.PathEscape(provider) + "/" + url.PathEscape(id))
 	if err != nil {
 		return false, err
 	}
-	defer resp.Body.Close()
-	var recs []struct {
-		ID string `json:"id"`
+	_ = resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&recs); err != nil {
-		return false, err
-	}
-	for _, r := range recs {
-		if r.ID == id {
-			return true, nil
-		}
-	}
-	return false, nil
+	return false, fmt.Errorf("admin API answered %s", resp.Status)
 }
 
 // registerTask tells the child's poller of a task, as pingback_track does

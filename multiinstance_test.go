@@ -96,11 +96,13 @@ func (in *pgInstance) records(t *testing.T, state store.State) []*store.Record {
 		t.Fatalf("listing records on %s: %v", in.name, err)
 	}
 	defer resp.Body.Close()
-	var recs []*store.Record
-	if err := json.NewDecoder(resp.Body).Decode(&recs); err != nil {
+	var page struct {
+		Records []*store.Record `json:"records"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
 		t.Fatalf("decoding records of %s: %v", in.name, err)
 	}
-	return recs
+	return page.Records
 }
 
 // newPGCluster is a cluster on a fresh schema of the test database, with

@@ -108,6 +108,7 @@ type Badger struct {
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
 	ages      *memAges      // the times behind the age gauges: see badger_ages.go
+	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -121,6 +122,9 @@ type op struct {
 	done  chan struct{}
 	size  int  // approximate bytes written, for batching
 	lazy  bool // no caller waits for it to answer anyone (Deferrable)
+	// after, if set, runs in the committer once the op's batch committed
+	// (no other batch commits meanwhile); its error becomes the op's.
+	after func() error
 }
 
 // valueThreshold is Badger's ValueThreshold: values of this many bytes or
@@ -371,6 +375,18 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
+		switch _, err := w.get(purgedKey(k)); {
+		case err == nil:
+			// Purged: a duplicate of what was erased, never stored again.
+			res = InsertResult{Existing: &Record{Provider: k.Provider, ID: k.ID, Code: c.Code}, Purged: true}
+			if c.State == StateQuarantined {
+				return nil
+			}
+			_, err := completeTask(w, k, c.ReceivedAt)
+			return err
+		case !errors.Is(err, ErrNotFound):
+			return err
+		}
 		var sub time.Time
 		if c.State != StateQuarantined {
 			if sub, err = completeTask(w, k, c.ReceivedAt); err != nil {
@@ -403,6 +419,7 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			w.writeDelivery(k, nil, &c.Delivery, exp, nil)
 		}
 		w.set(recordKey(k), val, exp)
+		w.set(receivedIndexKey(k, c.ReceivedAt), nil, exp)
 		res.SubmittedAt = sub
 		return nil
 	}
@@ -417,7 +434,13 @@ func (b *Badger) Get(ctx context.Context, key Key) (*Record, error) {
 	var rec *Record
 	err := b.view(func(txn *badger.Txn) error {
 		var err error
-		rec, err = (&batch{txn: txn}).record(key)
+		w := &batch{txn: txn}
+		rec, err = w.record(key)
+		if errors.Is(err, ErrNotFound) {
+			if _, perr := w.get(purgedKey(key)); perr == nil {
+				err = ErrPurged
+			}
+		}
 		return err
 	})
 	return rec, err
@@ -731,10 +754,14 @@ func (b *Badger) Expire(ctx context.Context, now time.Time, limit int) ([]Expire
 				w.del(ik) // the watch of an earlier record under the key
 				continue
 			}
-			if rec, err := w.recordOnly(key); err == nil && rec.ExpiresAt.After(now) {
+			rec, err := w.recordOnly(key)
+			if err == nil && rec.ExpiresAt.After(now) {
 				// The watch is kept to the second: this retention ends
 				// later within it. Keep watching.
 				continue
+			}
+			if err == nil {
+				w.del(receivedIndexKey(key, rec.ReceivedAt))
 			}
 			w.del(ik)
 			if d.State != StateDelivered {
@@ -979,6 +1006,9 @@ func (b *Badger) commitLoop() {
 		}
 		b.commit(batch)
 		for _, o := range batch {
+			if o.after != nil && o.err == nil {
+				o.err = o.after()
+			}
 			close(o.done)
 		}
 	}

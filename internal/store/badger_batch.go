@@ -23,8 +23,10 @@ import (
 //	l/<epoch><Lease.Until><provider>/<id>     → empty; forwarding records by lease
 //	x/<ExpiresAt><provider>/<id>              → empty; the expiry watch of records ever left undelivered
 //	v/<state>/<provider>/<id>                 → empty; queued, failed, rejected and parked records by state (List)
+//	i/<provider>/<ReceivedAt><id>             → empty; every record by received time (ListPage; badger_list.go)
+//	g/<provider>/<id>                         → empty; the tombstone of a purged record (badger_purge.go)
 //
-// r/, q/ and l/ carry the record's ExpiresAt as Badger TTL; s/ and x/
+// r/, q/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
 // delivered.
 const (

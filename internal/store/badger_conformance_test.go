@@ -56,3 +56,20 @@ func TestBadgerConformance(t *testing.T) {
 		Check:         store.CheckIndexes,
 	})
 }
+
+// TestBadgerListPageWalk runs the ListPage test with every state listed
+// by walking the received-time index (as a state with more records than
+// ListPage gathers is).
+func TestBadgerListPageWalk(t *testing.T) {
+	defer store.SetGatherMax(0)()
+	storetest.RunListPage(t, storetest.Harness{
+		Open: func(t *testing.T) store.Store {
+			b, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			return b
+		},
+	})
+}

@@ -21,7 +21,10 @@ import (
 //	  format 2 would ignore; values of r/, s/ and t/ written in the binary
 //	  encoding of badger_codec.go (JSON values of format 2 stay readable,
 //	  so a store of format 2 needs no rewrite).
-const formatVersion = 3
+//	4: the received-time index i/ (badger_list.go) and the tombstones g/
+//	  of purged records (badger_purge.go); opening a store of an earlier
+//	  format writes the i/ entries of its records.
+const formatVersion = 4
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
@@ -43,6 +46,13 @@ func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
 			return 0, fmt.Errorf("upgrading stored format 2 to %d: %w", formatVersion, err)
 		}
 		log.Info("upgraded the stored format", zap.Int("from", 2), zap.Int("to", formatVersion), zap.Int("indexed", n))
+	}
+	if version >= 1 && version < 4 {
+		n, err := buildReceivedIndex(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
+		}
+		log.Info("built the received-time index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("records", n))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {
@@ -132,6 +142,35 @@ func buildStateIndex(db *badger.DB) (int, error) {
 			if sk := stateIndexKey(k, &d); sk != nil {
 				keys, exps = append(keys, sk), append(exps, exp)
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(keys), inChunks(db, len(keys), 1000, func(w *batch, i int) { w.set(keys[i], nil, exps[i]) })
+}
+
+// buildReceivedIndex writes the i/ entry of every record, with the
+// record's TTL (stores of format 3 and earlier had none). Running it again
+// is harmless.
+func buildReceivedIndex(db *badger.DB) (int, error) {
+	var keys [][]byte
+	var exps []uint64
+	err := db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(recordPrefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k, ok := parseTail(item.Key()[len(recordPrefix):])
+			if !ok {
+				continue
+			}
+			var rec Record
+			if err := item.Value(func(v []byte) error { return decodeRecord(v, &rec) }); err != nil {
+				return fmt.Errorf("decoding record %s: %w", k, err)
+			}
+			keys, exps = append(keys, receivedIndexKey(k, rec.ReceivedAt)), append(exps, item.ExpiresAt())
 		}
 		return nil
 	})

@@ -178,6 +178,9 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 		if _, err := migrateFormat1(db); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := buildReceivedIndex(db); err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = db.View(func(txn *badger.Txn) error { return checkIndexes(txn) })
 	if cerr := db.Close(); cerr != nil {
@@ -192,7 +195,7 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 
 func TestBadgerFormatNewer(t *testing.T) {
 	for _, x := range []struct{ format, want string }{
-		{"4", "stored format 4 is newer than this plugin's (3)"},
+		{"5", "stored format 5 is newer than this plugin's (4)"},
 		{"two", `format key "two"`},
 	} {
 		t.Run(x.format, func(t *testing.T) {

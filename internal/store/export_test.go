@@ -72,6 +72,12 @@ func checkIndexes(txn *badger.Txn) error {
 
 		case strings.HasPrefix(k, recordPrefix):
 			key, _ := parseTail([]byte(k[len(recordPrefix):]))
+			var rec Record
+			if err := decodeRecord(e.val, &rec); err != nil {
+				bad("%s: %v", k, err)
+				continue
+			}
+			want[string(receivedIndexKey(key, rec.ReceivedAt))] = e.exp
 			if _, ok := keys[string(deliveryKey(key))]; !ok {
 				// Not changed since the insert: the state is the record's.
 				var d Delivery
@@ -100,7 +106,8 @@ func checkIndexes(txn *badger.Txn) error {
 	}
 	for k, e := range keys {
 		switch {
-		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix):
+		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix),
+			strings.HasPrefix(k, receivedPrefix):
 			exp, ok := want[k]
 			if !ok {
 				bad("stale index entry %q", k)
@@ -184,4 +191,13 @@ func (j *journal) waitCheckpointed() {
 	for j.ckptErr != nil {
 		j.cond.Wait()
 	}
+}
+
+// SetGatherMax sets how many records of a state ListPage gathers and
+// sorts (badger_list.go) and returns a function that restores it: 0 makes
+// every state listing walk the received-time index.
+func SetGatherMax(n int) (restore func()) {
+	old := gatherMax
+	gatherMax = n
+	return func() { gatherMax = old }
 }

@@ -485,6 +485,9 @@ func (p *Postgres) Get(ctx context.Context, key Key) (*Record, error) {
 	err := p.op(func() error {
 		var err error
 		rec, err = scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, key.Provider, key.ID))
+		if errors.Is(err, ErrNotFound) {
+			err = p.isPurged(ctx, key)
+		}
 		return err
 	})
 	return rec, err
@@ -809,6 +812,12 @@ func (p *Postgres) Expire(ctx context.Context, now time.Time, limit int) ([]Expi
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM tasks WHERE (provider, id) IN (
 				SELECT provider, id FROM tasks WHERE expires_at <= $1
+				ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now.UnixNano(), limit)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM purged WHERE (provider, id) IN (
+				SELECT provider, id FROM purged WHERE expires_at <= $1
 				ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now.UnixNano(), limit)
 		return err
 	})

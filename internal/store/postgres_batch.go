@@ -199,6 +199,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 				last_status, last_error, updated_at, expires_at, answer, history,
 				verified, tracked, quarantine, other_code, correction, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
+		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
 		ORDER BY u.ord
 		ON CONFLICT (provider, id) DO NOTHING
 		RETURNING provider, id`,
@@ -278,6 +279,14 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	}
 	for _, op := range dups {
 		old, err := scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, op.in.rec.Provider, op.in.rec.ID))
+		if errors.Is(err, ErrNotFound) {
+			// Not inserted and not stored: its key was purged.
+			res, perr := p.purgedExisting(ctx, op.in.rec)
+			if perr == nil {
+				op.in.res = res
+				continue
+			}
+		}
 		if err != nil {
 			op.err = errors.Join(errors.New("reading the stored duplicate"), err)
 			continue

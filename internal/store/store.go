@@ -263,6 +263,10 @@ type InsertResult struct {
 	// SubmittedAt is the submission time of the tracked task the insert
 	// marked done, zero if the result's task was not tracked.
 	SubmittedAt time.Time
+	// Purged is set with Existing when the key's record was purged (see
+	// Purger): Existing then holds only the key and the new record's code,
+	// so that a caller that reads Existing alone answers a duplicate.
+	Purged bool
 }
 
 // ClaimRequest asks Claim for records to forward.
@@ -376,4 +380,6 @@ type Store interface {
 
 	TaskStore
 	Counter
+	Lister
+	Purger
 }

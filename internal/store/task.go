@@ -89,4 +89,7 @@ type TaskStore interface {
 	// empty) in state (every state if empty), ordered by provider and id.
 	// It reads the stored tasks: meant for operators, not for hot paths.
 	ListTasks(ctx context.Context, provider string, state TaskState, limit int) ([]*Task, error)
+	// ListTaskPage returns the first q.Limit tasks matching q after
+	// q.After, ordered by provider and id, and the key to continue from.
+	ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error)
 }

@@ -115,6 +115,9 @@ func Run(t *testing.T, h Harness) {
 		{"DueTasks", testDueTasks},
 		{"Counts", testCounts},
 		{"ListTasks", testListTasks},
+		{"ListPage", testListPage},
+		{"ListTaskPage", testListTaskPage},
+		{"Purge", testPurge},
 		{"Ages", testAges},
 		{"History", testHistory},
 		{"Close", testClose},
@@ -184,3 +187,7 @@ func checkReason(t *testing.T, what, got, want string) {
 		t.Errorf("%s: no last error; a lapsed lease must say why", what)
 	}
 }
+
+// RunListPage runs only the ListPage test (for a store with more than one
+// way to list, to run it once per way).
+func RunListPage(t *testing.T, h Harness) { testListPage(t, h) }

@@ -1,0 +1,132 @@
+package pingback
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// handleListRecords answers GET /pingback/records?provider=&state=&
+// received_after=&received_before=&limit=&cursor=: {"records": [...],
+// "next_cursor": "..."}, at most limit records (default 100, at most
+// 10000) ordered by received time, then provider and id; next_cursor,
+// absent on the last page, asks for the next one (cursor=). The times are
+// RFC 3339, both exclusive. A page costs what it holds, however many
+// results are stored. Bad filters and cursors answer 400.
+func handleListRecords(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
+	}
+	q := r.URL.Query()
+	f := replayFilter{Provider: q.Get("provider"), State: store.State(q.Get("state")),
+		ReceivedAfter: q.Get("received_after"), ReceivedBefore: q.Get("received_before")}
+	if err := f.parse(); err != nil {
+		return badInput("%v", err)
+	}
+	limit, err := listLimit(q)
+	if err != nil {
+		return err
+	}
+	lq := store.ListQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.after), ReceivedBefore: f.before, Limit: limit}
+	if c := q.Get("cursor"); c != "" {
+		pos, err := decodeRecordCursor(c)
+		if err != nil {
+			return badInput("%v", err)
+		}
+		lq.After = &pos
+	}
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	page, err := st.ListPage(r.Context(), lq)
+	if err != nil {
+		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+	}
+	ans := recordsPage{Records: publicRecords(page.Records)}
+	if page.Next != nil {
+		ans.NextCursor = encodeRecordCursor(*page.Next)
+	}
+	return writeJSON(w, ans)
+}
+
+// recordsPage is the answer of GET /pingback/records.
+type recordsPage struct {
+	Records    []*store.Record `json:"records"`
+	NextCursor string          `json:"next_cursor,omitempty"`
+}
+
+// tasksPage is the answer of GET /pingback/tasks.
+type tasksPage struct {
+	Tasks      []*store.Task `json:"tasks"`
+	NextCursor string        `json:"next_cursor,omitempty"`
+}
+
+// exclusiveAfter turns an exclusive lower bound into the store's
+// inclusive one.
+func exclusiveAfter(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(time.Nanosecond)
+}
+
+// listLimit reads limit: default 100, 1 to 10000.
+func listLimit(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, badInput("limit must be a whole number from 1 to 10000, got %q", v)
+	}
+	return n, nil
+}
+
+// errBadCursor is the reason of a cursor this API did not give.
+var errBadCursor = errors.New("cursor is not a next_cursor this API gave")
+
+// A cursor is base64url (no padding) of a JSON array: for records
+// [received_at in Unix ns, provider, id], for tasks [provider, id].
+func encodeRecordCursor(p store.Position) string {
+	b, _ := json.Marshal([]any{p.ReceivedAt.UnixNano(), p.Key.Provider, p.Key.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeRecordCursor(s string) (store.Position, error) {
+	var parts []json.RawMessage
+	var ns int64
+	var k store.Key
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &parts) != nil || len(parts) != 3 ||
+		json.Unmarshal(parts[0], &ns) != nil || json.Unmarshal(parts[1], &k.Provider) != nil || json.Unmarshal(parts[2], &k.ID) != nil ||
+		k.Provider == "" || k.ID == "" || ns < 0 {
+		return store.Position{}, errBadCursor
+	}
+	return store.Position{ReceivedAt: time.Unix(0, ns).UTC(), Key: k}, nil
+}
+
+func encodeTaskCursor(k store.Key) string {
+	b, _ := json.Marshal([]string{k.Provider, k.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeTaskCursor(s string) (store.Key, error) {
+	var parts []string
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &parts) != nil || len(parts) != 2 || slices.Contains(parts, "") {
+		return store.Key{}, errBadCursor
+	}
+	return store.Key{Provider: parts[0], ID: parts[1]}, nil
+}

@@ -1,0 +1,116 @@
+package pingback
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// Purge (the right to erasure) on the admin API:
+//
+//	DELETE /pingback/records/<provider>/<id>   erase one stored result
+//	POST   /pingback/purges                    erase every result a JSON filter matches
+//
+// Both are synchronous and answer {"purged": n} (200). DELETE of a result
+// that is not stored (or already purged) answers 404. The filter of POST
+// is {"provider", "state", "received_after", "received_before"} (RFC 3339
+// times, both exclusive), with no default state and at least one field,
+// else 400.
+//
+// A purged result is erased with its task whatever its state, a forward
+// in flight included (that forward ends and finds nothing to record). A
+// key-only tombstone stays until the result's retention ends: a re-sent
+// pingback or a late poll of it is a duplicate (answered 200, not
+// forwarded), GET and replay answer 404 saying it was purged, and it is
+// never listed again. On Badger the bytes are gone from the store's files
+// when the answer comes; on PostgreSQL the row is deleted and its bytes
+// remain in dead tuples until VACUUM (see the store's Purge).
+
+// purgeAnswer is the answer of both purge routes.
+type purgeAnswer struct {
+	Purged int `json:"purged"`
+}
+
+// handlePurgeRecord answers DELETE /pingback/records/<provider>/<id>.
+func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) error {
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	n, err := st.Purge(r.Context(), store.PurgeQuery{Keys: []store.Key{key}})
+	if err != nil {
+		return purgeError(err)
+	}
+	if n == 0 {
+		if _, err := st.Get(r.Context(), key); errors.Is(err, store.ErrPurged) {
+			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s: already purged", key)}
+		}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
+	}
+	logPurge(n, zap.String("key", key.String()))
+	return writeJSON(w, purgeAnswer{Purged: n})
+}
+
+// handlePurges answers POST /pingback/purges.
+func handlePurges(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
+	}
+	f, err := decodeFilter(r, "")
+	if err != nil {
+		return err
+	}
+	q := store.PurgeQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.after), ReceivedBefore: f.before}
+	if !q.Filtered() {
+		return badInput("a purge needs at least one of provider, state, received_after and received_before")
+	}
+	st, err := adminStore()
+	if err != nil {
+		return err
+	}
+	n, err := st.Purge(r.Context(), q)
+	if err != nil {
+		return purgeError(err)
+	}
+	logPurge(n, zap.String("provider", f.Provider), zap.String("state", string(f.State)),
+		zap.String("received_after", f.ReceivedAfter), zap.String("received_before", f.ReceivedBefore))
+	return writeJSON(w, purgeAnswer{Purged: n})
+}
+
+func purgeError(err error) error {
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrClosed) {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+}
+
+// logPurge logs a purge (never what was erased, only how it was chosen).
+func logPurge(n int, fields ...zap.Field) {
+	caddy.Log().Named("pingback").Info("results purged", append(fields, zap.Int("purged", n))...)
+}
+
+// decodeFilter reads the JSON filter of a bulk replay or a purge from the
+// body of r (at most 64 KiB, no unknown fields; an empty body is no
+// filter), with state defaulting to defaultState; a bad one is a 400.
+func decodeFilter(r *http.Request, defaultState store.State) (replayFilter, error) {
+	var f replayFilter
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil && err != io.EOF {
+		return f, badInput("decoding JSON body: %v", err)
+	}
+	if f.State == "" {
+		f.State = defaultState
+	}
+	if err := f.parse(); err != nil {
+		return f, badInput("%v", err)
+	}
+	return f, nil
+}

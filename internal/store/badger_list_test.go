@@ -1,0 +1,63 @@
+package store
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkListPage measures one page of 100 from a Badger store of n
+// results (1 % parked, two providers): the first page, a page in the
+// middle (by cursor), one provider's and the parked ones'. A page should
+// cost the same whatever n is.
+func BenchmarkListPage(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		s := openTestBadger(b, BadgerOptions{Dir: b.TempDir()})
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 256)
+		for i := range n {
+			st := StateDelivered
+			if i%100 == 0 {
+				st = StateParked
+			}
+			r := testRecord(fmt.Sprint(i), st)
+			r.ReceivedAt = r.ReceivedAt.Add(-time.Duration(n-i) * time.Millisecond)
+			if i%2 == 0 {
+				r.Provider = "2captcha"
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if _, err := s.Insert(ctx, r); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		mid, err := s.ListPage(ctx, ListQuery{Limit: n / 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, q := range []struct {
+			name string
+			q    ListQuery
+		}{
+			{"first", ListQuery{Limit: 100}},
+			{"middle", ListQuery{Limit: 100, After: mid.Next}},
+			{"provider", ListQuery{Limit: 100, Provider: "2captcha", After: mid.Next}},
+			{"parked", ListQuery{Limit: 100, State: StateParked}},
+		} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, q.name), func(b *testing.B) {
+				for b.Loop() {
+					p, err := s.ListPage(ctx, q.q)
+					if err != nil || len(p.Records) != 100 {
+						b.Fatalf("%d records, %v", len(p.Records), err)
+					}
+				}
+			})
+		}
+	}
+}
