@@ -22,7 +22,7 @@ func init() {
 // adminAPI adds the plugin's routes to Caddy's admin endpoint:
 //
 //	POST /pingback/tasks                             register a submitted task for fallback polling
-//	GET  /pingback/tasks?provider=&state=&limit=     list tracked tasks (admin_get.go)
+//	GET  /pingback/tasks?provider=&state=&limit=&cursor=  list tracked tasks by pages (admin_get.go)
 //	GET  /pingback/records?state=&provider=&received_after=&received_before=&limit=&cursor=
 //	                                                 list stored results by pages (admin_list.go; the dead-letter queue: state=failed, rejected or parked)
 //	GET  /pingback/records/<provider>/<id>           one stored result

@@ -53,7 +53,7 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	ans := recordsPage{Records: publicRecords(page.Records)} // never nil: [] when empty
+	ans := recordsPage{Records: publicRecords(page.Records)}
 	if page.Next != nil {
 		ans.NextCursor = encodeRecordCursor(*page.Next)
 	}

@@ -63,14 +63,9 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
 	}
-	var f replayFilter
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil && err != io.EOF {
-		return badInput("decoding JSON body: %v", err)
-	}
-	if err := f.parse(); err != nil {
-		return badInput("%v", err)
+	f, err := decodeFilter(r, "")
+	if err != nil {
+		return err
 	}
 	q := store.PurgeQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.after), ReceivedBefore: f.before}
 	if !q.Filtered() {
@@ -99,4 +94,23 @@ func purgeError(err error) error {
 // logPurge logs a purge (never what was erased, only how it was chosen).
 func logPurge(n int, fields ...zap.Field) {
 	caddy.Log().Named("pingback").Info("results purged", append(fields, zap.Int("purged", n))...)
+}
+
+// decodeFilter reads the JSON filter of a bulk replay or a purge from the
+// body of r (at most 64 KiB, no unknown fields; an empty body is no
+// filter), with state defaulting to defaultState; a bad one is a 400.
+func decodeFilter(r *http.Request, defaultState store.State) (replayFilter, error) {
+	var f replayFilter
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil && err != io.EOF {
+		return f, badInput("decoding JSON body: %v", err)
+	}
+	if f.State == "" {
+		f.State = defaultState
+	}
+	if err := f.parse(); err != nil {
+		return f, badInput("%v", err)
+	}
+	return f, nil
 }

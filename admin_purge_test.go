@@ -1,42 +1,17 @@
 package pingback
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testfs"
 )
-
-// filesWith lists the files under dir that contain marker.
-func filesWith(t *testing.T, dir string, marker []byte) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, marker) {
-			out = append(out, filepath.Base(path))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // TestAdminPurge erases results through the admin API of a real Caddy:
 // one by key (its marker is gone from the storage directory's files when
@@ -63,7 +38,7 @@ func TestAdminPurge(t *testing.T) {
 		waitForState(t, "2captcha", id, store.StateParked)
 	}
 	app.setStatus(http.StatusOK)
-	if got := filesWith(t, dir, []byte(marker+"601")); len(got) == 0 {
+	if got := testfs.FilesContaining(t, dir, []byte(marker+"601")); len(got) == 0 {
 		t.Fatal("the marker is in no file of the store before the purge: the test cannot tell")
 	}
 
@@ -71,10 +46,10 @@ func TestAdminPurge(t *testing.T) {
 	if status != http.StatusOK || string(body) != `{"purged":1}`+"\n" {
 		t.Fatalf("DELETE: %d %s, want 200 {\"purged\":1}", status, body)
 	}
-	if got := filesWith(t, dir, []byte(marker+"601")); len(got) != 0 {
+	if got := testfs.FilesContaining(t, dir, []byte(marker+"601")); len(got) != 0 {
 		t.Errorf("after the purge the marker is still in %v", got)
 	}
-	if got := filesWith(t, dir, []byte(marker+"602")); len(got) == 0 {
+	if got := testfs.FilesContaining(t, dir, []byte(marker+"602")); len(got) == 0 {
 		t.Error("the purge erased another result's bytes too")
 	}
 
@@ -89,7 +64,7 @@ func TestAdminPurge(t *testing.T) {
 	if v, ok := scrapeMetric(t, `caddy_pingback_callbacks_total{provider="2captcha",result="duplicate"}`); !ok || v != dups+1 {
 		t.Errorf("duplicate callbacks: %v %v, want one more than %v", v, ok, dups)
 	}
-	if got := filesWith(t, dir, []byte(marker+"601")); len(got) != 0 {
+	if got := testfs.FilesContaining(t, dir, []byte(marker+"601")); len(got) != 0 {
 		// The re-sent body was never stored.
 		t.Errorf("after the re-sent pingback the marker is in %v", got)
 	}

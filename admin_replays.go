@@ -3,7 +3,6 @@ package pingback
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
@@ -21,17 +20,9 @@ func handleStartReplays(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
 	}
-	var f replayFilter
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil && err != io.EOF {
-		return badInput("decoding JSON body: %v", err)
-	}
-	if f.State == "" {
-		f.State = store.StateParked
-	}
-	if err := f.parse(); err != nil {
-		return badInput("%v", err)
+	f, err := decodeFilter(r, store.StateParked)
+	if err != nil {
+		return err
 	}
 	if f.State == store.StateDelivered || f.State == store.StateForwarding || f.State == store.StateQuarantined {
 		return badInput("state %s cannot be replayed in bulk (use failed, rejected, parked or queued; quarantined results are released one by one)", f.State)

@@ -1,10 +1,8 @@
 package pingback
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -31,16 +29,7 @@ func TestCLIPurgeAndPaging(t *testing.T) {
 	app.setStatus(http.StatusOK)
 	waitForState(t, "2captcha", "711", store.StateDelivered)
 	addr := "--address=" + testAdmin
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		fail    bool
-		out     []string // substrings of stdout
-		notOut  []string // not in stdout
-		errOut  []string // substrings of stderr
-		jsonOut bool
-		lines   int // lines of stdout, if set
-	}{
+	runCLICases(t, []cliCase{
 		{name: "records pages through", args: []string{"records", addr, "--limit", "1000"}, lines: 15, out: []string{"2captcha  700", "2captcha  802"}},
 		{name: "records --limit", args: []string{"records", addr, "--limit", "3"}, lines: 5, out: []string{"(more than 3"}},
 		{name: "records --since", args: []string{"records", addr, "--since", "1h", "--state", "parked"}, lines: 3, out: []string{"801", "802"}},
@@ -62,38 +51,7 @@ func TestCLIPurgeAndPaging(t *testing.T) {
 		{name: "purge bad --before", args: []string{"purge", addr, "--before", "last week"}, fail: true, errOut: []string{"--before"}},
 		{name: "purge unreachable", args: []string{"purge", "--address=127.0.0.1:1", "2captcha", "702"}, fail: true, errOut: []string{"127.0.0.1:1"}},
 		{name: "records after the purges", args: []string{"records", addr}, lines: 11, notOut: []string{"700", "701", "801", "802"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			out, errOut, err := runCLI(t, tc.args...)
-			if (err != nil) != tc.fail {
-				t.Fatalf("error %v, want failure %v\nstdout: %s\nstderr: %s", err, tc.fail, out, errOut)
-			}
-			if tc.fail && errOut == "" {
-				t.Errorf("failed without a word on stderr")
-			}
-			for _, s := range tc.out {
-				if !strings.Contains(out, s) {
-					t.Errorf("stdout lacks %q:\n%s", s, out)
-				}
-			}
-			for _, s := range tc.notOut {
-				if strings.Contains(out, s) {
-					t.Errorf("stdout has %q:\n%s", s, out)
-				}
-			}
-			for _, s := range tc.errOut {
-				if !strings.Contains(errOut, s) {
-					t.Errorf("stderr lacks %q:\n%s", s, errOut)
-				}
-			}
-			if tc.jsonOut && !json.Valid([]byte(out)) {
-				t.Errorf("stdout is not JSON:\n%s", out)
-			}
-			if tc.lines > 0 && strings.Count(out, "\n") != tc.lines {
-				t.Errorf("stdout has %d lines, want %d:\n%s", strings.Count(out, "\n"), tc.lines, out)
-			}
-		})
-	}
+	})
 	// The re-sent pingback of a purged result is not forwarded.
 	before := app.count("2captcha:700")
 	if code, body := postForm(t, testBase+"/cb", "id=700&code=C"); code != http.StatusOK || body != "OK" {

@@ -56,16 +56,7 @@ func TestCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := "--address=" + testAdmin
-	isJSON := func(s string) bool { return json.Valid([]byte(s)) }
-	for _, tc := range []struct {
-		name    string
-		args    []string
-		fail    bool
-		out     []string // substrings of stdout
-		errOut  []string // substrings of stderr
-		jsonOut bool     // stdout is JSON
-		jsonErr bool     // stderr is JSON
-	}{
+	runCLICases(t, []cliCase{
 		{name: "status", args: []string{"status", addr},
 			out: []string{"PROVIDER", "STORED", "PARKED", "OLDEST PENDING  LAST PINGBACK", "2captcha  3       1          0       0         2", "ago", "loop replay: last run", "store: badger"}},
 		{name: "status from --config", args: []string{"status", "--config", conf}, out: []string{"2captcha"}},
@@ -100,7 +91,26 @@ func TestCLI(t *testing.T) {
 		{name: "tasks --json", args: []string{"tasks", addr, "--state", "pending", "--json"}, jsonOut: true, out: []string{`"tasks":[]`}},
 		{name: "tasks bad state", args: []string{"tasks", addr, "--state", "stopped"}, fail: true, errOut: []string{"unknown task state", "400"}},
 		{name: "replay --since bad", args: []string{"replay", addr, "--state", "parked", "--since", "last week"}, fail: true, errOut: []string{"--since"}},
-	} {
+	})
+}
+
+// cliCase is one run of `caddy pingback` and what it must print.
+type cliCase struct {
+	name    string
+	args    []string
+	fail    bool
+	out     []string // substrings of stdout
+	notOut  []string // not in stdout
+	errOut  []string // substrings of stderr
+	jsonOut bool     // stdout is JSON
+	jsonErr bool     // stderr is JSON
+	lines   int      // lines of stdout, if set
+}
+
+// runCLICases runs each case as a subtest, in order.
+func runCLICases(t *testing.T, cases []cliCase) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, err := runCLI(t, tc.args...)
 			if (err != nil) != tc.fail {
@@ -114,16 +124,24 @@ func TestCLI(t *testing.T) {
 					t.Errorf("stdout lacks %q:\n%s", s, out)
 				}
 			}
+			for _, s := range tc.notOut {
+				if strings.Contains(out, s) {
+					t.Errorf("stdout has %q:\n%s", s, out)
+				}
+			}
 			for _, s := range tc.errOut {
 				if !strings.Contains(errOut, s) {
 					t.Errorf("stderr lacks %q:\n%s", s, errOut)
 				}
 			}
-			if tc.jsonOut && !isJSON(out) {
+			if tc.jsonOut && !json.Valid([]byte(out)) {
 				t.Errorf("stdout is not JSON:\n%s", out)
 			}
-			if tc.jsonErr && !isJSON(errOut) {
+			if tc.jsonErr && !json.Valid([]byte(errOut)) {
 				t.Errorf("stderr is not JSON:\n%s", errOut)
+			}
+			if tc.lines > 0 && strings.Count(out, "\n") != tc.lines {
+				t.Errorf("stdout has %d lines, want %d:\n%s", strings.Count(out, "\n"), tc.lines, out)
 			}
 		})
 	}

@@ -107,8 +107,8 @@ type Badger struct {
 	leases    *leaseTracker // the committer's: the leases this handle holds
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
-	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
 	ages      *memAges      // the times behind the age gauges: see badger_ages.go
+	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -380,7 +380,7 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			// Purged: a duplicate of what was erased, never stored again.
 			res = InsertResult{Existing: &Record{Provider: k.Provider, ID: k.ID, Code: c.Code}, Purged: true}
 			if c.State == StateQuarantined {
-				return nil // a quarantined result never completes its task
+				return nil
 			}
 			_, err := completeTask(w, k, c.ReceivedAt)
 			return err

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -166,33 +165,10 @@ func (w *batch) gather(ctx context.Context, q ListQuery, keys []Key, out *[]*Rec
 // position returns the position of the record under k, decoding only the
 // start of its value; ok is false if there is none.
 func (w *batch) position(k Key) (Position, bool, error) {
-	item, err := w.get(recordKey(k))
+	at, err := w.receivedAt(k)
 	if errors.Is(err, ErrNotFound) {
 		return Position{}, false, nil
 	}
-	if err != nil {
-		return Position{}, false, err
-	}
-	var at time.Time
-	err = item.Value(func(v []byte) error {
-		if len(v) == 0 || v[0] != tagRecord1 {
-			var r Record
-			if err := json.Unmarshal(v, &r); err != nil {
-				return err
-			}
-			at = r.ReceivedAt
-			return nil
-		}
-		d := dec{b: v[1:]}
-		var x Delivery
-		d.delivery(&x)
-		d.str() // provider
-		d.str() // id
-		d.str() // code
-		d.str() // source
-		at = d.time()
-		return d.err
-	})
 	if err != nil {
 		return Position{}, false, fmt.Errorf("decoding record %s: %w", k, err)
 	}

@@ -24,52 +24,16 @@ import (
 const (
 	purgedPrefix = "g/"
 	// scrubKey is the scratch key whose DropPrefix flushes the memtables.
-	scrubKey   = "z/scrub"
-	purgeChunk = 256
+	scrubKey = "z/scrub"
 )
 
 func purgedKey(k Key) []byte { return []byte(purgedPrefix + k.Provider + "/" + k.ID) }
 
 // Purge implements Purger.
 func (b *Badger) Purge(ctx context.Context, q PurgeQuery) (int, error) {
-	if len(q.Keys) == 0 && !q.Filtered() {
-		return 0, errors.New("purge: no keys and no filter")
-	}
-	n := 0
-	if len(q.Keys) > 0 {
-		for start := 0; start < len(q.Keys); start += purgeChunk {
-			m, err := b.purgeKeys(ctx, q.Keys[start:min(start+purgeChunk, len(q.Keys))], nil)
-			n += m
-			if err != nil {
-				return n, err
-			}
-		}
-	} else {
-		lq := ListQuery{Provider: q.Provider, State: q.State, ReceivedAfter: q.ReceivedAfter, ReceivedBefore: q.ReceivedBefore, Limit: purgeChunk}
-		for {
-			page, err := b.ListPage(ctx, lq)
-			if err != nil {
-				return n, err
-			}
-			keys := make([]Key, len(page.Records))
-			for i, r := range page.Records {
-				keys[i] = r.Key()
-			}
-			// Checked again in the commit: the record may have moved
-			// to another state since it was listed.
-			m, err := b.purgeKeys(ctx, keys, func(r *Record) bool { return (q.State == "" || r.State == q.State) && lq.matches(PositionOf(r)) })
-			n += m
-			if err != nil {
-				return n, err
-			}
-			if page.Next == nil {
-				break
-			}
-			lq.After = page.Next
-		}
-	}
-	if n == 0 {
-		return 0, nil
+	n, err := purgeBy(ctx, b, q, func(keys []Key, state State) (int, error) { return b.purgeKeys(ctx, keys, state) })
+	if err != nil || n == 0 {
+		return n, err
 	}
 	if err := b.scrub(ctx); err != nil {
 		return n, fmt.Errorf("purged %d records, but erasing their bytes from the files failed: %w", n, err)
@@ -77,14 +41,14 @@ func (b *Badger) Purge(ctx context.Context, q PurgeQuery) (int, error) {
 	return n, nil
 }
 
-// purgeKeys purges the records under keys that keep (nil: all) accepts,
+// purgeKeys purges the records under keys (only those in state, if set)
 // in one group commit, and returns how many it purged.
-func (b *Badger) purgeKeys(ctx context.Context, keys []Key, keep func(*Record) bool) (int, error) {
+func (b *Badger) purgeKeys(ctx context.Context, keys []Key, state State) (int, error) {
 	n := 0
 	o := &op{size: 512 * len(keys), apply: func(w *batch) error {
 		n = 0
 		for _, k := range keys {
-			ok, err := w.purge(k, keep)
+			ok, err := w.purge(k, state)
 			if err != nil {
 				return err
 			}
@@ -100,10 +64,10 @@ func (b *Badger) purgeKeys(ctx context.Context, keys []Key, keep func(*Record) b
 	return n, nil
 }
 
-// purge deletes the record under k (if keep accepts it), its index
-// entries and its task, and writes its tombstone. It reports whether there
-// was a record to purge.
-func (w *batch) purge(k Key, keep func(*Record) bool) (bool, error) {
+// purge deletes the record under k (if it is in state, when set), its
+// index entries and its task, and writes its tombstone. It reports whether
+// there was a record to purge.
+func (w *batch) purge(k Key, state State) (bool, error) {
 	rec, err := w.record(k)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
@@ -111,7 +75,7 @@ func (w *batch) purge(k Key, keep func(*Record) bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if keep != nil && !keep(rec) {
+	if state != "" && rec.State != state {
 		return false, nil
 	}
 	d, exp, err := w.delivery(k)
@@ -128,6 +92,7 @@ func (w *batch) purge(k Key, keep func(*Record) bool) (bool, error) {
 	case err == nil:
 		if t.State == TaskPending {
 			w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: -1})
+			w.trackPending(t, -1)
 		}
 		if !t.NextPollAt.IsZero() {
 			w.del(timeKey(pollPrefix, t.NextPollAt, k))

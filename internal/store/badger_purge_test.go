@@ -1,39 +1,15 @@
 package store
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
-)
 
-// filesHolding lists the files under dir whose bytes contain marker.
-func filesHolding(t *testing.T, dir string, marker []byte) []string {
-	t.Helper()
-	var out []string
-	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if bytes.Contains(b, marker) {
-			out = append(out, filepath.Base(path))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+	"github.com/caddy-pingback/pingback/internal/testfs"
+)
 
 // TestBadgerPurgeErasesBytes: a unique marker in a pingback body is in the
 // store's files (journal, memtable log or tables) before the purge and in
@@ -86,17 +62,17 @@ func TestBadgerPurgeErasesBytes(t *testing.T) {
 				}
 				mustInsert(t, b, testRecord("after", StateDelivered))
 			}
-			if got := filesHolding(t, dir, marker); len(got) == 0 {
+			if got := testfs.FilesContaining(t, dir, marker); len(got) == 0 {
 				t.Fatal("the marker is in no file before the purge: the test cannot tell")
 			}
 			n, err := b.Purge(ctx, tc.q(gone.Key()))
 			if err != nil || n != 1 {
 				t.Fatalf("Purge = %d, %v; want 1", n, err)
 			}
-			if got := filesHolding(t, dir, marker); len(got) != 0 {
+			if got := testfs.FilesContaining(t, dir, marker); len(got) != 0 {
 				t.Errorf("after Purge the marker is still in %v", got)
 			}
-			if got := filesHolding(t, dir, keep); len(got) == 0 {
+			if got := testfs.FilesContaining(t, dir, keep); len(got) == 0 {
 				t.Error("the other records' bytes are gone too")
 			}
 			if err := b.view(func(txn *badger.Txn) error { return checkIndexes(txn) }); err != nil {

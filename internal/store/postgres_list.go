@@ -28,15 +28,8 @@ func (p *Postgres) ListPage(ctx context.Context, q ListQuery) (Page, error) {
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			r, err := scanRecord(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, r)
-		}
-		return rows.Err()
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Record, error) { return scanRecord(row) })
+		return err
 	})
 	if err != nil {
 		return Page{}, err

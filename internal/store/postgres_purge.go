@@ -20,37 +20,7 @@ import (
 // keep them until they are recycled. VACUUM FULL records rewrites the table
 // without them (under an exclusive lock).
 func (p *Postgres) Purge(ctx context.Context, q PurgeQuery) (int, error) {
-	if len(q.Keys) == 0 && !q.Filtered() {
-		return 0, errors.New("purge: no keys and no filter")
-	}
-	n := 0
-	if len(q.Keys) > 0 {
-		for start := 0; start < len(q.Keys); start += purgeChunk {
-			m, err := p.purgeKeys(ctx, q.Keys[start:min(start+purgeChunk, len(q.Keys))], "")
-			n += m
-			if err != nil {
-				return n, err
-			}
-		}
-		return n, nil
-	}
-	lq := ListQuery{Provider: q.Provider, State: q.State, ReceivedAfter: q.ReceivedAfter, ReceivedBefore: q.ReceivedBefore, Limit: purgeChunk}
-	for {
-		page, err := p.ListPage(ctx, lq)
-		if err != nil {
-			return n, err
-		}
-		keys := make([]Key, len(page.Records))
-		for i, r := range page.Records {
-			keys[i] = r.Key()
-		}
-		m, err := p.purgeKeys(ctx, keys, q.State)
-		n += m
-		if err != nil || page.Next == nil {
-			return n, err
-		}
-		lq.After = page.Next
-	}
+	return purgeBy(ctx, p, q, func(keys []Key, state State) (int, error) { return p.purgeKeys(ctx, keys, state) })
 }
 
 // purgeKeys purges the records under keys (only those in state, if set)

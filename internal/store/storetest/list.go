@@ -271,8 +271,23 @@ func testPurge(t *testing.T, h Harness) {
 	}
 	resend(s, "P1")
 
-	// A forward in flight: purged; its end finds nothing.
+	// A forward in flight: purged; its end finds nothing, and the retry
+	// backlog's age (F1 was all of it) goes with it.
+	backlog := func() time.Time {
+		t.Helper()
+		a, err := s.Ages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.OldestUndelivered[prov]
+	}
+	if backlog().IsZero() {
+		t.Error("Ages.OldestUndelivered is zero with a forward in flight")
+	}
 	purge(store.PurgeQuery{Keys: []store.Key{key("F1")}}, 1)
+	if at := backlog(); !at.IsZero() {
+		t.Errorf("Ages.OldestUndelivered = %v after the purge of the only forward, want none", at)
+	}
 	if _, err := s.UpdateDelivery(ctx, key("F1"), func(d *store.Delivery) error {
 		d.State = store.StateDelivered
 		return nil

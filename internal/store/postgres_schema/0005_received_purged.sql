@@ -1,4 +1,4 @@
--- Version 6: records listed by received time in pages (ListPage), and the
+-- Version 5: records listed by received time in pages (ListPage), and the
 -- tombstones of purged records.
 --
 -- The order is received time, then provider and id compared bytewise (the

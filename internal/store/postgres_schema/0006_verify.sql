@@ -1,4 +1,4 @@
--- Version 5: verification (issue 12; reserved as version 6, taken as 5, the next free one): how each result
+-- Version 6: verification (issue 12): how each result
 -- was verified, whether its task was tracked, why it is quarantined, the
 -- conflicting code that lost (bytes, like code), whether its code
 -- corrected one the app was sent; and each task's pingback token.
