@@ -260,12 +260,16 @@ func (w *batch) walkReceived(ctx context.Context, q ListQuery, out *[]*Record) e
 
 // receivedProviders lists the providers the received-time index holds,
 // one seek each.
-func (w *batch) receivedProviders() []string {
-	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(receivedPrefix)})
+func (w *batch) receivedProviders() []string { return w.segments(receivedPrefix) }
+
+// segments lists the distinct first segments (up to a '/') of the keys
+// under prefix, one seek each.
+func (w *batch) segments(prefix string) []string {
+	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 	defer it.Close()
 	var out []string
-	for it.Seek([]byte(receivedPrefix)); it.Valid(); {
-		rest := it.Item().Key()[len(receivedPrefix):]
+	for it.Seek([]byte(prefix)); it.Valid(); {
+		rest := it.Item().Key()[len(prefix):]
 		i := slices.Index(rest, '/')
 		if i < 0 {
 			it.Next()
@@ -273,57 +277,7 @@ func (w *batch) receivedProviders() []string {
 		}
 		p := string(rest[:i])
 		out = append(out, p)
-		it.Seek([]byte(receivedPrefix + p + "0")) // '0' follows '/': past every key of p
+		it.Seek([]byte(prefix + p + "0")) // '0' follows '/': past every key of p
 	}
 	return out
-}
-
-// ListTaskPage implements TaskStore: t/ from q.After on.
-func (b *Badger) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
-	if err := checkLimit(q.Limit); err != nil {
-		return TaskPage{}, err
-	}
-	prefix := taskPrefix
-	if q.Provider != "" {
-		prefix += q.Provider + "/"
-	}
-	var out []*Task
-	err := b.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
-		defer it.Close()
-		it.Seek([]byte(prefix))
-		if q.After != nil {
-			it.Seek(taskKey(*q.After))
-		}
-		for ; it.Valid() && len(out) <= q.Limit; it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			t := new(Task)
-			if err := it.Item().Value(func(v []byte) error { return decodeTask(v, t) }); err != nil {
-				return errors.Join(errors.New("decoding task "+string(it.Item().Key())), err)
-			}
-			if q.After != nil && keyOrder(t.Key(), *q.After) <= 0 {
-				continue
-			}
-			if q.State == "" || t.State == q.State {
-				out = append(out, t)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return TaskPage{}, err
-	}
-	return taskPageFrom(out, q.Limit), nil
-}
-
-// taskPageFrom keeps a page of limit out of up to limit+1 tasks.
-func taskPageFrom(ts []*Task, limit int) TaskPage {
-	if len(ts) <= limit {
-		return TaskPage{Tasks: ts}
-	}
-	ts = ts[:limit]
-	k := ts[limit-1].Key()
-	return TaskPage{Tasks: ts, Next: &k}
 }

@@ -67,21 +67,41 @@ func pgListWhere(q ListQuery) (string, []any) {
 	return " WHERE " + strings.Join(conds, " AND "), args
 }
 
-// ListTaskPage implements TaskStore: by the primary key, from q.After on.
+// ListTaskPage implements TaskStore: one query over the submission-time
+// index (tasks_state_submitted when a state is given, tasks_submitted
+// otherwise; migration 0007), with only the conditions q sets and a row
+// comparison for the cursor (keyset pagination); one row more than the
+// page tells whether another follows.
 func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if err := checkLimit(q.Limit); err != nil {
 		return TaskPage{}, err
 	}
-	after := [2]string{}
-	if q.After != nil {
-		after = [2]string{q.After.Provider, q.After.ID}
+	var conds []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
 	}
+	if q.State != "" {
+		conds = append(conds, "state = "+arg(string(q.State)))
+	}
+	if q.Provider != "" {
+		conds = append(conds, "provider = "+arg(q.Provider))
+	}
+	if q.After != nil {
+		conds = append(conds, `(coalesce(submitted_at, 0), provider COLLATE "C", id COLLATE "C") > (`+
+			arg(int64(unixNano(q.After.SubmittedAt)))+", "+arg(q.After.Key.Provider)+", "+arg(q.After.Key.ID)+")")
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	sql := `SELECT ` + pgTaskCols + ` FROM tasks` + where +
+		` ORDER BY coalesce(submitted_at, 0), provider COLLATE "C", id COLLATE "C" LIMIT ` + arg(q.Limit+1)
 	var out []*Task
 	err := p.op(func() error {
 		out = nil
-		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
-			WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2) AND (NOT $3 OR (provider, id) > ($4, $5))
-			ORDER BY provider, id LIMIT $6`, q.Provider, string(q.State), q.After != nil, after[0], after[1], q.Limit+1)
+		rows, err := p.pool.Query(ctx, sql, args...)
 		if err != nil {
 			return err
 		}
