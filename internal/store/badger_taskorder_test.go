@@ -1,6 +1,8 @@
 package store
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,4 +66,73 @@ func TestBadgerFormat4BuildsTaskOrder(t *testing.T) {
 			t.Errorf("ListTaskPage(%+v) after the upgrade: %q (next %v), want %q", x.q, got, p.Next, x.want)
 		}
 	}
+}
+
+// BenchmarkListTaskPage measures one page of 100 from a Badger store of
+// n tasks (two providers; 1 % pending, 10 % expired, the rest done): the
+// first page, a page in the middle (by cursor), one provider's, the
+// pending ones' and one provider's pending ones. A page should cost the
+// same whatever n is.
+func BenchmarkListTaskPage(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		s := openTestBadger(b, BadgerOptions{Dir: b.TempDir()})
+		t0 := time.Now().UTC().Add(-time.Hour)
+		concurrently(b, n, func(i int) error {
+			tk := &Task{Provider: "captchaai", ID: fmt.Sprint(i), State: TaskDone, SubmittedAt: t0.Add(time.Duration(i) * time.Millisecond),
+				ExpiresAt: t0.Add(48 * time.Hour)}
+			switch {
+			case i%100 == 0:
+				tk.State, tk.NextPollAt = TaskPending, t0.Add(time.Hour)
+			case i%10 == 1:
+				tk.State = TaskExpired
+			}
+			if i%2 == 0 {
+				tk.Provider = "2captcha"
+			}
+			_, err := s.AddTask(ctx, tk)
+			return err
+		})
+		mid, err := s.ListTaskPage(ctx, TaskQuery{Limit: n / 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, q := range []struct {
+			name string
+			q    TaskQuery
+		}{
+			{"first", TaskQuery{Limit: 100}},
+			{"middle", TaskQuery{Limit: 100, After: mid.Next}},
+			{"provider", TaskQuery{Limit: 100, Provider: "2captcha", After: mid.Next}},
+			{"pending", TaskQuery{Limit: 100, State: TaskPending}},
+			{"provider-pending", TaskQuery{Limit: 40, Provider: "2captcha", State: TaskPending}},
+		} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, q.name), func(b *testing.B) {
+				for b.Loop() {
+					p, err := s.ListTaskPage(ctx, q.q)
+					if err != nil || len(p.Tasks) != q.q.Limit {
+						b.Fatalf("%d tasks, %v", len(p.Tasks), err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// concurrently runs fn(0..n-1), 256 at a time (so that group commit
+// fills each commit), and fails b on the first error.
+func concurrently(b *testing.B, n int, fn func(i int) error) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := fn(i); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
 }
