@@ -22,8 +22,8 @@ func init() {
 			Long: `Lists tracked tasks, those the poller recovers results for, ordered by
 submission time (submitted_at), then provider and id, read page by page
 through GET /pingback/tasks.`,
-			Args:  cobra.NoArgs,
-			RunE:  cliRun(cliTasks),
+			Args: cobra.NoArgs,
+			RunE: cliRun(cliTasks),
 		}
 		cmd.Flags().String("state", "", "Only tasks in this state (pending, done, expired)")
 		cmd.Flags().String("provider", "", "Only this provider's tasks")
