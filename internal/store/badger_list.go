@@ -186,76 +186,39 @@ func (w *batch) walkReceived(ctx context.Context, q ListQuery, out *[]*Record) e
 	if q.After != nil && unixNano(q.After.ReceivedAt) > unixNano(start) {
 		start = q.After.ReceivedAt
 	}
-	type run struct {
-		it  *badger.Iterator
-		pos Position
-		ok  bool
-	}
-	runs := make([]*run, 0, len(providers))
-	defer func() {
-		for _, r := range runs {
-			r.it.Close()
-		}
-	}()
-	next := func(r *run) {
-		for ; r.it.Valid(); r.it.Next() {
-			if r.pos, r.ok = parseReceivedKey(r.it.Item().Key()); r.ok {
-				return
-			}
-		}
-		r.ok = false
-	}
+	starts := make([]runStart, 0, len(providers))
 	for _, p := range providers {
-		prefix := receivedPrefix + p + "/"
-		r := &run{it: w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})}
-		runs = append(runs, r)
-		r.it.Seek(receivedIndexKey(Key{Provider: p}, start))
-		next(r)
+		starts = append(starts, runStart{[]byte(receivedPrefix + p + "/"), receivedIndexKey(Key{Provider: p}, start)})
 	}
-	for len(*out) <= q.Limit {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var best *run
-		for _, r := range runs {
-			if r.ok && (best == nil || ComparePosition(r.pos, best.pos) < 0) {
-				best = r
-			}
-		}
-		if best == nil {
-			return nil
-		}
-		pos := best.pos
-		best.it.Next()
-		next(best)
+	return mergeRuns(ctx, w.txn, starts, parseReceivedKey, ComparePosition, func(pos Position) (bool, error) {
 		if !q.ReceivedBefore.IsZero() && unixNano(pos.ReceivedAt) >= unixNano(q.ReceivedBefore) {
-			return nil // every run is past it from here on
+			return false, nil // every run is past it from here on
 		}
 		if !q.matches(pos) {
-			continue
+			return true, nil
 		}
 		if q.State != "" {
 			d, _, err := w.delivery(pos.Key)
 			if errors.Is(err, ErrNotFound) {
-				continue
+				return true, nil
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			if d.State != q.State {
-				continue
+				return true, nil
 			}
 		}
 		rec, err := w.record(pos.Key)
 		if errors.Is(err, ErrNotFound) {
-			continue
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		*out = append(*out, rec)
-	}
-	return nil
+		return len(*out) <= q.Limit, nil
+	})
 }
 
 // receivedProviders lists the providers the received-time index holds,

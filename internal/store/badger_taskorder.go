@@ -98,67 +98,30 @@ func (w *batch) walkTaskOrder(ctx context.Context, q TaskQuery, out *[]*Task) er
 	if q.After != nil {
 		start = q.After.SubmittedAt
 	}
-	type run struct {
-		it  *badger.Iterator
-		pos TaskPosition
-		ok  bool
-	}
-	var runs []*run
-	defer func() {
-		for _, r := range runs {
-			r.it.Close()
-		}
-	}()
-	next := func(r *run) {
-		for ; r.it.Valid(); r.it.Next() {
-			if r.pos, r.ok = parseTaskOrderKey(r.it.Item().Key()); r.ok {
-				return
-			}
-		}
-		r.ok = false
-	}
+	var starts []runStart
 	for _, s := range states {
 		providers := []string{q.Provider}
 		if q.Provider == "" {
 			providers = w.segments(taskOrderPrefix + s + "/")
 		}
 		for _, p := range providers {
-			prefix := taskOrderPrefix + s + "/" + p + "/"
-			r := &run{it: w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})}
-			runs = append(runs, r)
-			r.it.Seek(taskOrderStart(TaskState(s), p, start))
-			next(r)
+			starts = append(starts, runStart{[]byte(taskOrderPrefix + s + "/" + p + "/"), taskOrderStart(TaskState(s), p, start)})
 		}
 	}
-	for len(*out) <= q.Limit {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var best *run
-		for _, r := range runs {
-			if r.ok && (best == nil || CompareTaskPosition(r.pos, best.pos) < 0) {
-				best = r
-			}
-		}
-		if best == nil {
-			return nil
-		}
-		pos := best.pos
-		best.it.Next()
-		next(best)
+	return mergeRuns(ctx, w.txn, starts, parseTaskOrderKey, CompareTaskPosition, func(pos TaskPosition) (bool, error) {
 		if q.After != nil && CompareTaskPosition(pos, *q.After) <= 0 {
-			continue
+			return true, nil
 		}
 		t, err := w.task(pos.Key)
 		if errors.Is(err, ErrNotFound) {
-			continue
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		*out = append(*out, t)
-	}
-	return nil
+		return len(*out) <= q.Limit, nil
+	})
 }
 
 // buildTaskOrder writes the o/ entry of every task, with the task's TTL

@@ -29,19 +29,7 @@ func TestBadgerFormat4BuildsTaskOrder(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.DropPrefix([]byte(taskOrderPrefix)); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(metaFormatKey), []byte("4")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	downgrade(t, dir, taskOrderPrefix, "4")
 	b = openTestBadger(t, BadgerOptions{Dir: dir})
 	if err := CheckIndexes(b); err != nil {
 		t.Fatal(err)
@@ -135,4 +123,24 @@ func concurrently(b *testing.B, n int, fn func(i int) error) {
 		}()
 	}
 	wg.Wait()
+}
+
+// downgrade makes the store in dir look written by an earlier format: the
+// keys under prefix (an index that format lacked) dropped, the format key
+// set to format.
+func downgrade(t *testing.T, dir, prefix, format string) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.DropPrefix([]byte(prefix)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(metaFormatKey), []byte(format)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
