@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // npmClientsDir holds the official clients' test scripts; .ci/run
@@ -140,8 +141,11 @@ http://localhost:%[2]s {
 			if !ok || info.Code != got.Token {
 				t.Errorf("client got token %.20q, the simulator solved %s with %.20q", got.Token, id, info.Code)
 			}
-			if !info.PingbackDrop || info.Pingback != testBase+"/cb" {
-				t.Errorf("simulator task %+v: want the plugin's callbackUrl, dropped", info)
+			// The plugin's callbackUrl, with the task's pingback token added.
+			_, query, _ := strings.Cut(info.Pingback, "?")
+			token, n := protocol.QueryToken(query)
+			if !info.PingbackDrop || protocol.StripTokenURI(info.Pingback) != testBase+"/cb" || n != 1 || !protocol.ValidToken(token) {
+				t.Errorf("simulator task %+v: want the plugin's callbackUrl with one pingback token, dropped", info)
 			}
 			if r := app.requests()[0]; r.Header.Get(HeaderSource) != "poll" {
 				t.Errorf("delivery source %q, want poll", r.Header.Get(HeaderSource))
