@@ -23,6 +23,10 @@ import (
 // final answer (not ready, an error, the budget spent).
 var errNotConfirmed = errors.New("the provider gave no final answer")
 
+// errContradicted stops a confirmation's update when the record's code is
+// not the provider's answer.
+var errContradicted = errors.New("the provider's answer differs from the pingback's code")
+
 // askResult asks the provider once for task's result, as the poller does.
 func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, error) {
 	name := t.Provider
@@ -129,10 +133,6 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 		a.markQuarantined(ctx, st, key, whyNotConfirmed)
 		return
 	}
-	rec, err := st.Get(ctx, key)
-	if err != nil {
-		return
-	}
 	ans, err := a.askUntilFinal(ctx, t)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -145,16 +145,21 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 		return
 	}
 	now := a.now().UTC()
-	if sameResult(rec.Code, ans) {
-		_, err = st.UpdateRecord(ctx, key, func(r *store.Record) error {
-			if r.State != store.StateQuarantined || r.Quarantine != whyConfirming {
-				return store.ErrSkip
-			}
-			r.State, r.DueAt, r.UpdatedAt = store.StateQueued, now, now
-			r.Verified, r.Quarantine = VerifyResPHP, ""
-			return nil
-		})
-	} else {
+	// The answer is compared with the record as it is now, inside the
+	// update: the record read before asking may have been replaced
+	// meanwhile, and only the code the provider confirms is delivered.
+	_, err = st.UpdateRecord(ctx, key, func(r *store.Record) error {
+		if r.State != store.StateQuarantined || r.Quarantine != whyConfirming {
+			return store.ErrSkip
+		}
+		if !sameResult(r.Code, ans) {
+			return errContradicted
+		}
+		r.State, r.DueAt, r.UpdatedAt = store.StateQueued, now, now
+		r.Verified, r.Quarantine = VerifyResPHP, ""
+		return nil
+	})
+	if errors.Is(err, errContradicted) {
 		a.metrics.callbacks.WithLabelValues(key.Provider, "quarantined").Inc()
 		logger.Warn("pingback contradicted by the provider's own answer: the provider's answer is delivered, the pingback's code kept as other_code",
 			zap.String("key", key.String()))
