@@ -384,6 +384,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return nil
 		}
 		h.countQuarantined(rec.Key(), v.why)
+		if v.why == whyUnknownID {
+			// Its task may have committed since judge looked (a
+			// submission in flight), after the task's own re-check
+			// found no record: each side checks after its own write.
+			if task, terr := st.GetTask(ctx, rec.Key()); terr == nil {
+				h.app.recheckHeld(ctx, st, task)
+			}
+		}
 		return nil
 	default:
 		committed.Store(true)

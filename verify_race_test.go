@@ -1,9 +1,14 @@
 package pingback
 
 import (
+	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
 
 	"github.com/caddy-pingback/pingback/internal/store"
 )
@@ -42,4 +47,54 @@ func TestVerifyForgeryDuringConfirmation(t *testing.T) {
 		t.Errorf("record: code %q other %q verified %q, want REAL, FORGED, res_php", rec.Code, rec.OtherCode, rec.Verified)
 	}
 	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "res_php", "true", "callback")
+}
+
+// gatedInsert holds the handler's insert of a pingback quarantined as an
+// unknown id until release is closed, after saying so on entered.
+type gatedInsert struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedInsert) Insert(ctx context.Context, r *store.Record) (store.InsertResult, error) {
+	if r.Quarantine == whyUnknownID {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return s.Store.Insert(ctx, r)
+}
+
+// TestVerifyHeldTaskCommitsBeforeInsert: a genuine pingback (with its
+// task's token) finds no task, and the task commits (its re-check finding
+// no record yet) before the pingback's quarantined record is inserted.
+// The handler re-checks after its insert, so the pingback is delivered,
+// verified by its token, instead of staying quarantined for good.
+func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	a := runningApp(t)
+	gate := &gatedInsert{Store: a.handle.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	a.handle.store = gate
+	t.Cleanup(func() { a.handle.store = gate.Store })
+	tok := protocol.NewToken()
+	id := "71000000009"
+	submitted := time.Now().UTC()
+	done := make(chan trkResponse, 1)
+	go func() {
+		done <- trkDo(t, http.MethodPost, "/cb?"+protocol.TokenParam+"="+tok, "application/x-www-form-urlencoded",
+			strings.NewReader(url.Values{"id": {id}, "code": {"REAL"}}.Encode()))
+	}()
+	<-gate.entered // judged an unknown id, not yet inserted
+	if _, _, err := a.trackTask(context.Background(), trackSpec{provider: "2captcha", id: id, api: protocol.Legacy,
+		pingbackURL: trkCallbackURL, submittedAt: submitted, token: tok}, false); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	if resp := <-done; resp.status != http.StatusOK {
+		t.Fatalf("pingback answered %d %s", resp.status, resp.body)
+	}
+	waitForState(t, "2captcha", id, store.StateDelivered)
+	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "token", "true", "callback")
 }
