@@ -23,6 +23,10 @@ import (
 // final answer (not ready, an error, the budget spent).
 var errNotConfirmed = errors.New("the provider gave no final answer")
 
+// errBudgetSpent is askResult's answer when the res.php budget is spent
+// (or the loops stop): asking again would not help.
+var errBudgetSpent = fmt.Errorf("%w: the result request budget is spent", errNotConfirmed)
+
 // errContradicted stops a confirmation's update when the record's code is
 // not the provider's answer.
 var errContradicted = errors.New("the provider's answer differs from the pingback's code")
@@ -39,8 +43,12 @@ func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, er
 	if pc.key == "" {
 		return protocol.Answer{}, fmt.Errorf("no api_key configured for %s", name)
 	}
+	if a.handle.sharedPolling() == nil && ps.overBudget() {
+		// The in-process budget (a shared store's is checked by waitPoll).
+		return protocol.Answer{}, errBudgetSpent
+	}
 	if !a.waitPoll(name, ps) {
-		return protocol.Answer{}, fmt.Errorf("%w: the result request budget is spent", errNotConfirmed)
+		return protocol.Answer{}, errBudgetSpent
 	}
 	ps.mu.Lock()
 	ps.polls++
@@ -83,7 +91,7 @@ func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer
 		if err == nil {
 			return ans, nil
 		}
-		if try >= confirmTries || !confirmAfter(ctx, confirmGap) {
+		if try >= confirmTries || errors.Is(err, errBudgetSpent) || !confirmAfter(ctx, confirmGap) {
 			return ans, err
 		}
 	}
@@ -176,6 +184,18 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 	case errors.Is(err, store.ErrSkip):
 	default:
 		logger.Error("recording a pingback's confirmation failed; it stays quarantined", zap.String("key", key.String()), zap.Error(err))
+	}
+}
+
+// confirmLater confirms the record stored under key for confirmation in
+// the background (startConfirm); if the job cannot start, the record is
+// marked "not_confirmed" now (its task stays pending: the poller's answer
+// supersedes it).
+func (a *App) confirmLater(ctx context.Context, st store.Store, key store.Key, logger *zap.Logger) {
+	if a.startConfirm(key, logger, func(ctx context.Context, st store.Store) {
+		a.confirmStored(ctx, st, key, logger)
+	}) == confirmDropped {
+		a.markQuarantined(ctx, st, key, whyNotConfirmed)
 	}
 }
 

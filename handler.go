@@ -361,9 +361,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			h.logger.Warn("re-delivery with a different code: asking the provider which is the result",
 				zap.String("provider", h.Provider), zap.String("id", cb.id))
 			code, logger := cb.code, h.logger
-			h.app.startBackground(func(ctx context.Context, st store.Store) {
+			if h.app.startConfirm(rec.Key(), logger, func(ctx context.Context, st store.Store) {
 				h.app.settleConflict(ctx, st, rec.Key(), code, logger)
-			})
+			}) == confirmDropped {
+				h.app.keepOtherCode(ctx, st, rec.Key(), code)
+			}
 		}
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
 		answer(http.StatusOK, "OK")
@@ -377,10 +379,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		noteQuarantined(st, rec)
 		if v.confirm {
 			h.stored.Inc()
-			logger := h.logger
-			h.app.startBackground(func(ctx context.Context, st store.Store) {
-				h.app.confirmStored(ctx, st, rec.Key(), logger)
-			})
+			h.app.confirmLater(ctx, st, rec.Key(), h.logger)
 			return nil
 		}
 		h.countQuarantined(rec.Key(), v.why)

@@ -379,7 +379,7 @@ func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
 		return nil
 	})
 	if err == nil && confirm {
-		a.startBackground(func(ctx context.Context, st store.Store) { a.confirmStored(ctx, st, t.Key(), a.logger) })
+		a.confirmLater(ctx, st, t.Key(), a.logger)
 		return
 	}
 	switch {
