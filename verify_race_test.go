@@ -98,3 +98,30 @@ func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
 	waitForState(t, "2captcha", id, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "token", "true", "callback")
 }
+
+// TestVerifyUntrackedConflictConfirmed: two pingbacks with different
+// codes for an id the plugin does not track (unknown_ids accept): the
+// conflict is confirmed with the provider all the same (it has an
+// api_key), the provider's answer wins, and the app, already sent the
+// first code, gets it as a correction at the URL the pingbacks came to,
+// still X-Pingback-Tracked: false.
+func TestVerifyUntrackedConflictConfirmed(t *testing.T) {
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	startCaddy(t, vfyGlobal(p), vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+	id := "72000000001"
+	vfyPingback(t, "/cb?tenant=3", id, "FORGED")
+	waitForState(t, "2captcha", id, store.StateDelivered)
+	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
+	vfyPingback(t, "/cb?tenant=3", id, "REAL")
+	key := "2captcha:" + id + ":correction"
+	waitFor(t, 10*time.Second, "the correction", func() bool { return len(app.withKey(key)) > 0 })
+	wantDelivery(t, app, key, "REAL", "/cb?tenant=3", "res_php", "false", "correction")
+	if n := len(p.requests("res.php")); n != 1 {
+		t.Errorf("the provider was asked %d times, want 1", n)
+	}
+	rec := waitForState(t, "2captcha", id, store.StateDelivered)
+	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || !rec.Correction || rec.Tracked {
+		t.Errorf("record code %q other %q correction %v tracked %v", rec.Code, rec.OtherCode, rec.Correction, rec.Tracked)
+	}
+}
