@@ -147,7 +147,7 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(task)
+	return json.NewEncoder(w).Encode(publicTask(task))
 }
 
 // handleRecord serves /pingback/records/<provider>/<id> (GET),
@@ -157,7 +157,7 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 	parts := pathSegments(r, "/pingback/records/")
 	switch {
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "" && r.Method == http.MethodDelete:
-		return handlePurgeRecord(w, r, store.Key{Provider: parts[0], ID: parts[1]})
+		return handlePurgeRecord(w, r, canonicalKey(parts[0], parts[1]))
 	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
 		return handleGetRecord(w, r, canonicalKey(parts[0], parts[1]))
 	case len(parts) != 3 || (parts[2] != "replay" && parts[2] != "release") || parts[0] == "" || parts[1] == "":

@@ -63,12 +63,19 @@ func parseHealthDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, 
 
 // UnmarshalCaddyfile parses `pingback_health`: no arguments, no block.
 func (h *Health) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return parseNoOptions(d)
+}
+
+// parseNoOptions parses a directive that takes no arguments and no block
+// (pingback_health, pingback_console).
+func parseNoOptions(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
+	name := d.Val()
 	if d.NextArg() {
 		return d.ArgErr()
 	}
 	if d.NextBlock(d.Nesting()) {
-		return d.Errf("pingback_health takes no options, got '%s'", d.Val())
+		return d.Errf("%s takes no options, got '%s'", name, d.Val())
 	}
 	return nil
 }
