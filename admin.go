@@ -147,7 +147,7 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(task)
+	return json.NewEncoder(w).Encode(publicTask(task))
 }
 
 // handleRecord serves /pingback/records/<provider>/<id> (GET),

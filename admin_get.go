@@ -62,7 +62,7 @@ func handleGetTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	return writeJSON(w, t)
+	return writeJSON(w, publicTask(t))
 }
 
 // handleListTasks answers GET /pingback/tasks?provider=&state=&limit=&cursor=:
@@ -102,7 +102,7 @@ func handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	ans := tasksPage{Tasks: page.Tasks}
+	ans := tasksPage{Tasks: publicTasks(page.Tasks)}
 	if ans.Tasks == nil {
 		ans.Tasks = []*store.Task{}
 	}

@@ -34,7 +34,7 @@ func handleRelease(w http.ResponseWriter, r *http.Request, key store.Key) error 
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
 	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(rec)
+	return json.NewEncoder(w).Encode(publicRecord(rec))
 }
 
 // canonicalKey is the store key of an id given in an admin path: the

@@ -246,9 +246,15 @@ func (a *App) correct(ctx context.Context, st store.Store, t *store.Task, ans pr
 		sent := r.State == store.StateDelivered || r.State == store.StateForwarding || r.Correction
 		other := r.Code
 		quarantine := r.Quarantine
+		attempts, history := r.Attempts, r.History
 		*r = *next
 		r.OtherCode, r.Quarantine = other, quarantine
 		r.Correction = sent
+		if sent {
+			// The forwards of the wrong code stay counted and in the
+			// history; the correction's are added after them.
+			r.Attempts, r.History = attempts, history
+		}
 		corrected = sent
 		return nil
 	})

@@ -16,8 +16,9 @@ import (
 // by the handler of the admin route /pingback/<route>, in-process, with the
 // same request (method, query, body) and the same answer, so every route
 // the admin API has (or gains) works from the console, with credential
-// headers of stored requests redacted as the admin API redacts them
-// (publicRecord). Only the console's guard (console_guard.go) comes first.
+// headers and pingback tokens of stored requests redacted as the admin
+// API redacts them (publicRecord), and tasks without their token
+// (publicTask). Only the console's guard (console_guard.go) comes first.
 
 // consoleRoutes maps admin route patterns to their handlers, matched the
 // way Caddy's admin endpoint matches them (an http.ServeMux).

@@ -245,14 +245,15 @@ func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
 	}
 }
 
-// decide is the replay loop's claim policy (store.ClaimRequest.Decide): a
-// due record, or one whose forward was cut, is leased for one more attempt,
-// unless its forwards were cut maxInterrupts times in a row. The attempt
-// starts in the history, source poll for a record's first forward (only a
-// polled result is stored without one: a live pingback is stored with
-// its first forward under way), else replay, as sourceOf says. It is pure.
-func decide(now time.Time) func(d *store.Delivery, lapsed bool) {
-	return func(d *store.Delivery, lapsed bool) {
+// decide is the replay loop's claim policy (store.ClaimRequest.DecideRecord):
+// a due record, or one whose forward was cut, is leased for one more
+// attempt, unless its forwards were cut maxInterrupts times in a row. The
+// attempt starts in the history with the source the app is sent
+// (sourceFor): correction, poll or callback for a record's first forward
+// (a polled result, or a pingback that waited for its confirmation or its
+// task's commit), else replay. It is pure.
+func decide(now time.Time) func(rec *store.Record, d *store.Delivery, lapsed bool) {
+	return func(rec *store.Record, d *store.Delivery, lapsed bool) {
 		d.UpdatedAt = now
 		if lapsed {
 			endInterrupted(d, now)
@@ -264,11 +265,7 @@ func decide(now time.Time) func(d *store.Delivery, lapsed bool) {
 		}
 		d.State = store.StateForwarding
 		d.Attempts++
-		src := store.SourceReplay
-		if d.Attempts == 1 {
-			src = store.SourcePoll
-		}
-		d.StartAttempt(src, now)
+		d.StartAttempt(sourceFor(rec, d.Attempts), now)
 	}
 }
 
@@ -288,15 +285,20 @@ func interruptsReason(d *store.Delivery) string {
 	return fmt.Sprintf("parked: %d forwards in a row were interrupted before they ended (last: %s); does this result crash Caddy?", d.Interrupts, d.LastError)
 }
 
-// sourceOf is the X-Pingback-Source of a claimed record's forward:
-// correction for a corrected result; poll for the first forward of a
-// polled result, callback for the first forward of a pingback that waited
-// (for its confirmation, or for its task's commit); replay for every other.
-func sourceOf(rec *store.Record) store.Source {
+// sourceOf is the X-Pingback-Source of a claimed record's forward, the
+// one its history names (decide): sourceFor its attempt.
+func sourceOf(rec *store.Record) store.Source { return sourceFor(rec, rec.Attempts) }
+
+// sourceFor is the source of forward number attempt of rec by the replay
+// loop: correction for a corrected result; poll for the first forward of
+// a polled result, callback for the first forward of a pingback that
+// waited (for its confirmation, or for its task's commit); replay for
+// every other.
+func sourceFor(rec *store.Record, attempt int) store.Source {
 	switch {
 	case rec.Correction:
 		return store.SourceCorrection
-	case rec.Attempts == 1 && (rec.Source == store.SourcePoll || rec.Source == store.SourceCallback):
+	case attempt == 1 && (rec.Source == store.SourcePoll || rec.Source == store.SourceCallback):
 		return rec.Source
 	}
 	return store.SourceReplay

@@ -95,7 +95,7 @@ func (a *App) replayDue() {
 	}
 	now := a.now().UTC()
 	claimed, err := st.Claim(a.loopCtx, store.ClaimRequest{
-		Now: now, Limit: free, Lease: a.leaseFor(st), Decide: decide(now),
+		Now: now, Limit: free, Lease: a.leaseFor(st), DecideRecord: decide(now),
 	})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {

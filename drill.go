@@ -169,7 +169,10 @@ func runDrill(parent context.Context, f drillFlags, stdout, stderr io.Writer) in
 	if err := child.start(ctx); err != nil {
 		return fail(fmt.Errorf("the config cannot run in the sandbox: %w", err))
 	}
-	total := len(sb.Routes)*6 + len(sb.Polled)*3
+	total := len(sb.Routes) * 6
+	for _, p := range sb.Polled {
+		total += len(p.scenarios())
+	}
 	n := 0
 	run := &drillRun{ctx: ctx, sb: sb, child: child, app: app, sims: sims, broken: map[*drillRoute]string{},
 		client: &http.Client{Timeout: 30 * time.Second},

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // drillChild is the child Caddy running the sandbox config: the same
@@ -158,18 +160,29 @@ func (c *drillChild) logTail() string {
 // stored reports whether the child's store holds the result key (the
 // admin API's GET of one record: 200 or 404).
 func (c *drillChild) stored(provider, id string) (bool, error) {
+	rec, err := c.record(provider, id)
+	return rec != nil, err
+}
+
+// record is the child's stored result of key (the admin API's GET of one
+// record), nil if none is stored.
+func (c *drillChild) record(provider, id string) (*store.Record, error) {
 	resp, err := http.Get("http://" + c.sb.AdminAddr + "/pingback/records/" + url.PathEscape(provider) + "/" + url.PathEscape(id))
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	_ = resp.Body.Close()
+	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
-		return true, nil
+		var rec store.Record
+		if err := json.NewDecoder(resp.Body).Decode(&rec); err != nil {
+			return nil, fmt.Errorf("admin API's record: %v", err)
+		}
+		return &rec, nil
 	case http.StatusNotFound:
-		return false, nil
+		return nil, nil
 	}
-	return false, fmt.Errorf("admin API answered %s", resp.Status)
+	return nil, fmt.Errorf("admin API answered %s", resp.Status)
 }
 
 // registerTask tells the child's poller of a task, as pingback_track does

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,6 +29,11 @@ type drillRoute struct {
 	AckTime  time.Duration // ack_timeout in force
 	Before   []string      // handlers before pingback in its handler list
 	Addr     string        // sandbox listener, host:port
+	// Verify is the verify mode in force in the sandbox: as configured
+	// (token by default) for a provider the config has a pingback_track
+	// for, whose tasks carry tokens; none otherwise.
+	Verify  string
+	handler map[string]any // the handler's JSON in the sandbox config
 }
 
 // Name is how output names the route: its host and path.
@@ -275,6 +281,7 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 		if _, ok := protocol.Lookup(r.Provider); !ok {
 			return nil, cannotDrill("route %s: unknown provider %q (known: %s)", r.Name(), r.Provider, protocol.NameList())
 		}
+		sb.sandboxVerify(r)
 	}
 
 	// The temporary directory: store, Caddy's data and config, logs.
@@ -500,13 +507,8 @@ func (w *routeWalker) walk(v any, host, path, track string) error {
 				w.sb.Routes = append(w.sb.Routes, &drillRoute{
 					Server: w.server, Host: sampleHost(h), Path: samplePath(p),
 					Provider: prov, AckTime: ack, Before: append([]string(nil), before...),
+					handler: hd,
 				})
-				// The drill's pingbacks are made up (ids no submission
-				// produced, no tokens): verification would quarantine
-				// them, so it is off in the sandbox; the delivery path
-				// it rehearses is the same.
-				hd["verify"], hd["unknown_ids"] = VerifyNone, UnknownAccept
-				w.sb.Notes = append(w.sb.Notes, fmt.Sprintf("route %s%s: verification off in the sandbox (verify none, unknown_ids accept): the drill's pingbacks carry no tokens", sampleHost(h), samplePath(p)))
 			case "pingback_track":
 				track, _ = hd["provider"].(string)
 				w.sb.Tracks = append(w.sb.Tracks, &drillTrack{Server: w.server, Host: sampleHost(h), Base: trackBase(p), Provider: track})
@@ -594,4 +596,27 @@ func samplePath(p string) string {
 		return "/"
 	}
 	return strings.ReplaceAll(p, "*", "drill")
+}
+
+// sandboxVerify sets a route's verification in the sandbox. Most of the
+// drill's pingbacks are made up (ids no submission produced), so
+// unknown_ids is accept everywhere. A route whose provider the config has
+// a pingback_track for keeps its verify mode (token by default): the
+// drill's tasks for it go through pingback_track and carry tokens, its
+// pingbacks for them carry the token too, and forged_pingback checks
+// that a forgery is quarantined. Other routes verify nothing (verify
+// none): their tasks have no tokens.
+func (sb *sandbox) sandboxVerify(r *drillRoute) {
+	tracked := slices.ContainsFunc(sb.Tracks, func(t *drillTrack) bool { return t.Provider == r.Provider })
+	r.handler["unknown_ids"] = UnknownAccept
+	if !tracked {
+		r.handler["verify"], r.Verify = VerifyNone, VerifyNone
+		sb.Notes = append(sb.Notes, fmt.Sprintf("route %s: verification off in the sandbox (verify none, unknown_ids accept): its provider has no pingback_track, so the drill's pingbacks carry no tokens", r.Name()))
+		return
+	}
+	r.Verify, _ = r.handler["verify"].(string)
+	if r.Verify == "" {
+		r.Verify = VerifyToken
+	}
+	sb.Notes = append(sb.Notes, fmt.Sprintf("route %s: verify %s as configured, unknown_ids accept in the sandbox (the drill's other pingbacks are for made-up ids)", r.Name(), r.Verify))
 }

@@ -42,6 +42,7 @@ const (
 	scSigkill        = "sigkill"
 	scProviderOutage = "provider_outage"
 	scRace           = "race"
+	scForged         = "forged_pingback"
 )
 
 // drillSettle is how long the drill keeps watching after a delivery for a
@@ -80,14 +81,28 @@ func (d *drillRun) newID(provider string) string {
 
 // send delivers a pingback to a route as the provider would.
 func (d *drillRun) send(r *drillRoute, id, code string) (int, string, error) {
+	return d.sendToken(r, "", id, code)
+}
+
+// sendToken is send with a pingback token in the URL's query (none when
+// token is ""), as the provider calls the pingback URL pingback_track gave
+// it.
+func (d *drillRun) sendToken(r *drillRoute, token, id, code string) (int, string, error) {
 	var req *http.Request
 	var err error
+	target := r.URL()
+	if token != "" {
+		target += "?" + protocol.TokenParam + "=" + token
+	}
 	switch p, _ := protocol.Lookup(r.Provider); {
 	case p.LegacyCallback == protocol.FormGET:
-		u := r.URL() + "?" + url.Values{"id": {id}, "code": {code}}.Encode()
-		req, err = http.NewRequestWithContext(d.ctx, http.MethodGet, u, nil)
+		q := url.Values{"id": {id}, "code": {code}}
+		if token != "" {
+			q.Set(protocol.TokenParam, token)
+		}
+		req, err = http.NewRequestWithContext(d.ctx, http.MethodGet, r.URL()+"?"+q.Encode(), nil)
 	case p.Has(protocol.Legacy):
-		req, err = http.NewRequestWithContext(d.ctx, http.MethodPost, r.URL(), strings.NewReader(url.Values{"id": {id}, "code": {code}}.Encode()))
+		req, err = http.NewRequestWithContext(d.ctx, http.MethodPost, target, strings.NewReader(url.Values{"id": {id}, "code": {code}}.Encode()))
 		if req != nil {
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		}
@@ -98,7 +113,7 @@ func (d *drillRun) send(r *drillRoute, id, code string) (int, string, error) {
 		}
 		body, _ := json.Marshal(map[string]any{"errorId": 0, "status": "ready", "taskId": tid,
 			"solution": map[string]string{"gRecaptchaResponse": code}})
-		req, err = http.NewRequestWithContext(d.ctx, http.MethodPost, r.URL(), strings.NewReader(string(body)))
+		req, err = http.NewRequestWithContext(d.ctx, http.MethodPost, target, strings.NewReader(string(body)))
 		if req != nil {
 			req.Header.Set("Content-Type", "application/json")
 		}
@@ -479,7 +494,7 @@ func scaledWith(scale float64, dur, floor time.Duration) time.Duration {
 // polled provider.
 func (d *drillRun) providerScenarios(p *drillPolled) {
 	if p.Route == nil {
-		for _, id := range []string{scDropped, scProviderOutage, scRace} {
+		for _, id := range p.scenarios() {
 			d.add(drillResult{ID: id, Provider: p.Provider, Verdict: "fail", Measures: "not run",
 				Expected: "a pingback route for the provider, to deliver polled results to",
 				Seen:     "the config polls " + p.Provider + " but has no pingback route for it: polled results cannot be delivered"})
@@ -487,7 +502,7 @@ func (d *drillRun) providerScenarios(p *drillPolled) {
 		return
 	}
 	if why, ok := d.broken[p.Route]; ok {
-		for _, id := range []string{scDropped, scProviderOutage, scRace} {
+		for _, id := range p.scenarios() {
 			d.add(drillResult{ID: id, Route: p.Route.Name(), Provider: p.Provider, Verdict: "fail", Measures: "not run",
 				Expected: "the route reaches its pingback handler", Seen: why})
 		}
@@ -496,6 +511,9 @@ func (d *drillRun) providerScenarios(p *drillPolled) {
 	d.dropped(p)
 	d.outage(p)
 	d.race(p)
+	if p.Track != nil {
+		d.forged(p)
+	}
 }
 
 func (d *drillRun) dropped(p *drillPolled) {
@@ -579,12 +597,107 @@ func (d *drillRun) race(p *drillPolled) {
 		code = t.Code
 	}
 	d.pause(time.Until(start.Add(d.sb.FirstPoll)))
-	s, _, err := d.send(p.Route, id, code)
+	s, _, err := d.sendToken(p.Route, d.token(p, id), id, code)
 	counts, last, all := d.delivered(d.pollWindow()+5*time.Second, key(p.Provider, id))
 	res.Verdict = verdict(err == nil && s == 200 && all && allOnce(counts))
 	res.Seen = fmt.Sprintf("pingback answered %d; %s", s, countsText(counts))
 	if err != nil {
 		res.Seen = "send failed: " + err.Error()
+	}
+	if all {
+		res.Seconds = secs(last.Sub(start))
+	}
+	d.add(res)
+}
+
+// scenarios are the provider scenarios run for p: forged_pingback only
+// when its tasks go through pingback_track (and so carry tokens).
+func (p *drillPolled) scenarios() []string {
+	ids := []string{scDropped, scProviderOutage, scRace}
+	if p.Track != nil {
+		ids = append(ids, scForged)
+	}
+	return ids
+}
+
+// token is the pingback token pingback_track gave the provider for task
+// id (in the pingback URL the simulator received), "" if none.
+func (d *drillRun) token(p *drillPolled, id string) string {
+	t, ok := d.sims[p.Provider].sim.Task(id)
+	if !ok {
+		return ""
+	}
+	_, q, _ := strings.Cut(t.Pingback, "?")
+	tok, n := protocol.QueryToken(q)
+	if n != 1 {
+		return ""
+	}
+	return tok
+}
+
+// forged sends forged pingbacks for a task submitted through
+// pingback_track, without its token and with a wrong one, as an attacker
+// on the network who guessed the id would, then the provider's real
+// pingback with its token: the forgeries are answered 200 and
+// quarantined, never delivered; the real code is delivered once (by the
+// real pingback, or by the poller if it came first).
+func (d *drillRun) forged(p *drillPolled) {
+	res := drillResult{ID: scForged, Route: p.Route.Name(), Provider: p.Provider, Measures: "real pingback to delivery",
+		Expected: fmt.Sprintf("with verify %s: forged pingbacks (no token, a wrong one) for a tracked task answered 200, quarantined, never delivered; the real one, with its token, delivered once with its code", p.Route.Verify)}
+	fail := func(seen string) {
+		res.Verdict, res.Seen = "fail", seen
+		d.add(res)
+	}
+	id, err := d.submit(p)
+	if err != nil {
+		fail("submitting a task: " + err.Error())
+		return
+	}
+	tok := d.token(p, id)
+	if tok == "" {
+		fail("the provider was given a pingback URL without a " + protocol.TokenParam)
+		return
+	}
+	k := key(p.Provider, id)
+	forgedCode := "FORGED-" + id
+	for _, t := range []string{"", strings.Repeat("0", len(tok))} {
+		s, _, err := d.sendToken(p.Route, t, id, forgedCode)
+		if err != nil || s != http.StatusOK {
+			fail(fmt.Sprintf("forged pingback answered %d (%v), want 200", s, err))
+			return
+		}
+	}
+	rec, err := d.child.record(p.Provider, id)
+	if err != nil || rec == nil {
+		fail(fmt.Sprintf("the forged pingback is not stored (%v)", err))
+		return
+	}
+	quarantined := rec.State == "quarantined"
+	d.pause(drillSettle)
+	if n, _ := d.app.count(k); n != 0 {
+		fail(fmt.Sprintf("the app was sent %d deliveries of the forged pingback (stored as %s)", n, rec.State))
+		return
+	}
+	code := "DRILL-" + id
+	if t, ok := d.sims[p.Provider].sim.Task(id); ok && t.Code != "" {
+		code = t.Code
+	}
+	start := time.Now()
+	s, _, err := d.sendToken(p.Route, tok, id, code)
+	counts, last, all := d.delivered(d.deliveryWait(), k)
+	rec, rerr := d.child.record(p.Provider, id)
+	// JSON providers store the canonical JSON of the solution: the codes
+	// are inside it.
+	realCode := rerr == nil && rec != nil && strings.Contains(rec.Code, code) && strings.Contains(rec.OtherCode, forgedCode)
+	res.Verdict = verdict(err == nil && s == http.StatusOK && quarantined && all && allOnce(counts) && realCode)
+	res.Seen = fmt.Sprintf("forgeries answered 200, stored %s; real pingback answered %d; %s", map[bool]string{true: "quarantined", false: "not quarantined"}[quarantined], s, countsText(counts))
+	switch {
+	case err != nil:
+		res.Seen = "sending the real pingback failed: " + err.Error()
+	case rerr != nil || rec == nil:
+		res.Seen += fmt.Sprintf("; reading the record: %v", rerr)
+	case !realCode:
+		res.Seen += "; the stored code is not the real one (the forgery's kept as other_code)"
 	}
 	if all {
 		res.Seconds = secs(last.Sub(start))

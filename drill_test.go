@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,11 +83,13 @@ func runDrillChild(t *testing.T, config string, extra ...string) drillOutput {
 	return out
 }
 
-var drillScenarioIDs = []string{scDuplicate, scConcurrent, scAppDown, scApp5xx, scSlowApp, scDropped, scSigkill, scProviderOutage, scRace}
+var drillScenarioIDs = []string{scDuplicate, scConcurrent, scAppDown, scApp5xx, scSlowApp, scDropped, scSigkill, scProviderOutage, scRace, scForged}
 
 // checkDrillPassed checks a passing report: every route has its six rows,
-// every polled provider its three, each row passed with a measure.
-func checkDrillPassed(t *testing.T, out drillOutput, routes, providers []string) {
+// every polled provider its three, and those of them in tracked (a
+// pingback_track in the config) a forged_pingback row too; each row
+// passed with a measure.
+func checkDrillPassed(t *testing.T, out drillOutput, routes, providers, tracked []string) {
 	t.Helper()
 	if out.code != 0 || !out.report.Passed {
 		t.Fatalf("exit %d, passed %v\nstdout:\n%s\nstderr:\n%s", out.code, out.report.Passed, out.stdout, out.stderr)
@@ -114,17 +117,24 @@ func checkDrillPassed(t *testing.T, out drillOutput, routes, providers []string)
 		}
 	}
 	for _, p := range providers {
-		for _, id := range []string{scDropped, scProviderOutage, scRace} {
-			if rows[id+" provider "+p] != 1 {
-				t.Errorf("provider %s: %d rows %s, want 1", p, rows[id+" provider "+p], id)
+		for _, id := range []string{scDropped, scProviderOutage, scRace, scForged} {
+			want := 1
+			if id == scForged && !slices.Contains(tracked, p) {
+				want = 0
+			}
+			if rows[id+" provider "+p] != want {
+				t.Errorf("provider %s: %d rows %s, want %d", p, rows[id+" provider "+p], id, want)
 			}
 		}
 	}
-	if want := 6*len(routes) + 3*len(providers); len(rep.Scenarios) != want {
+	if want := 6*len(routes) + 3*len(providers) + len(tracked); len(rep.Scenarios) != want {
 		t.Errorf("%d scenarios, want %d", len(rep.Scenarios), want)
 	}
 	if n := strings.Count(out.stderr, "drill: ["); n != len(rep.Scenarios) {
 		t.Errorf("%d progress lines on stderr for %d scenarios", n, len(rep.Scenarios))
+	}
+	if want := fmt.Sprintf("/%d] ", len(rep.Scenarios)); strings.Count(out.stderr, want) != len(rep.Scenarios) {
+		t.Errorf("progress lines do not count %d scenarios:\n%s", len(rep.Scenarios), out.stderr)
 	}
 }
 
@@ -133,7 +143,7 @@ func TestDrillExample(t *testing.T) {
 	out := runDrillChild(t, "Caddyfile.example")
 	checkDrillPassed(t, out,
 		[]string{"localhost/pingback/captchaai", "localhost/pingback/2captcha", "localhost/pingback/anticaptcha"},
-		[]string{"2captcha", "anticaptcha"})
+		[]string{"2captcha", "anticaptcha"}, []string{"2captcha", "anticaptcha"})
 }
 
 func TestDrillTwoProvidersTwoRoutes(t *testing.T) {
@@ -141,7 +151,7 @@ func TestDrillTwoProvidersTwoRoutes(t *testing.T) {
 	out := runDrillChild(t, "testdata/drill/two-providers.Caddyfile")
 	checkDrillPassed(t, out,
 		[]string{"pingbacks.example.com/pingback/rucaptcha", "pingbacks.example.com/pingback/capsolver/drill"},
-		[]string{"rucaptcha", "capsolver"})
+		[]string{"rucaptcha", "capsolver"}, nil)
 	if !slices.ContainsFunc(out.report.Notes, func(n string) bool { return strings.Contains(n, "store postgres replaced by a temporary Badger store") }) {
 		t.Errorf("notes %q do not say the PostgreSQL store was replaced", out.report.Notes)
 	}
@@ -224,7 +234,7 @@ func TestDrillRealApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := runDrillChild(t, cfg, "--app")
-	checkDrillPassed(t, out, []string{"localhost/pingback/captchaai"}, nil)
+	checkDrillPassed(t, out, []string{"localhost/pingback/captchaai"}, nil, nil)
 	mu.Lock()
 	defer mu.Unlock()
 	// duplicate, duplicate_concurrent, 3 app_down, 3 app_5xx, slow_app, 2 sigkill

@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"strings"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -135,16 +136,19 @@ func redactHeader(h http.Header) http.Header {
 }
 
 // publicRecord is rec as an admin answer shows it: credential headers
-// redacted (a shallow copy when it changes anything).
+// redacted, and the pingback token's value in the request URI
+// (pingback_token=[redacted]); a shallow copy when it changes anything.
 func publicRecord(rec *store.Record) *store.Record {
 	if rec == nil {
 		return nil
 	}
-	if len(rec.Request.Header) == 0 {
+	uri := protocol.RedactTokenURI(rec.Request.URI, redactedValue)
+	if len(rec.Request.Header) == 0 && uri == rec.Request.URI {
 		return rec
 	}
 	cp := *rec
 	cp.Request.Header = redactHeader(rec.Request.Header)
+	cp.Request.URI = uri
 	return &cp
 }
 
@@ -153,6 +157,27 @@ func publicRecords(recs []*store.Record) []*store.Record {
 	out := make([]*store.Record, len(recs))
 	for i, r := range recs {
 		out[i] = publicRecord(r)
+	}
+	return out
+}
+
+// publicTask is t as an admin answer shows it: without its pingback token
+// (a copy when it has one), which would let whoever reads the answer
+// forge the task's pingback.
+func publicTask(t *store.Task) *store.Task {
+	if t == nil || t.Token == "" {
+		return t
+	}
+	cp := *t
+	cp.Token = ""
+	return &cp
+}
+
+// publicTasks applies publicTask to each task of an admin answer.
+func publicTasks(ts []*store.Task) []*store.Task {
+	out := make([]*store.Task, len(ts))
+	for i, t := range ts {
+		out[i] = publicTask(t)
 	}
 	return out
 }

@@ -235,6 +235,8 @@ func TestVerifyResPHPForgery(t *testing.T) {
 	vfyPingback(t, "/cb", id2, "SAME")
 	waitForState(t, "2captcha", id2, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id2, "SAME", "/cb", "res_php", "true", "callback")
+	wantHistorySources(t, "2captcha", id, store.SourcePoll)
+	wantHistorySources(t, "2captcha", id2, store.SourceCallback)
 }
 
 // TestVerifyResPHPNotReady: a result the provider says is not ready is
@@ -319,6 +321,7 @@ func TestVerifyAcceptConflictCorrection(t *testing.T) {
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || !rec.Correction {
 		t.Errorf("record code %q other %q correction %v", rec.Code, rec.OtherCode, rec.Correction)
 	}
+	wantHistorySources(t, "2captcha", id, store.SourceCallback, store.SourceCorrection)
 }
 
 // TestVerifyUnknownIDs: a pingback for an id no submission produced, in
@@ -413,6 +416,7 @@ func TestVerifyRelease(t *testing.T) {
 		t.Fatalf("release = %d %s", code, body)
 	}
 	wantDelivery(t, app, "2captcha:801", "A", "/cb", "none", "false", "replay")
+	wantHistorySources(t, "2captcha", "801", store.SourceManual)
 	if code, _ := trkPost(t, admin+"801/release"); code != http.StatusConflict {
 		t.Errorf("second release = %d, want 409", code)
 	}
@@ -492,6 +496,7 @@ func TestVerifyHeldUntilCommit(t *testing.T) {
 			}
 			waitForState(t, "2captcha", "4242", store.StateDelivered)
 			wantDelivery(t, app, "2captcha:4242", "FAST", "/cb", "token", "true", "callback")
+			wantHistorySources(t, "2captcha", "4242", store.SourceCallback)
 			if task, _ := trkTask(t, "4242"); task.State != store.TaskDone {
 				t.Errorf("task after its held pingback was delivered: %s", task.State)
 			}

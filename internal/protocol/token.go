@@ -135,6 +135,23 @@ func StripTokenURI(uri string) string {
 	return path + "?" + q
 }
 
+// RedactTokenURI returns a request URI with the value of each
+// pingback_token field of its query replaced by placeholder, every other
+// byte as it was: what an admin answer shows of a stored request.
+func RedactTokenURI(uri, placeholder string) string {
+	path, q, ok := strings.Cut(uri, "?")
+	if !ok || !strings.Contains(q, TokenParam) {
+		return uri
+	}
+	fields := strings.Split(q, "&")
+	for i, f := range fields {
+		if name, _, _ := strings.Cut(f, "="); name == TokenParam {
+			fields[i] = TokenParam + "=" + placeholder
+		}
+	}
+	return path + "?" + strings.Join(fields, "&")
+}
+
 // TokenPingback adds the token to the pingback URL an in.php submission
 // carries (the pingback field of its urlencoded or multipart body, else of
 // its query), changing nothing else: the token, escaped as the field is,

@@ -230,3 +230,20 @@ func FuzzCanonicalID(f *testing.F) {
 		}
 	})
 }
+
+func TestRedactTokenURI(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"/cb", "/cb"},
+		{"/cb?a=1", "/cb?a=1"},
+		{"/cb?pingback_token=abc", "/cb?pingback_token=X"},
+		{"/cb?a=1&pingback_token=abc&b=2", "/cb?a=1&pingback_token=X&b=2"},
+		{"/cb?pingback_token=a&pingback_token=b", "/cb?pingback_token=X&pingback_token=X"},
+		{"/cb?pingback_token", "/cb?pingback_token=X"},
+		{"/cb?my_pingback_token=abc", "/cb?my_pingback_token=abc"},
+		{"/pingback_token?x=pingback_token", "/pingback_token?x=pingback_token"},
+	} {
+		if got := RedactTokenURI(tc.in, "X"); got != tc.want {
+			t.Errorf("RedactTokenURI(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -525,7 +525,7 @@ func (b *Badger) ownLease(d *Delivery) {
 
 // Claim implements Store.
 func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error) {
-	if req.Limit < 1 || req.Decide == nil {
+	if !req.valid() {
 		return nil, errors.New("claim: need a positive limit and a decide function")
 	}
 	var out []*Record
@@ -560,7 +560,7 @@ func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error)
 				cur.LastStatus, cur.LastError = 0, lapsed
 				cur.Lease = Lease{}
 			}
-			req.Decide(&cur, lapsed != "")
+			req.decide(rec, &cur, lapsed != "")
 			if cur.State == StateForwarding {
 				cur.Lease = Lease{Owner: b.owner, Until: req.Now.Add(req.Lease)}
 			}

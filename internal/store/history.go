@@ -37,9 +37,13 @@ type Attempt struct {
 	// Attempt is the forward's number, 1 for the first (what
 	// X-Pingback-Attempt carried).
 	Attempt int `json:"attempt"`
-	// Source is callback (the live forward), poll (a polled result's
-	// first forward), replay (the replay loop: a retry, or a forward cut
-	// by a crash or a reload replayed), manual or bulk.
+	// Source is callback (the live forward, or the first forward of a
+	// pingback that waited for its confirmation or its task's commit),
+	// poll (a polled result's first forward), correction (a forward of a
+	// corrected result), replay (the replay loop: a retry, or a forward
+	// cut by a crash or a reload replayed), manual or bulk: what the app
+	// was sent as X-Pingback-Source, except that manual and bulk are sent
+	// as replay.
 	Source    Source    `json:"source"`
 	StartedAt time.Time `json:"started_at"`
 	// EndedAt is zero while the forward runs; for an attempt found

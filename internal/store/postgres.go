@@ -643,7 +643,7 @@ func (p *Postgres) readModifyWriteLocked(ctx context.Context, lock *Key, query s
 // LOCKED), so every record goes to one claimer. By keys, rows are locked
 // in key order and waited for.
 func (p *Postgres) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error) {
-	if req.Limit < 1 || req.Decide == nil {
+	if !req.valid() {
 		return nil, errors.New("claim: need a positive limit and a decide function")
 	}
 	clock := p.clockArg()
@@ -670,7 +670,7 @@ func (p *Postgres) Claim(ctx context.Context, req ClaimRequest) ([]*Record, erro
 				cur.LastStatus, cur.LastError = 0, lapseExpired
 				cur.Lease = Lease{}
 			}
-			req.Decide(&cur, lapsed)
+			req.decide(rec, &cur, lapsed)
 			if cur.State == StateForwarding {
 				cur.Lease = Lease{Owner: p.owner, Until: now.Add(req.Lease)}
 			}

@@ -292,6 +292,27 @@ type ClaimRequest struct {
 	// once if the transaction is retried: it must be pure (no side effects
 	// beyond d).
 	Decide func(d *Delivery, lapsed bool)
+	// DecideRecord, if set, is used instead of Decide and also sees the
+	// claimable record as stored (read-only; its Delivery is not d), so
+	// that the policy can depend on the record's other fields: the
+	// replay loop names an attempt's source from the record's Source and
+	// Correction. The same rules as for Decide apply.
+	DecideRecord func(rec *Record, d *Delivery, lapsed bool)
+}
+
+// valid reports whether req can be claimed: a positive limit and a
+// decide function.
+func (req *ClaimRequest) valid() bool {
+	return req.Limit >= 1 && (req.Decide != nil || req.DecideRecord != nil)
+}
+
+// decide applies req's decide function to d, the delivery of rec.
+func (req *ClaimRequest) decide(rec *Record, d *Delivery, lapsed bool) {
+	if req.DecideRecord != nil {
+		req.DecideRecord(rec, d, lapsed)
+		return
+	}
+	req.Decide(d, lapsed)
 }
 
 // Expired is a result whose retention ended before it was delivered.

@@ -417,3 +417,50 @@ func testLeaseLapse(t *testing.T, h Harness, s store.Store, term time.Duration) 
 		}
 	}
 }
+
+// testClaimDecideRecord: DecideRecord is used instead of Decide and sees
+// each claimable record's other fields as stored, those an UpdateRecord
+// changed included (the replay loop names an attempt's source from them),
+// whether the claim is of due records or by key; what it does to the
+// delivery is what Claim stores.
+func testClaimDecideRecord(t *testing.T, h Harness) {
+	s := h.Open(t)
+	t0 := base()
+	polled := queued("polled", t0, t0)
+	polled.Source = store.SourcePoll
+	corrected := queued("corrected", t0, t0.Add(time.Second))
+	insert(t, s, polled, corrected)
+	if _, err := s.UpdateRecord(ctx, key("corrected"), func(r *store.Record) error {
+		r.Code, r.OtherCode, r.Correction = "REAL", r.Code, true
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	decide := func(rec *store.Record, d *store.Delivery, lapsed bool) {
+		seen[rec.ID] = fmt.Sprintf("%s %s %v %d", rec.Source, rec.Code, rec.Correction, d.Attempts)
+		forward(d, lapsed)
+		d.LastError = "decided for " + rec.ID
+	}
+	now := t0.Add(time.Second)
+	recs := claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, DecideRecord: decide})
+	wantIDs(t, "claim with DecideRecord", recs, "polled", "corrected")
+	want := map[string]string{"polled": "poll CODE-polled false 0", "corrected": "callback REAL true 0"}
+	for id, w := range want {
+		if seen[id] != w {
+			t.Errorf("DecideRecord saw %s as %q, want %q", id, seen[id], w)
+		}
+		if got := get(t, s, id); got.State != store.StateForwarding || got.Attempts != 1 || got.LastError != "decided for "+id {
+			t.Errorf("stored %s: %s attempts %d error %q; want DecideRecord's delivery", id, got.State, got.Attempts, got.LastError)
+		}
+	}
+	clear(seen)
+	parked := inState("parked", t0, store.StateParked)
+	parked.Source = store.SourcePoll
+	insert(t, s, parked)
+	recs = claimReq(t, s, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("parked")}, DecideRecord: decide})
+	wantIDs(t, "claim by key with DecideRecord", recs, "parked")
+	if seen["parked"] != "poll CODE-parked false "+fmt.Sprint(parked.Attempts) {
+		t.Errorf("DecideRecord by key saw %q", seen["parked"])
+	}
+}

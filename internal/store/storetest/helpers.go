@@ -147,7 +147,7 @@ func forward(d *store.Delivery, lapsed bool) {
 
 func claimReq(t *testing.T, s store.Store, req store.ClaimRequest) []*store.Record {
 	t.Helper()
-	if req.Decide == nil {
+	if req.Decide == nil && req.DecideRecord == nil {
 		req.Decide = forward
 	}
 	if req.Lease == 0 {

@@ -104,6 +104,7 @@ func Run(t *testing.T, h Harness) {
 		{"ClaimDueEarliestFirst", testClaimDueEarliestFirst},
 		{"ClaimLimit", testClaimLimit},
 		{"ClaimDecideParks", testClaimDecideParks},
+		{"ClaimDecideRecord", testClaimDecideRecord},
 		{"ClaimKeys", testClaimKeys},
 		{"ClaimConcurrent", testClaimConcurrent},
 		{"Restart", testRestart},
