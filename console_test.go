@@ -169,6 +169,8 @@ func TestConsoleRefusesCrossSite(t *testing.T) {
 		{"no Origin, cross-site fetch", http.MethodPost, replay, http.Header{ConsoleTokenHeader: {token}, "Sec-Fetch-Site": {"cross-site"}}},
 		{"no-cors mode", http.MethodPost, replay, http.Header{"Origin": {"http://127.0.0.1:" + testHTTPPort}, ConsoleTokenHeader: {token}, "Sec-Fetch-Mode": {"no-cors"}}},
 		{"bulk replay from a foreign Origin", http.MethodPost, "replays", http.Header{"Origin": {"http://evil.example"}, ConsoleTokenHeader: {token}}},
+		{"release from a foreign Origin", http.MethodPost, "records/2captcha/7001/release", http.Header{"Origin": {"http://evil.example"}, ConsoleTokenHeader: {token}}},
+		{"release without the token", http.MethodPost, "records/2captcha/7001/release", http.Header{"Origin": {"http://127.0.0.1:" + testHTTPPort}}},
 		{"read without token", http.MethodGet, "records?state=parked", nil},
 		{"read from a foreign Origin", http.MethodGet, "records?state=parked", http.Header{"Origin": {"http://evil.example"}, ConsoleTokenHeader: {token}}},
 	} {
