@@ -48,6 +48,9 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 	if err != nil {
 		return purgeError(err)
 	}
+	if n > 0 {
+		quarantinePurged(r.Context(), st, key.Provider) // the quarantine cap's bytes, read again
+	}
 	if n == 0 {
 		if _, err := st.Get(r.Context(), key); errors.Is(err, store.ErrPurged) {
 			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s: already purged", key)}
@@ -78,6 +81,9 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	n, err := st.Purge(r.Context(), q)
 	if err != nil {
 		return purgeError(err)
+	}
+	if n > 0 {
+		quarantinePurged(r.Context(), st, f.Provider) // "" for every provider
 	}
 	logPurge(n, zap.String("provider", f.Provider), zap.String("state", string(f.State)),
 		zap.String("received_after", f.ReceivedAfter), zap.String("received_before", f.ReceivedBefore))

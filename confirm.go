@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -23,6 +24,14 @@ import (
 // final answer (not ready, an error, the budget spent).
 var errNotConfirmed = errors.New("the provider gave no final answer")
 
+// errBudgetSpent is askResult's answer when the res.php budget is spent
+// (or the loops stop): asking again would not help.
+var errBudgetSpent = fmt.Errorf("%w: the result request budget is spent", errNotConfirmed)
+
+// errContradicted stops a confirmation's update when the record's code is
+// not the provider's answer.
+var errContradicted = errors.New("the provider's answer differs from the pingback's code")
+
 // askResult asks the provider once for task's result, as the poller does.
 func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, error) {
 	name := t.Provider
@@ -35,8 +44,12 @@ func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, er
 	if pc.key == "" {
 		return protocol.Answer{}, fmt.Errorf("no api_key configured for %s", name)
 	}
+	if a.handle.sharedPolling() == nil && ps.overBudget() {
+		// The in-process budget (a shared store's is checked by waitPoll).
+		return protocol.Answer{}, errBudgetSpent
+	}
 	if !a.waitPoll(name, ps) {
-		return protocol.Answer{}, fmt.Errorf("%w: the result request budget is spent", errNotConfirmed)
+		return protocol.Answer{}, errBudgetSpent
 	}
 	ps.mu.Lock()
 	ps.polls++
@@ -79,7 +92,7 @@ func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer
 		if err == nil {
 			return ans, nil
 		}
-		if try >= confirmTries || !confirmAfter(ctx, confirmGap) {
+		if try >= confirmTries || errors.Is(err, errBudgetSpent) || !confirmAfter(ctx, confirmGap) {
 			return ans, err
 		}
 	}
@@ -129,10 +142,6 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 		a.markQuarantined(ctx, st, key, whyNotConfirmed)
 		return
 	}
-	rec, err := st.Get(ctx, key)
-	if err != nil {
-		return
-	}
 	ans, err := a.askUntilFinal(ctx, t)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -145,16 +154,21 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 		return
 	}
 	now := a.now().UTC()
-	if sameResult(rec.Code, ans) {
-		_, err = st.UpdateRecord(ctx, key, func(r *store.Record) error {
-			if r.State != store.StateQuarantined || r.Quarantine != whyConfirming {
-				return store.ErrSkip
-			}
-			r.State, r.DueAt, r.UpdatedAt = store.StateQueued, now, now
-			r.Verified, r.Quarantine = VerifyResPHP, ""
-			return nil
-		})
-	} else {
+	// The answer is compared with the record as it is now, inside the
+	// update: the record read before asking may have been replaced
+	// meanwhile, and only the code the provider confirms is delivered.
+	_, err = st.UpdateRecord(ctx, key, func(r *store.Record) error {
+		if r.State != store.StateQuarantined || r.Quarantine != whyConfirming {
+			return store.ErrSkip
+		}
+		if !sameResult(r.Code, ans) {
+			return errContradicted
+		}
+		r.State, r.DueAt, r.UpdatedAt = store.StateQueued, now, now
+		r.Verified, r.Quarantine = VerifyResPHP, ""
+		return nil
+	})
+	if errors.Is(err, errContradicted) {
 		a.metrics.callbacks.WithLabelValues(key.Provider, "quarantined").Inc()
 		logger.Warn("pingback contradicted by the provider's own answer: the provider's answer is delivered, the pingback's code kept as other_code",
 			zap.String("key", key.String()))
@@ -174,6 +188,18 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 	}
 }
 
+// confirmLater confirms the record stored under key for confirmation in
+// the background (startConfirm); if the job cannot start, the record is
+// marked "not_confirmed" now (its task stays pending: the poller's answer
+// supersedes it).
+func (a *App) confirmLater(ctx context.Context, st store.Store, key store.Key, logger *zap.Logger) {
+	if a.startConfirm(key, logger, func(ctx context.Context, st store.Store) {
+		a.confirmStored(ctx, st, key, logger)
+	}) == confirmDropped {
+		a.markQuarantined(ctx, st, key, whyNotConfirmed)
+	}
+}
+
 // markQuarantined sets the quarantine reason of a quarantined record.
 func (a *App) markQuarantined(ctx context.Context, st store.Store, key store.Key, why string) {
 	_, _ = st.UpdateRecord(ctx, key, func(r *store.Record) error {
@@ -189,12 +215,22 @@ func (a *App) markQuarantined(ctx context.Context, st store.Store, key store.Key
 // task is its result: the stored one, or code, which a later pingback
 // carried. The provider's answer wins and both codes are kept; if the app
 // had already been sent the losing code, the right one is delivered again
-// as a correction. Without an api_key, or for a task the plugin does not
-// track (no pingback URL to deliver a correction to), the first code is
-// kept and the other recorded as other_code.
+// as a correction. A result whose task the plugin does not track is
+// confirmed all the same (res.php and getTaskResult need only the id), its
+// correction delivered to the URL its pingback came to (untrackedTask).
+// Without an api_key, or if the provider gives no final answer, the first
+// code is kept and the other recorded as other_code.
 func (a *App) settleConflict(ctx context.Context, st store.Store, key store.Key, code string, logger *zap.Logger) {
+	if a.providerConfig(key.Provider).key == "" {
+		a.keepOtherCode(ctx, st, key, code)
+		return
+	}
 	t, err := st.GetTask(ctx, key)
-	if err != nil || a.providerConfig(key.Provider).key == "" {
+	tracked := err == nil
+	if errors.Is(err, store.ErrNotFound) {
+		t, err = a.untrackedTask(ctx, st, key)
+	}
+	if err != nil {
 		a.keepOtherCode(ctx, st, key, code)
 		return
 	}
@@ -207,9 +243,41 @@ func (a *App) settleConflict(ctx context.Context, st store.Store, key store.Key,
 		}
 		return
 	}
-	if !a.correct(ctx, st, t, ans, logger) {
+	if !a.correct(ctx, st, t, ans, tracked, logger) {
 		a.keepOtherCode(ctx, st, key, code)
 	}
+}
+
+// untrackedTask describes, for a result whose task the plugin does not
+// track, what a result request and a correction need: the provider's API
+// (the JSON one if the provider has no legacy API or the pingback was
+// JSON, else the legacy one) and the URL the pingback came to (its token,
+// if any, taken out), on the server that received it.
+func (a *App) untrackedTask(ctx context.Context, st store.Store, key store.Key) (*store.Task, error) {
+	rec, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	prov, err := lookupProvider(key.Provider)
+	if err != nil {
+		return nil, err
+	}
+	api := ""
+	if prov.LegacyEndpoint == "" || strings.HasPrefix(rec.Request.Header.Get("Content-Type"), "application/json") {
+		api = string(protocol.JSON)
+	}
+	scheme := "http"
+	if rec.Request.TLS {
+		scheme = "https"
+	}
+	return &store.Task{
+		Provider:    key.Provider,
+		ID:          key.ID,
+		API:         api,
+		PingbackURL: scheme + "://" + rec.Request.Host + protocol.StripTokenURI(rec.Request.URI),
+		Server:      rec.Server,
+		SubmittedAt: rec.ReceivedAt,
+	}, nil
 }
 
 // keepOtherCode records code as the record's other_code unless it is the
@@ -229,15 +297,17 @@ func (a *App) keepOtherCode(ctx context.Context, st store.Store, key store.Key, 
 // the code; an app that was already sent the wrong code (delivered, or
 // being forwarded) gets the answer as a correction (X-Pingback-Source:
 // correction, Idempotency-Key "<provider>:<id>:correction"); one that was
-// not gets it as the result. It reports whether the record changed.
-func (a *App) correct(ctx context.Context, st store.Store, t *store.Task, ans protocol.Answer, logger *zap.Logger) bool {
+// not gets it as the result; tracked says whether t is a tracked task (a
+// correction of an untracked result keeps X-Pingback-Tracked: false). It
+// reports whether the record changed.
+func (a *App) correct(ctx context.Context, st store.Store, t *store.Task, ans protocol.Answer, tracked bool, logger *zap.Logger) bool {
 	now := a.now().UTC()
 	next, err := a.polledRecord(t, ans, now)
 	if err != nil {
 		logger.Error("cannot build the provider's answer as a delivery; the stored code is kept", zap.String("key", t.Key().String()), zap.Error(err))
 		return false
 	}
-	next.Verified, next.Tracked = VerifyResPHP, true
+	next.Verified, next.Tracked = VerifyResPHP, tracked
 	corrected := false
 	_, err = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
 		if sameResult(r.Code, ans) {

@@ -148,6 +148,7 @@ func (a *App) housekeeping() {
 	a.handle.failures.flush(a.logger, zap.WarnLevel, "route")
 	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
 	quarantineLog.flush(a.logger, zap.WarnLevel, "provider")
+	confirmDropLog.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
 }
 

@@ -307,7 +307,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			rec.Lease.Until = now.Add(h.app.leaseFor(st))
 		}
 		res, err = st.Insert(ctx, rec)
-		if err == nil && res.Existing != nil && res.Existing.State == store.StateQuarantined && (v.why == "" || v.confirm) {
+		if err == nil && supersedes(v, res.Existing) {
 			// A trusted pingback (or one to confirm) for a result held
 			// in quarantine: it takes its place, the quarantined code
 			// kept as other_code.
@@ -350,14 +350,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			// delivered; the stored result stands.
 			result = "quarantined"
 			h.countQuarantinedLog(rec.Key(), v.why)
+		case res.Existing.State == store.StateQuarantined && res.Existing.Quarantine == whyConfirming:
+			// Another code while the first is being confirmed: the
+			// confirmation under way settles it (the provider's answer
+			// wins); this code is kept as other_code.
+			result = "conflict"
+			h.app.keepOtherCode(ctx, st, rec.Key(), cb.code)
 		default:
 			result = "conflict"
 			h.logger.Warn("re-delivery with a different code: asking the provider which is the result",
 				zap.String("provider", h.Provider), zap.String("id", cb.id))
 			code, logger := cb.code, h.logger
-			h.app.startBackground(func(ctx context.Context, st store.Store) {
+			if h.app.startConfirm(rec.Key(), logger, func(ctx context.Context, st store.Store) {
 				h.app.settleConflict(ctx, st, rec.Key(), code, logger)
-			})
+			}) == confirmDropped {
+				h.app.keepOtherCode(ctx, st, rec.Key(), code)
+			}
 		}
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
 		answer(http.StatusOK, "OK")
@@ -371,13 +379,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		noteQuarantined(st, rec)
 		if v.confirm {
 			h.stored.Inc()
-			logger := h.logger
-			h.app.startBackground(func(ctx context.Context, st store.Store) {
-				h.app.confirmStored(ctx, st, rec.Key(), logger)
-			})
+			h.app.confirmLater(ctx, st, rec.Key(), h.logger)
 			return nil
 		}
 		h.countQuarantined(rec.Key(), v.why)
+		if v.why == whyUnknownID {
+			// Its task may have committed since judge looked (a
+			// submission in flight), after the task's own re-check
+			// found no record: each side checks after its own write.
+			if task, terr := st.GetTask(ctx, rec.Key()); terr == nil {
+				h.app.recheckHeld(ctx, st, task)
+			}
+		}
 		return nil
 	default:
 		committed.Store(true)
@@ -428,6 +441,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 var errStoreUnavailable = errors.New("store not open")
+
+// supersedes reports whether a pingback judged v replaces existing, the
+// record already stored under its key: a trusted one (or one to confirm)
+// replaces a quarantined record, except that one to confirm never
+// replaces a record whose own confirmation is under way (the forgery
+// would be delivered on the strength of the genuine code's answer).
+func supersedes(v trust, existing *store.Record) bool {
+	if existing == nil || existing.State != store.StateQuarantined {
+		return false
+	}
+	if v.confirm {
+		return existing.Quarantine != whyConfirming
+	}
+	return v.why == ""
+}
 
 // provisionProvider resolves a handler's provider (required) and finds the
 // pingback app.

@@ -104,7 +104,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges(), quarantineBytes}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

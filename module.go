@@ -376,6 +376,9 @@ type storeHandle struct {
 	// delays writes observed delays to a shared store (delayWriterOf).
 	delaysOnce sync.Once
 	delays     *delayWriter
+
+	// confirms bounds the confirmations in flight (confirm_queue.go).
+	confirms confirmQueue
 }
 
 func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {

@@ -157,7 +157,7 @@ func (a *App) polledExisting(t *store.Task, ans protocol.Answer, existing, rec *
 		a.handle.wake()
 		return
 	case !sameResult(existing.Code, ans):
-		a.correct(ctx, st, t, ans, a.logger)
+		a.correct(ctx, st, t, ans, true, a.logger)
 	default:
 		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
 	}

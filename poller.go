@@ -308,7 +308,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	ps.noKeyLogged = ps.noKeyLogged || noKey
 	polls, tracked := ps.polls, ps.tracked
 	// A shared store counts the budget of every instance (takePoll).
-	overBudget := a.handle.sharedPolling() == nil && polls >= 10*tracked+pollAllowance
+	overBudget := a.handle.sharedPolling() == nil && overPollBudget(polls, tracked)
 	logBudget := overBudget && !ps.budgetLogged
 	ps.budgetLogged = ps.budgetLogged || overBudget
 	ps.mu.Unlock()

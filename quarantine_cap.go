@@ -26,12 +26,21 @@ const (
 )
 
 // quarantineUse is the bytes of one provider's quarantined records in
-// one store, as this process knows them: read from the store (one scan of
-// the provider's quarantined records) when first needed and whenever a
-// record left quarantine since, then kept by adding what is quarantined.
+// one store, as this process knows them: kept by adding what is
+// quarantined, and read from the store (one scan of the provider's
+// quarantined records) once when first needed (concurrent pingbacks wait
+// for that one read), again in the background after records left
+// quarantine or expired (stale: meanwhile the last known bytes apply, an
+// over-estimate), and at once, in the admin request, after a purge. A
+// read never runs twice at once for one provider and store, and never
+// again inside a pingback's request once the bytes are known.
 type quarantineUse struct {
-	bytes int64
-	known bool
+	bytes   int64
+	known   bool          // read from the store at least once
+	stale   bool          // records left quarantine since the last read
+	reading chan struct{} // a read under way, closed when it ends; nil if none
+	added   int64         // bytes quarantined while reading
+	limit   int           // the most records a read lists (max_quarantine)
 }
 
 var quarantineUsage = struct {
@@ -71,54 +80,131 @@ func (h *Handler) admitQuarantine(ctx context.Context, st store.Store, rec *stor
 	if err == nil && c.Records[h.Provider][store.StateQuarantined] >= int64(maxN) {
 		return false
 	}
-	used, ok := quarantineUsed(ctx, st, h.Provider, maxN)
+	used, ok := h.app.quarantineUsed(st, h.Provider, maxN)
 	return !ok || used+recordBytes(rec) <= maxB
 }
 
-// quarantineUsed returns the bytes quarantined for provider in st,
-// reading them from the store if they are not known; ok is false if they
-// could not be read (the count cap still holds).
-func quarantineUsed(ctx context.Context, st store.Store, provider string, limit int) (int64, bool) {
+// quarantineUsed returns the bytes quarantined for provider in st: read
+// from the store if they were never read (one read, which concurrent
+// callers wait for), the last known bytes otherwise, with a read started
+// in the background if they are stale; ok is false if they could not be
+// read (the count cap still holds).
+func (a *App) quarantineUsed(st store.Store, provider string, limit int) (int64, bool) {
 	k := quarantineKey{st, provider}
 	quarantineUsage.Lock()
 	u := quarantineUsage.m[k]
-	if u != nil && u.known {
+	if u == nil {
+		u = &quarantineUse{}
+		quarantineUsage.m[k] = u
+	}
+	u.limit = max(u.limit, limit)
+	switch {
+	case u.known:
+		if u.stale && u.reading == nil {
+			done := u.startRead()
+			if !a.startBackground(func(ctx context.Context, _ store.Store) { readQuarantineBytes(ctx, k, limit, done) }) {
+				u.reading, u.stale = nil, true
+				close(done)
+			}
+		}
 		defer quarantineUsage.Unlock()
 		return u.bytes, true
+	case u.reading != nil:
+		done := u.reading
+		quarantineUsage.Unlock()
+		<-done
+	default:
+		done := u.startRead()
+		quarantineUsage.Unlock()
+		readQuarantineBytes(a.loopCtx, k, limit, done)
 	}
-	quarantineUsage.Unlock()
-	recs, err := st.List(ctx, store.Filter{Provider: provider, State: store.StateQuarantined}, max(limit, 1))
-	if err != nil {
-		return 0, false
-	}
+	quarantineUsage.Lock()
+	defer quarantineUsage.Unlock()
+	return u.bytes, u.known
+}
+
+// startRead marks a read under way and returns its done channel; the
+// caller holds quarantineUsage.
+func (u *quarantineUse) startRead() chan struct{} {
+	u.reading, u.stale, u.added = make(chan struct{}), false, 0
+	return u.reading
+}
+
+// readQuarantineBytes reads the bytes of k's quarantined records from the
+// store, then closes done. What was quarantined while it read is added
+// (it may be counted twice until the next read: the cap errs on the side
+// of the disk).
+func readQuarantineBytes(ctx context.Context, k quarantineKey, limit int, done chan struct{}) {
+	recs, err := k.st.List(ctx, store.Filter{Provider: k.provider, State: store.StateQuarantined}, max(limit, 1))
 	var n int64
 	for _, r := range recs {
 		n += recordBytes(r)
 	}
 	quarantineUsage.Lock()
 	defer quarantineUsage.Unlock()
-	quarantineUsage.m[k] = &quarantineUse{bytes: n, known: true}
-	quarantineBytes.WithLabelValues(provider).Set(float64(n))
-	return n, true
+	defer close(done)
+	u := quarantineUsage.m[k]
+	if u.reading == done {
+		u.reading = nil
+	}
+	if err != nil {
+		u.stale = true // read again when next needed
+		return
+	}
+	u.bytes, u.known = n+u.added, true
+	quarantineBytes.WithLabelValues(k.provider).Set(float64(u.bytes))
+}
+
+// quarantinePurged reads again, now, the bytes of the quarantined records
+// of provider (every provider this process knows if "") in st, after a
+// purge: a quarantine emptied by hand takes pingbacks again at once.
+func quarantinePurged(ctx context.Context, st store.Store, provider string) {
+	quarantineChanged(st, provider)
+	var keys []quarantineKey
+	quarantineUsage.Lock()
+	for k, u := range quarantineUsage.m {
+		if k.st == st && (provider == "" || k.provider == provider) && u.reading == nil {
+			keys = append(keys, k)
+		}
+	}
+	dones := make([]chan struct{}, len(keys))
+	limits := make([]int, len(keys))
+	for i, k := range keys {
+		dones[i], limits[i] = quarantineUsage.m[k].startRead(), quarantineUsage.m[k].limit
+	}
+	quarantineUsage.Unlock()
+	for i, k := range keys {
+		readQuarantineBytes(ctx, k, limits[i], dones[i])
+	}
 }
 
 // noteQuarantined adds a newly quarantined record to its provider's bytes.
 func noteQuarantined(st store.Store, rec *store.Record) {
 	quarantineUsage.Lock()
 	defer quarantineUsage.Unlock()
-	if u := quarantineUsage.m[quarantineKey{st, rec.Provider}]; u != nil && u.known {
+	u := quarantineUsage.m[quarantineKey{st, rec.Provider}]
+	if u == nil {
+		return
+	}
+	if u.reading != nil {
+		u.added += recordBytes(rec)
+	}
+	if u.known {
 		u.bytes += recordBytes(rec)
 		quarantineBytes.WithLabelValues(rec.Provider).Set(float64(u.bytes))
 	}
 }
 
-// quarantineChanged notes that records of provider left quarantine (or
-// expired) in st: its bytes are read again when next needed.
+// quarantineChanged notes that records of provider (every provider if
+// "") left quarantine, expired or were purged in st: its bytes are read
+// again, in the background, when next needed.
 func quarantineChanged(st store.Store, provider string) {
 	quarantineUsage.Lock()
 	defer quarantineUsage.Unlock()
-	if u := quarantineUsage.m[quarantineKey{st, provider}]; u != nil {
-		u.known = false
+	for k, u := range quarantineUsage.m {
+		if k.st == st && (provider == "" || k.provider == provider) {
+			u.stale = true
+		}
 	}
 }
 

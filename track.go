@@ -209,13 +209,36 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	// ids are nearly sequential, so anything less would let anyone who
 	// reaches this site read other accounts' results.
 	if st != nil && t.keyMatches(params.Get("key")) {
-		// A quarantined result is not trusted: the provider answers.
-		if held, err := st.Get(r.Context(), key); err == nil && held.State != store.StateQuarantined {
+		// Only a trusted result is answered locally; for any other the
+		// provider answers (servedLocally).
+		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) {
 			body, ct := protocol.LocalResAnswer(held.Code, held.Answer, asJSON)
 			return writeLocal(w, ct, body)
 		}
 	}
 	return t.passSeenResult(w, r, next, st, key, protocol.SeenResAnswer)
+}
+
+// servedLocally reports whether a stored result may be answered by the
+// local res.php / getTaskResult as the provider's answer: never a
+// quarantined one, nor one received before its task was submitted (a
+// forgery for an id guessed ahead, stored under unknown_ids accept);
+// one that completed its tracked task (Tracked), came from the provider
+// itself (polled, or seen in its answer to the app) or has no task (an id
+// submitted outside pingback_track, whose pingback the app was given as
+// it is) is.
+func servedLocally(ctx context.Context, st store.Store, rec *store.Record) bool {
+	switch {
+	case rec.State == store.StateQuarantined:
+		return false
+	case rec.Tracked || rec.Source == store.SourcePoll:
+		return true
+	}
+	task, err := st.GetTask(ctx, rec.Key())
+	if errors.Is(err, store.ErrNotFound) {
+		return true
+	}
+	return err == nil && !rec.ReceivedAt.Before(task.SubmittedAt)
 }
 
 // passSeenResult passes a result request (res.php or getTaskResult) of the

@@ -107,8 +107,8 @@ func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, nex
 	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
 	if st != nil && t.keyMatches(clientKey) {
-		// A quarantined result is not trusted: the provider answers.
-		if held, err := st.Get(r.Context(), key); err == nil && held.State != store.StateQuarantined {
+		// Only a trusted result is answered locally (servedLocally).
+		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) {
 			if answer, ok := protocol.LocalTaskResult(held.Answer); ok {
 				return writeLocal(w, "application/json", answer)
 			}

@@ -58,10 +58,14 @@ const (
 const (
 	whyTokenMismatch = "token_mismatch"
 	whyUnknownID     = "unknown_id"
-	whyConfirming    = "confirming"
-	whyNotConfirmed  = "not_confirmed"
-	whyProvider      = "provider_mismatch"
-	whyUnverified    = "unverified" // the task could not be read: nothing to verify against
+	// A result received before its task's submission entered
+	// pingback_track: it never completes the task (set when the task
+	// commits and finds it quarantined as an unknown id).
+	whyBeforeSubmission = "before_submission"
+	whyConfirming       = "confirming"
+	whyNotConfirmed     = "not_confirmed"
+	whyProvider         = "provider_mismatch"
+	whyUnverified       = "unverified" // the task could not be read: nothing to verify against
 )
 
 // confirmTries is how many times a result request that answers "not
@@ -342,10 +346,15 @@ var errNotQuarantined = errors.New("result is not quarantined")
 // arrived after the submission entered pingback_track): if it carries the
 // task's token (or the handler verifies nothing) it is queued for
 // delivery now, verified. A record received before the submission stays
-// quarantined: a result older than its task never completes it.
+// quarantined, its reason now before_submission: a result older than its
+// task never completes it.
 func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
 	rec, err := st.Get(ctx, t.Key())
-	if err != nil || rec.State != store.StateQuarantined || rec.Quarantine != whyUnknownID || rec.ReceivedAt.Before(t.SubmittedAt) {
+	if err != nil || rec.State != store.StateQuarantined || rec.Quarantine != whyUnknownID {
+		return
+	}
+	if rec.ReceivedAt.Before(t.SubmittedAt) {
+		a.markQuarantined(ctx, st, t.Key(), whyBeforeSubmission)
 		return
 	}
 	verified := VerifyNone
@@ -379,7 +388,7 @@ func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
 		return nil
 	})
 	if err == nil && confirm {
-		a.startBackground(func(ctx context.Context, st store.Store) { a.confirmStored(ctx, st, t.Key(), a.logger) })
+		a.confirmLater(ctx, st, t.Key(), a.logger)
 		return
 	}
 	switch {

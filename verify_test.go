@@ -374,8 +374,8 @@ func TestVerifyForgedFutureID(t *testing.T) {
 				t.Fatalf("task submitted after a forged result for its id: %+v, %v; want pending", task, err)
 			}
 			if mode == "quarantine" {
-				if rec := getRecord(t, "2captcha", id); rec.State != store.StateQuarantined {
-					t.Errorf("the forgery left quarantine when its task was submitted: %s", rec.State)
+				if rec := getRecord(t, "2captcha", id); rec.State != store.StateQuarantined || rec.Quarantine != whyBeforeSubmission {
+					t.Errorf("the forgery when its task was submitted: %s %q, want quarantined %s", rec.State, rec.Quarantine, whyBeforeSubmission)
 				}
 			}
 		})
