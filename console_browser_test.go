@@ -25,8 +25,9 @@ import (
 // sets it, so the test can never be skipped there.
 //
 // Screenshots go to $PINGBACK_CONSOLE_SCREENSHOTS, default
-// <os.TempDir()>/pingback-console-screenshots (never the repository);
-// docs/console.png is a copy of overview.png from a run.
+// <os.TempDir()>/pingback-console-screenshots (never the repository):
+// overview.png, record.png, quarantined.png (a release being confirmed),
+// record-phone.png; docs/console.png is a copy of overview.png from a run.
 
 // browserPath finds Chromium, or skips (fails under
 // PINGBACK_REQUIRE_BROWSER).
@@ -200,18 +201,24 @@ func TestConsoleBrowser(t *testing.T) {
 	for i := range bulk {
 		postConsolePingback(t, strconv.Itoa(7501+i), "TOKEN-"+strconv.Itoa(7501+i), nil)
 	}
+	// A pingback for an id no task has, on the route that quarantines them.
+	const quarantinedCode = "<b>QUARANTINED-7700</b>"
+	postConsolePingbackTo(t, "/cbq", "7700", quarantinedCode, nil)
 	for i := range bulk + 1 {
 		waitForState(t, "2captcha", strconv.Itoa(7500+i), store.StateParked)
 	}
+	waitForState(t, "2captcha", "7700", store.StateQuarantined)
 	if status, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
 		"provider": "2captcha", "id": "7600", "pingback_url": trkCallbackURL,
 	})); status != http.StatusCreated {
 		t.Fatalf("registering a task: %d %s", status, body)
 	}
 
-	// At the root of 127.0.0.1: the overview counts the parked results.
+	// At the root of 127.0.0.1: the overview counts the parked and the
+	// quarantined results.
 	b.do(t, "overview", chromedp.Navigate(consoleRoot),
-		until(`(document.querySelector('[data-provider="2captcha"]')||{}).innerText?.includes('parked 6')`))
+		until(`(document.querySelector('[data-provider="2captcha"]')||{}).innerText?.includes('parked 6')`),
+		until(`document.querySelector('[data-provider="2captcha"]').innerText.includes('quarantined 1')`))
 	b.screenshot(t, "overview.png")
 
 	// The dead-letter queue, by a linkable filter.
@@ -261,6 +268,48 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Log("the admin API answers no history: none shown")
 	}
 	b.screenshot(t, "record.png")
+
+	// The quarantine: listed with its reason and a Release button (no
+	// Replay, no bulk replay); released from its detail after a
+	// confirmation, it reaches the app once, as a release, and the page
+	// shows it delivered.
+	b.do(t, "quarantine", chromedp.Navigate(consoleRoot+"?state=quarantined"),
+		until(`document.querySelectorAll('#records [data-key]').length === 1`),
+		until(`document.querySelector('[data-key="2captcha:7700"]').innerText.includes('unknown_id')`))
+	if n := evalJS[int](t, b, `document.querySelectorAll('[data-key="2captcha:7700"] [data-action="release"]').length`); n != 1 {
+		t.Errorf("the quarantined result has %d Release buttons, want 1", n)
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('[data-key="2captcha:7700"] [data-action="replay"], #bulk-replay').length`); n != 0 {
+		t.Errorf("the quarantine offers %d replay buttons, want none (replay refuses quarantined results)", n)
+	}
+	b.do(t, "quarantined detail", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7700"] a`)),
+		until(`document.querySelector('#record [data-action="release"]')`))
+	qrec := getRecord(t, "2captcha", "7700")
+	text = evalJS[string](t, b, `document.querySelector('#record').innerText`)
+	for _, want := range []string{"quarantine", qrec.Quarantine, qrec.Verified} {
+		if !strings.Contains(text, want) {
+			t.Errorf("quarantined detail %q does not show %q", text, want)
+		}
+	}
+	if qrec.Quarantine != "unknown_id" {
+		t.Errorf("7700 quarantined as %q, want unknown_id", qrec.Quarantine)
+	}
+	if got := evalJS[string](t, b, `document.querySelector('#code').textContent`); got != quarantinedCode {
+		t.Errorf("the quarantined code renders as %q, want the text %q", got, quarantinedCode)
+	}
+	b.do(t, "release", chromedp.Click(chromedp.CSS(`#record [data-action="release"]`)),
+		until(`document.querySelector('#record [data-confirm="yes"]')`))
+	b.screenshot(t, "quarantined.png")
+	if n := app.count("2captcha:7700"); n != 0 {
+		t.Fatalf("the app got 2captcha:7700 %d times before the release was confirmed", n)
+	}
+	b.do(t, "confirm the release", chromedp.Click(chromedp.CSS(`#record [data-confirm="yes"]`)),
+		until(`document.querySelector('#record .state').textContent === 'delivered'`),
+		until(`document.querySelector('#record').innerText.includes('Released: delivered.')`))
+	wantDelivery(t, app, "2captcha:7700", quarantinedCode, "/cbq", store.VerifiedNone, "false", "replay")
+	if rec := getRecord(t, "2captcha", "7700"); rec.State != store.StateDelivered {
+		t.Errorf("7700 after the release: %s, want delivered", rec.State)
+	}
 
 	// Under handle_path /console/* of localhost: bulk replay of the rest,
 	// with its progress to the end.
@@ -335,14 +384,14 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("after purge: %d %s, want 404", status, body)
 	}
 	b.do(t, "purge all delivered", chromedp.Navigate(consoleSub+"?state=delivered&provider=2captcha"),
-		until(`document.querySelectorAll('#records [data-key]').length === 5`),
+		until(`document.querySelectorAll('#records [data-key]').length === 6`),
 		chromedp.Click(chromedp.CSS(`#bulk-purge`)),
 		chromedp.Click(chromedp.CSS(`#bulk [data-confirm="yes"]`)),
-		until(`document.querySelector('#bulk').innerText.includes('Purged 5 results.')`),
+		until(`document.querySelector('#bulk').innerText.includes('Purged 6 results.')`),
 		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
-	for i := range bulk + 1 {
-		if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+strconv.Itoa(7500+i)); status != http.StatusNotFound {
-			t.Errorf("2captcha:%d after the bulk purge: %d, want 404", 7500+i, status)
+	for _, id := range []string{"7500", "7501", "7502", "7503", "7504", "7505", "7700"} {
+		if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id); status != http.StatusNotFound {
+			t.Errorf("2captcha:%s after the bulk purge: %d, want 404", id, status)
 		}
 	}
 }

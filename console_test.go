@@ -28,13 +28,21 @@ var (
 // consoleSites mounts the console at the root of 127.0.0.1 and under
 // /console/ of localhost, whose /cb is a 2captcha pingback route in front
 // of app that stores, for replays, credential headers too (keep_headers),
-// so that the tests can check they never reach the page.
+// so that the tests can check they never reach the page; /cbq is one that
+// quarantines pingbacks for unknown ids.
 func consoleSites(app *appStub) string {
 	return fmt.Sprintf(`http://localhost:%[1]s {
 	handle /cb {
 		pingback {
 			provider 2captcha
 			keep_headers Authorization Cookie X-Api-Key Proxy-Authorization X-Auth-Token X-Note X-Evil
+		}
+		reverse_proxy %[2]s
+	}
+	handle /cbq {
+		pingback {
+			provider 2captcha
+			unknown_ids quarantine
 		}
 		reverse_proxy %[2]s
 	}
@@ -54,7 +62,14 @@ const consoleParkGlobal = "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts
 // postConsolePingback posts a 2captcha pingback to /cb with extra request headers.
 func postConsolePingback(t *testing.T, id, code string, header http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, testBase+"/cb", strings.NewReader(url.Values{"id": {id}, "code": {code}}.Encode()))
+	postConsolePingbackTo(t, "/cb", id, code, header)
+}
+
+// postConsolePingbackTo posts a 2captcha pingback to path with extra
+// request headers, and wants it answered 200 OK.
+func postConsolePingbackTo(t *testing.T, path, id, code string, header http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, testBase+path, strings.NewReader(url.Values{"id": {id}, "code": {code}}.Encode()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,6 +169,8 @@ func TestConsoleRefusesCrossSite(t *testing.T) {
 		{"no Origin, cross-site fetch", http.MethodPost, replay, http.Header{ConsoleTokenHeader: {token}, "Sec-Fetch-Site": {"cross-site"}}},
 		{"no-cors mode", http.MethodPost, replay, http.Header{"Origin": {"http://127.0.0.1:" + testHTTPPort}, ConsoleTokenHeader: {token}, "Sec-Fetch-Mode": {"no-cors"}}},
 		{"bulk replay from a foreign Origin", http.MethodPost, "replays", http.Header{"Origin": {"http://evil.example"}, ConsoleTokenHeader: {token}}},
+		{"release from a foreign Origin", http.MethodPost, "records/2captcha/7001/release", http.Header{"Origin": {"http://evil.example"}, ConsoleTokenHeader: {token}}},
+		{"release without the token", http.MethodPost, "records/2captcha/7001/release", http.Header{"Origin": {"http://127.0.0.1:" + testHTTPPort}}},
 		{"read without token", http.MethodGet, "records?state=parked", nil},
 		{"read from a foreign Origin", http.MethodGet, "records?state=parked", http.Header{"Origin": {"http://evil.example"}, ConsoleTokenHeader: {token}}},
 	} {

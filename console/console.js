@@ -265,7 +265,8 @@
 
 	async function records(gen, q) {
 		const f = recordFilter(q);
-		const title = f.state === 'parked' || f.state === 'failed' || f.state === 'rejected' ? 'Dead letters: ' + f.state : 'Results';
+		const title = f.state === 'parked' || f.state === 'failed' || f.state === 'rejected' ? 'Dead letters: ' + f.state :
+			f.state === 'quarantined' ? 'Quarantine' : 'Results';
 		// The received-time filter shows once the list answers in the paged
 		// shape ({"records", "next_cursor"}), which filters by it; a bare
 		// array (an older admin API) does not.
@@ -334,9 +335,37 @@
 				['attempts', String(rec.attempts || 0)],
 				['last status', rec.last_status ? String(rec.last_status) : undefined],
 				['last error', rec.last_error],
+				['quarantine', rec.state === 'quarantined' ? rec.quarantine || '?' : undefined],
 			]),
-			el('div', {class: 'actions'}, replayButton(rec, out, (updated) => fillRecordCard(card, updated))),
+			el('div', {class: 'actions'}, actionButton(rec, out, (updated) => fillRecordCard(card, updated))),
 			out);
+	}
+
+	// actionButton is Release for a quarantined result (replay refuses
+	// one), else Replay; done gets the record after the attempt.
+	function actionButton(rec, out, done) {
+		return rec.state === 'quarantined' ? releaseButton(rec, out, done) : replayButton(rec, out, done);
+	}
+
+	// releaseButton delivers a quarantined result by hand, after a
+	// confirmation: the result failed verification (it may be a forgery,
+	// which the app would then take as the provider's answer), and a
+	// delivery cannot be taken back.
+	function releaseButton(rec, out, done) {
+		const b = el('button', {class: 'primary', 'data-action': 'release'}, 'Release…');
+		b.addEventListener('click', () => {
+			out.replaceChildren(confirmBox('Deliver ' + rec.provider + ' / ' + rec.id + ' to the app? It is quarantined (' +
+				(rec.quarantine || 'no reason recorded') + '): nothing shows that it is the provider\'s result.', 'Release',
+			async (box) => {
+				const r = await api('POST', 'records/' + keyPath(rec.provider, rec.id) + '/release');
+				if (r.ok) {
+					done(r.data, 'Released');
+					return;
+				}
+				box.replaceChildren(msg(errorOf(r), 'error'));
+			}));
+		});
+		return b;
 	}
 
 	// replayButton replays one result at once (no confirmation); a delivered
@@ -354,7 +383,7 @@
 	async function replay(rec, force, out, done, b) {
 		const r = await api('POST', 'records/' + keyPath(rec.provider, rec.id) + '/replay' + (force ? '?force=true' : ''));
 		if (r.ok) {
-			done(r.data);
+			done(r.data, 'Replayed');
 			return;
 		}
 		b.disabled = false;
@@ -384,7 +413,9 @@
 		const area = el('div');
 		bulk.replaceChildren(bar, area);
 		const state = f.state || 'parked';
-		if (state !== 'delivered' && state !== 'forwarding') {
+		// Bulk replay refuses delivered, forwarding and quarantined results
+		// (quarantined ones are released one by one).
+		if (state !== 'delivered' && state !== 'forwarding' && state !== 'quarantined') {
 			const b = el('button', {id: 'bulk-replay'}, 'Replay all ' + state + '…');
 			b.addEventListener('click', () => {
 				const filter = {...f, state};
@@ -476,10 +507,10 @@
 	function recordDetail(gen, rec) {
 		const wrap = el('div', {id: 'record', 'data-key': rec.provider + ':' + rec.id});
 		const out = el('div', {class: 'msg'});
-		const actions = el('div', {class: 'actions'}, replayButton(rec, out, (updated) => {
+		const actions = el('div', {class: 'actions'}, actionButton(rec, out, (updated, what) => {
 			const fresh = recordDetail(gen, updated);
 			wrap.replaceWith(fresh);
-			fresh.querySelector('.msg').replaceChildren(msg('Replayed: ' + updated.state + '.', 'ok'));
+			fresh.querySelector('.msg').replaceChildren(msg(what + ': ' + updated.state + '.', 'ok'));
 		}));
 		probePurge().then((ok) => {
 			if (!ok || gen !== generation) return;
@@ -512,9 +543,14 @@
 				['updated', when(rec.updated_at)],
 				['expires', when(rec.expires_at)],
 				['server', rec.server],
+				['verified', rec.verified],
+				['tracked', rec.tracked === undefined ? undefined : (rec.tracked ? 'yes' : 'no')],
+				['quarantine', rec.quarantine],
+				['correction', rec.correction ? 'yes: the app was sent another code first' : undefined],
 			])),
 			el('h2', null, 'Result'),
 			el('pre', {id: 'code'}, rec.code || ''),
+			rec.other_code ? [el('h2', null, 'Other code (lost)'), el('pre', {id: 'other-code'}, rec.other_code)] : [],
 			rec.answer ? [el('h2', null, 'Answer'), el('pre', {id: 'answer'}, bytesText(rec.answer))] : [],
 			el('h2', null, 'Request'),
 			requestCard(req),
