@@ -66,9 +66,11 @@ func handleGetTask(w http.ResponseWriter, r *http.Request) error {
 }
 
 // handleListTasks answers GET /pingback/tasks?provider=&state=&limit=&cursor=:
-// {"tasks": [...], "next_cursor": "..."}, ordered by provider and id, at
-// most limit (default 100, at most 10000); state is pending, done or
-// expired; next_cursor, absent on the last page, asks for the next one.
+// {"tasks": [...], "next_cursor": "..."}, ordered by submission time
+// (submitted_at), then provider and id, at most limit (default 100, at
+// most 10000); state is pending, done or expired; next_cursor, absent on
+// the last page, asks for the next one. A cursor of the order before (by
+// provider and id) answers 400.
 func handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	tq := store.TaskQuery{Provider: q.Get("provider"), State: store.TaskState(q.Get("state"))}
@@ -88,11 +90,11 @@ func handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	}
 	tq.Limit = limit
 	if c := q.Get("cursor"); c != "" {
-		k, err := decodeTaskCursor(c)
+		pos, err := decodeTaskCursor(c)
 		if err != nil {
 			return badInput("%v", err)
 		}
-		tq.After = &k
+		tq.After = &pos
 	}
 	st, err := adminStore()
 	if err != nil {

@@ -130,6 +130,8 @@ func TestAdminListRecordsPages(t *testing.T) {
 		{http.MethodDelete, "/pingback/records", http.StatusMethodNotAllowed, "GET"},
 		{http.MethodGet, "/pingback/tasks?cursor=abc", http.StatusBadRequest, "cursor"},
 		{http.MethodGet, "/pingback/tasks?cursor=" + cursor([]string{"captchaai"}), http.StatusBadRequest, "cursor"},
+		// A cursor of the task order before (by provider and id).
+		{http.MethodGet, "/pingback/tasks?cursor=" + cursor([]string{"captchaai", "100"}), http.StatusBadRequest, "cursor"},
 		{http.MethodGet, "/pingback/tasks?limit=0", http.StatusBadRequest, "limit"},
 	} {
 		status, body := adminRequest(t, tc.method, tc.path)
@@ -155,30 +157,57 @@ func TestAdminListRecordsPages(t *testing.T) {
 	}
 }
 
-// TestAdminListTasksPages pages through GET /pingback/tasks, by state.
+// TestAdminListTasksPages pages through GET /pingback/tasks with each
+// filter: submission time (submitted_at), then provider, then id.
 func TestAdminListTasksPages(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", pingbackSite("captchaai", "", app))
 	st := runningApp(t).store(time.Second)
-	now := time.Now().UTC()
-	var all, pending []string
-	for i := range 25 {
-		tk := &store.Task{Provider: "captchaai", ID: fmt.Sprintf("%03d", 100+i), SubmittedAt: now, PingbackURL: testBase + "/cb",
-			State: store.TaskPending, UpdatedAt: now, ExpiresAt: now.Add(time.Hour)}
-		if i%5 == 0 {
+	now := time.Now().UTC().Truncate(time.Second)
+	var tasks []*store.Task
+	for i := range 40 {
+		// Submitted later as the ids fall, two a second, two providers:
+		// neither the key order nor the insertion order is the answer.
+		tk := &store.Task{Provider: "captchaai", ID: fmt.Sprintf("%03d", 200-i), SubmittedAt: now.Add(time.Duration(i/2) * time.Second),
+			PingbackURL: testBase + "/cb", State: store.TaskPending, UpdatedAt: now, ExpiresAt: now.Add(time.Hour)}
+		if i%3 == 0 {
+			tk.Provider = "2captcha"
+		}
+		switch i % 5 {
+		case 0:
 			tk.State = store.TaskExpired
-		} else {
-			pending = append(pending, "captchaai:"+tk.ID)
+		case 1:
+			tk.State = store.TaskDone
 		}
 		if _, err := st.AddTask(context.Background(), tk); err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, "captchaai:"+tk.ID)
+		tasks = append(tasks, tk)
+	}
+	slices.SortFunc(tasks, func(a, b *store.Task) int {
+		return store.CompareTaskPosition(store.TaskPositionOf(a), store.TaskPositionOf(b))
+	})
+	want := func(provider string, state store.TaskState) []string {
+		var out []string
+		for _, tk := range tasks {
+			if (provider == "" || tk.Provider == provider) && (state == "" || tk.State == state) {
+				out = append(out, tk.Key().String())
+			}
+		}
+		return out
 	}
 	for _, tc := range []struct {
 		query string
 		want  []string
-	}{{"limit=4", all}, {"limit=6&state=pending", pending}, {"limit=25", all}} {
+	}{
+		{"limit=4", want("", "")},
+		{"limit=40", want("", "")},
+		{"limit=3&provider=2captcha", want("2captcha", "")},
+		{"limit=6&state=pending", want("", store.TaskPending)},
+		{"limit=2&state=done", want("", store.TaskDone)},
+		{"limit=5&state=expired", want("", store.TaskExpired)},
+		{"limit=2&state=pending&provider=captchaai", want("captchaai", store.TaskPending)},
+	} {
 		q, _ := url.ParseQuery(tc.query)
 		var got []string
 		for pages := 0; pages < 50; pages++ {

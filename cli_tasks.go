@@ -18,9 +18,12 @@ func init() {
 	addSubcommand(func() *cobra.Command {
 		cmd := &cobra.Command{
 			Use:   "tasks [--state pending|done|expired] [--provider <name>] [--limit <n>]",
-			Short: "Lists tracked tasks (those the poller recovers results for)",
-			Args:  cobra.NoArgs,
-			RunE:  cliRun(cliTasks),
+			Short: "Lists tracked tasks (those the poller recovers results for), by submission time",
+			Long: `Lists tracked tasks, those the poller recovers results for, ordered by
+submission time (submitted_at), then provider and id, read page by page
+through GET /pingback/tasks.`,
+			Args: cobra.NoArgs,
+			RunE: cliRun(cliTasks),
 		}
 		cmd.Flags().String("state", "", "Only tasks in this state (pending, done, expired)")
 		cmd.Flags().String("provider", "", "Only this provider's tasks")

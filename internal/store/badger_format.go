@@ -24,7 +24,10 @@ import (
 //	4: the received-time index i/ (badger_list.go) and the tombstones g/
 //	  of purged records (badger_purge.go); opening a store of an earlier
 //	  format writes the i/ entries of its records.
-const formatVersion = 4
+//	5: the task order index o/ (badger_taskorder.go), by state, provider
+//	  and submission time; opening a store of an earlier format writes
+//	  the o/ entries of its tasks.
+const formatVersion = 5
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
@@ -53,6 +56,13 @@ func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
 			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
 		}
 		log.Info("built the received-time index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("records", n))
+	}
+	if version >= 1 && version < 5 {
+		n, err := buildTaskOrder(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
+		}
+		log.Info("built the task order index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("tasks", n))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {

@@ -181,6 +181,9 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 		if _, err := buildReceivedIndex(db); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := buildTaskOrder(db); err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = db.View(func(txn *badger.Txn) error { return checkIndexes(txn) })
 	if cerr := db.Close(); cerr != nil {
@@ -195,7 +198,7 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 
 func TestBadgerFormatNewer(t *testing.T) {
 	for _, x := range []struct{ format, want string }{
-		{"5", "stored format 5 is newer than this plugin's (4)"},
+		{"6", "stored format 6 is newer than this plugin's (5)"},
 		{"two", `format key "two"`},
 	} {
 		t.Run(x.format, func(t *testing.T) {

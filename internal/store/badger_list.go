@@ -186,86 +186,53 @@ func (w *batch) walkReceived(ctx context.Context, q ListQuery, out *[]*Record) e
 	if q.After != nil && unixNano(q.After.ReceivedAt) > unixNano(start) {
 		start = q.After.ReceivedAt
 	}
-	type run struct {
-		it  *badger.Iterator
-		pos Position
-		ok  bool
-	}
-	runs := make([]*run, 0, len(providers))
-	defer func() {
-		for _, r := range runs {
-			r.it.Close()
-		}
-	}()
-	next := func(r *run) {
-		for ; r.it.Valid(); r.it.Next() {
-			if r.pos, r.ok = parseReceivedKey(r.it.Item().Key()); r.ok {
-				return
-			}
-		}
-		r.ok = false
-	}
+	starts := make([]runStart, 0, len(providers))
 	for _, p := range providers {
-		prefix := receivedPrefix + p + "/"
-		r := &run{it: w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})}
-		runs = append(runs, r)
-		r.it.Seek(receivedIndexKey(Key{Provider: p}, start))
-		next(r)
+		starts = append(starts, runStart{[]byte(receivedPrefix + p + "/"), receivedIndexKey(Key{Provider: p}, start)})
 	}
-	for len(*out) <= q.Limit {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var best *run
-		for _, r := range runs {
-			if r.ok && (best == nil || ComparePosition(r.pos, best.pos) < 0) {
-				best = r
-			}
-		}
-		if best == nil {
-			return nil
-		}
-		pos := best.pos
-		best.it.Next()
-		next(best)
+	return mergeRuns(ctx, w.txn, starts, parseReceivedKey, ComparePosition, func(pos Position) (bool, error) {
 		if !q.ReceivedBefore.IsZero() && unixNano(pos.ReceivedAt) >= unixNano(q.ReceivedBefore) {
-			return nil // every run is past it from here on
+			return false, nil // every run is past it from here on
 		}
 		if !q.matches(pos) {
-			continue
+			return true, nil
 		}
 		if q.State != "" {
 			d, _, err := w.delivery(pos.Key)
 			if errors.Is(err, ErrNotFound) {
-				continue
+				return true, nil
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			if d.State != q.State {
-				continue
+				return true, nil
 			}
 		}
 		rec, err := w.record(pos.Key)
 		if errors.Is(err, ErrNotFound) {
-			continue
+			return true, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		*out = append(*out, rec)
-	}
-	return nil
+		return len(*out) <= q.Limit, nil
+	})
 }
 
 // receivedProviders lists the providers the received-time index holds,
 // one seek each.
-func (w *batch) receivedProviders() []string {
-	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(receivedPrefix)})
+func (w *batch) receivedProviders() []string { return w.segments(receivedPrefix) }
+
+// segments lists the distinct first segments (up to a '/') of the keys
+// under prefix, one seek each.
+func (w *batch) segments(prefix string) []string {
+	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
 	defer it.Close()
 	var out []string
-	for it.Seek([]byte(receivedPrefix)); it.Valid(); {
-		rest := it.Item().Key()[len(receivedPrefix):]
+	for it.Seek([]byte(prefix)); it.Valid(); {
+		rest := it.Item().Key()[len(prefix):]
 		i := slices.Index(rest, '/')
 		if i < 0 {
 			it.Next()
@@ -273,57 +240,7 @@ func (w *batch) receivedProviders() []string {
 		}
 		p := string(rest[:i])
 		out = append(out, p)
-		it.Seek([]byte(receivedPrefix + p + "0")) // '0' follows '/': past every key of p
+		it.Seek([]byte(prefix + p + "0")) // '0' follows '/': past every key of p
 	}
 	return out
-}
-
-// ListTaskPage implements TaskStore: t/ from q.After on.
-func (b *Badger) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
-	if err := checkLimit(q.Limit); err != nil {
-		return TaskPage{}, err
-	}
-	prefix := taskPrefix
-	if q.Provider != "" {
-		prefix += q.Provider + "/"
-	}
-	var out []*Task
-	err := b.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
-		defer it.Close()
-		it.Seek([]byte(prefix))
-		if q.After != nil {
-			it.Seek(taskKey(*q.After))
-		}
-		for ; it.Valid() && len(out) <= q.Limit; it.Next() {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			t := new(Task)
-			if err := it.Item().Value(func(v []byte) error { return decodeTask(v, t) }); err != nil {
-				return errors.Join(errors.New("decoding task "+string(it.Item().Key())), err)
-			}
-			if q.After != nil && keyOrder(t.Key(), *q.After) <= 0 {
-				continue
-			}
-			if q.State == "" || t.State == q.State {
-				out = append(out, t)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return TaskPage{}, err
-	}
-	return taskPageFrom(out, q.Limit), nil
-}
-
-// taskPageFrom keeps a page of limit out of up to limit+1 tasks.
-func taskPageFrom(ts []*Task, limit int) TaskPage {
-	if len(ts) <= limit {
-		return TaskPage{Tasks: ts}
-	}
-	ts = ts[:limit]
-	k := ts[limit-1].Key()
-	return TaskPage{Tasks: ts, Next: &k}
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -14,9 +13,7 @@ import (
 func BenchmarkListPage(b *testing.B) {
 	for _, n := range []int{10000, 100000} {
 		s := openTestBadger(b, BadgerOptions{Dir: b.TempDir()})
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 256)
-		for i := range n {
+		concurrently(b, n, func(i int) error {
 			st := StateDelivered
 			if i%100 == 0 {
 				st = StateParked
@@ -26,17 +23,9 @@ func BenchmarkListPage(b *testing.B) {
 			if i%2 == 0 {
 				r.Provider = "2captcha"
 			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if _, err := s.Insert(ctx, r); err != nil {
-					b.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
+			_, err := s.Insert(ctx, r)
+			return err
+		})
 		mid, err := s.ListPage(ctx, ListQuery{Limit: n / 2})
 		if err != nil {
 			b.Fatal(err)

@@ -97,6 +97,7 @@ func (w *batch) purge(k Key, state State) (bool, error) {
 		if !t.NextPollAt.IsZero() {
 			w.del(timeKey(pollPrefix, t.NextPollAt, k))
 		}
+		w.del(taskOrderKey(t))
 		w.del(taskKey(k))
 	case !errors.Is(err, ErrNotFound):
 		return false, err

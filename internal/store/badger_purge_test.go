@@ -131,19 +131,7 @@ func TestBadgerFormat3BuildsReceivedIndex(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.DropPrefix([]byte(receivedPrefix)); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(txn *badger.Txn) error { return txn.Set([]byte(metaFormatKey), []byte("3")) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	downgrade(t, dir, receivedPrefix, "3")
 	b = openTestBadger(t, BadgerOptions{Dir: dir})
 	if err := CheckIndexes(b); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 //
 //	t/<provider>/<id>                               → JSON Task
 //	p/<8-byte big-endian NextPollAt unix ns><provider>/<id> → empty; the poll index
+//	o/<state>/<provider>/<8-byte SubmittedAt unix ns><id>   → empty; the task order (badger_taskorder.go)
 const (
 	taskPrefix = "t/"
 	pollPrefix = "p/"
@@ -164,7 +165,8 @@ func (w *batch) task(k Key) (*Task, error) {
 	return t, nil
 }
 
-// writeTask stores t and moves its poll index entry from old's NextPollAt.
+// writeTask stores t, moves its poll index entry from old's NextPollAt
+// and its task order entry (badger_taskorder.go) from old's.
 func (w *batch) writeTask(old, t *Task) error {
 	val, err := encodeTask(t)
 	if err != nil {
@@ -194,6 +196,7 @@ func (w *batch) writeTask(old, t *Task) error {
 	if polled {
 		w.set(timeKey(pollPrefix, t.NextPollAt, k), nil, exp)
 	}
+	w.writeTaskOrder(old, t, exp)
 	w.set(taskKey(k), val, exp)
 	return nil
 }

@@ -102,12 +102,13 @@ func checkIndexes(txn *badger.Txn) error {
 			if t.State == TaskPending && !t.NextPollAt.IsZero() {
 				want[string(timeKey(pollPrefix, t.NextPollAt, t.Key()))] = e.exp
 			}
+			want[string(taskOrderKey(&t))] = e.exp
 		}
 	}
 	for k, e := range keys {
 		switch {
 		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix),
-			strings.HasPrefix(k, receivedPrefix):
+			strings.HasPrefix(k, receivedPrefix), strings.HasPrefix(k, taskOrderPrefix):
 			exp, ok := want[k]
 			if !ok {
 				bad("stale index entry %q", k)

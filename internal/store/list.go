@@ -63,24 +63,44 @@ type Lister interface {
 	ListPage(ctx context.Context, q ListQuery) (Page, error)
 }
 
+// TaskPosition is a place in the order of ListTaskPage: submission time
+// (Task.SubmittedAt, submitted_at), then provider, then id (the strings
+// compared bytewise).
+type TaskPosition struct {
+	SubmittedAt time.Time
+	Key         Key
+}
+
+// CompareTaskPosition orders task positions as ListTaskPage does.
+func CompareTaskPosition(a, b TaskPosition) int {
+	return cmp.Or(cmp.Compare(unixNano(a.SubmittedAt), unixNano(b.SubmittedAt)),
+		strings.Compare(a.Key.Provider, b.Key.Provider), strings.Compare(a.Key.ID, b.Key.ID))
+}
+
+// TaskPositionOf is the position of t.
+func TaskPositionOf(t *Task) TaskPosition {
+	return TaskPosition{SubmittedAt: t.SubmittedAt, Key: t.Key()}
+}
+
 // TaskQuery selects one page of ListTaskPage. Empty fields match
 // everything.
 type TaskQuery struct {
 	Provider string
 	State    TaskState
-	// After, if set, starts the page after this key (the Next of the
-	// page before).
-	After *Key
+	// After, if set, starts the page after this position (the Next of
+	// the page before).
+	After *TaskPosition
 	// Limit is the most tasks on the page (at least 1).
 	Limit int
 }
 
 // TaskPage is one page of ListTaskPage.
 type TaskPage struct {
-	// Tasks are ordered by provider, then id.
+	// Tasks are ordered by submission time, then provider, then id.
 	Tasks []*Task
-	// Next is the key to ask the next page from, nil on the last page.
-	Next *Key
+	// Next is the position to ask the next page from, nil on the last
+	// page.
+	Next *TaskPosition
 }
 
 // PurgeQuery selects what Purge erases: Keys, or every record matching
@@ -120,6 +140,16 @@ func pageFrom(recs []*Record, limit int) Page {
 	recs = recs[:limit]
 	next := PositionOf(recs[limit-1])
 	return Page{Records: recs, Next: &next}
+}
+
+// taskPageFrom keeps a page of limit out of up to limit+1 tasks in order.
+func taskPageFrom(ts []*Task, limit int) TaskPage {
+	if len(ts) <= limit {
+		return TaskPage{Tasks: ts}
+	}
+	ts = ts[:limit]
+	next := TaskPositionOf(ts[limit-1])
+	return TaskPage{Tasks: ts, Next: &next}
 }
 
 // matches reports whether a record at pos is on a page of q: its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -21,16 +22,7 @@ func (p *Postgres) ListPage(ctx context.Context, q ListQuery) (Page, error) {
 	args = append(args, q.Limit+1)
 	sql := `SELECT ` + pgRecordCols + ` FROM records` + where +
 		` ORDER BY received_at, provider COLLATE "C", id COLLATE "C" LIMIT $` + strconv.Itoa(len(args))
-	var out []*Record
-	err := p.op(func() error {
-		out = nil
-		rows, err := p.pool.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Record, error) { return scanRecord(row) })
-		return err
-	})
+	out, err := pgCollect(ctx, p, sql, args, scanRecord)
 	if err != nil {
 		return Page{}, err
 	}
@@ -39,57 +31,98 @@ func (p *Postgres) ListPage(ctx context.Context, q ListQuery) (Page, error) {
 
 // pgListWhere is the WHERE clause of q and its arguments.
 func pgListWhere(q ListQuery) (string, []any) {
-	var conds []string
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	var w pgWhere
 	if q.State != "" {
-		conds = append(conds, "state = "+arg(string(q.State)))
+		w.and("state = " + w.arg(string(q.State)))
 	}
 	if q.Provider != "" {
-		conds = append(conds, "provider = "+arg(q.Provider))
+		w.and("provider = " + w.arg(q.Provider))
 	}
 	if !q.ReceivedAfter.IsZero() {
-		conds = append(conds, "received_at >= "+arg(int64(unixNano(q.ReceivedAfter))))
+		w.and("received_at >= " + w.arg(int64(unixNano(q.ReceivedAfter))))
 	}
 	if !q.ReceivedBefore.IsZero() {
-		conds = append(conds, "received_at < "+arg(int64(unixNano(q.ReceivedBefore))))
+		w.and("received_at < " + w.arg(int64(unixNano(q.ReceivedBefore))))
 	}
 	if q.After != nil {
-		conds = append(conds, `(received_at, provider COLLATE "C", id COLLATE "C") > (`+
-			arg(int64(unixNano(q.After.ReceivedAt)))+", "+arg(q.After.Key.Provider)+", "+arg(q.After.Key.ID)+")")
+		w.after(`received_at`, q.After.ReceivedAt, q.After.Key)
 	}
-	if len(conds) == 0 {
-		return "", args
-	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return w.String(), w.args
 }
 
-// ListTaskPage implements TaskStore: by the primary key, from q.After on.
+// pgWhere builds a WHERE clause of conditions joined by AND, and its
+// arguments.
+type pgWhere struct {
+	conds []string
+	args  []any
+}
+
+// arg adds v to the arguments and returns its placeholder.
+func (w *pgWhere) arg(v any) string {
+	w.args = append(w.args, v)
+	return "$" + strconv.Itoa(len(w.args))
+}
+
+func (w *pgWhere) and(cond string) { w.conds = append(w.conds, cond) }
+
+// after keeps the rows after (at, k) in the order of timeCol, then
+// provider and id bytewise: a row comparison the indexes serve.
+func (w *pgWhere) after(timeCol string, at time.Time, k Key) {
+	w.and(`(` + timeCol + `, provider COLLATE "C", id COLLATE "C") > (` +
+		w.arg(int64(unixNano(at))) + ", " + w.arg(k.Provider) + ", " + w.arg(k.ID) + ")")
+}
+
+// String is the clause, " WHERE ...", or "" without conditions.
+func (w *pgWhere) String() string {
+	if len(w.conds) == 0 {
+		return ""
+	}
+	return " WHERE " + strings.Join(w.conds, " AND ")
+}
+
+// pgTaskTime is the task order's time: the submission time, NULL as 0
+// (the expression migration 0007 indexes).
+const pgTaskTime = `coalesce(submitted_at, 0)`
+
+// ListTaskPage implements TaskStore: one query over the submission-time
+// index (tasks_state_submitted when a state is given, tasks_submitted
+// otherwise; migration 0007), with only the conditions q sets and a row
+// comparison for the cursor (keyset pagination); one row more than the
+// page tells whether another follows.
 func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if err := checkLimit(q.Limit); err != nil {
 		return TaskPage{}, err
 	}
-	after := [2]string{}
-	if q.After != nil {
-		after = [2]string{q.After.Provider, q.After.ID}
+	var w pgWhere
+	if q.State != "" {
+		w.and("state = " + w.arg(string(q.State)))
 	}
-	var out []*Task
-	err := p.op(func() error {
-		out = nil
-		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
-			WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2) AND (NOT $3 OR (provider, id) > ($4, $5))
-			ORDER BY provider, id LIMIT $6`, q.Provider, string(q.State), q.After != nil, after[0], after[1], q.Limit+1)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*Task, error) { return scanTask(row) })
-		return err
-	})
+	if q.Provider != "" {
+		w.and("provider = " + w.arg(q.Provider))
+	}
+	if q.After != nil {
+		w.after(pgTaskTime, q.After.SubmittedAt, q.After.Key)
+	}
+	sql := `SELECT ` + pgTaskCols + ` FROM tasks` + w.String() +
+		` ORDER BY ` + pgTaskTime + `, provider COLLATE "C", id COLLATE "C" LIMIT ` + w.arg(q.Limit+1)
+	out, err := pgCollect(ctx, p, sql, w.args, scanTask)
 	if err != nil {
 		return TaskPage{}, err
 	}
 	return taskPageFrom(out, q.Limit), nil
+}
+
+// pgCollect runs sql (through p.op) and scans every row with scan.
+func pgCollect[T any](ctx context.Context, p *Postgres, sql string, args []any, scan func(pgx.Row) (*T, error)) ([]*T, error) {
+	var out []*T
+	err := p.op(func() error {
+		out = nil
+		rows, err := p.pool.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*T, error) { return scan(row) })
+		return err
+	})
+	return out, err
 }

@@ -90,6 +90,9 @@ type TaskStore interface {
 	// It reads the stored tasks: meant for operators, not for hot paths.
 	ListTasks(ctx context.Context, provider string, state TaskState, limit int) ([]*Task, error)
 	// ListTaskPage returns the first q.Limit tasks matching q after
-	// q.After, ordered by provider and id, and the key to continue from.
+	// q.After, ordered by submission time (SubmittedAt, Unix ns; a zero
+	// time first), then provider, then id, bytewise, and the position to
+	// continue from. A page costs what it holds, whatever the filters,
+	// never a scan of every task.
 	ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error)
 }

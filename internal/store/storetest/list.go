@@ -163,56 +163,120 @@ func testListPage(t *testing.T, h Harness) {
 	}
 }
 
-// testListTaskPage checks ListTaskPage's pages and filters.
+// testListTaskPage checks ListTaskPage's order (submission time, then
+// provider, then id) and its pages with each filter, over more tasks than
+// a page: a state change moves a task between the filtered lists, and a
+// purged task is listed no more.
 func testListTaskPage(t *testing.T, h Harness) {
 	s := h.Open(t)
 	t0 := base()
-	var want, pending []string
-	for i := range 23 {
-		tk := newTask(fmt.Sprintf("T%02d", i), t0, t0.Add(time.Minute))
-		if i%4 == 0 {
-			tk.State, tk.NextPollAt = store.TaskExpired, time.Time{}
-		} else {
-			pending = append(pending, tk.ID)
+	states := []store.TaskState{store.TaskPending, store.TaskDone, store.TaskExpired}
+	var all []*store.Task
+	for i := range 60 {
+		// Two tasks a second, ids against the time order, so that
+		// neither the key order nor the insertion order is the answer.
+		tk := newTask(fmt.Sprintf("T%02d", 59-i), t0.Add(time.Duration(i/2)*time.Second), t0.Add(time.Hour))
+		if i%3 == 0 {
+			tk.Provider = prov2
+		}
+		if tk.State = states[i%len(states)]; tk.State != store.TaskPending {
+			tk.NextPollAt = time.Time{}
 		}
 		if _, err := s.AddTask(ctx, tk); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, tk.ID)
+		all = append(all, tk)
 	}
-	for _, tc := range []struct {
-		q    store.TaskQuery
-		want []string
-	}{
-		{store.TaskQuery{}, want},
-		{store.TaskQuery{Provider: prov, State: store.TaskPending}, pending},
-		{store.TaskQuery{Provider: prov2}, nil},
-	} {
-		for _, limit := range []int{1, 5, 23, 100} {
-			q := tc.q
-			q.Limit = limit
-			var got []string
-			for pages := 0; ; pages++ {
-				if pages > 50 {
-					t.Fatal("more than 50 pages")
+	slices.SortFunc(all, func(a, b *store.Task) int {
+		return store.CompareTaskPosition(store.TaskPositionOf(a), store.TaskPositionOf(b))
+	})
+	check := func(when string) {
+		t.Helper()
+		queries := []store.TaskQuery{{}, {Provider: prov}, {Provider: prov2}, {Provider: "nobody"}}
+		for _, st := range states {
+			queries = append(queries, store.TaskQuery{State: st}, store.TaskQuery{Provider: prov2, State: st})
+		}
+		for _, q := range queries {
+			var want []string
+			for _, tk := range all {
+				if (q.Provider == "" || tk.Provider == q.Provider) && (q.State == "" || tk.State == q.State) {
+					want = append(want, tk.Provider+"/"+tk.ID)
 				}
-				p, err := s.ListTaskPage(ctx, q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, taskIDs(p.Tasks)...)
-				if p.Next == nil {
-					break
-				}
-				if len(p.Tasks) != limit {
-					t.Fatalf("ListTaskPage(%+v): %d tasks and a Next", q, len(p.Tasks))
-				}
-				q.After = p.Next
 			}
-			if !slices.Equal(got, tc.want) && (len(got) != 0 || len(tc.want) != 0) {
-				t.Errorf("ListTaskPage(%+v): got %v, want %v", tc.q, got, tc.want)
+			for _, limit := range []int{1, 7, 25, 1000} {
+				q := q
+				q.Limit = limit
+				var got []string
+				for pages := 0; ; pages++ {
+					if pages > 70 {
+						t.Fatalf("%s: ListTaskPage(%+v): more than 70 pages", when, q)
+					}
+					p, err := s.ListTaskPage(ctx, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, tk := range p.Tasks {
+						got = append(got, tk.Provider+"/"+tk.ID)
+					}
+					if p.Next == nil {
+						break
+					}
+					if len(p.Tasks) != limit {
+						t.Fatalf("%s: ListTaskPage(%+v): %d tasks and a Next", when, q, len(p.Tasks))
+					}
+					if last := store.TaskPositionOf(p.Tasks[len(p.Tasks)-1]); store.CompareTaskPosition(*p.Next, last) != 0 {
+						t.Fatalf("%s: ListTaskPage(%+v): Next %+v, want the last task's %+v", when, q, *p.Next, last)
+					}
+					q.After = p.Next
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s: ListTaskPage(%+v):\n got %v\nwant %v", when, q, got, want)
+				}
 			}
 		}
+	}
+	check("stored")
+
+	// A cursor from the middle: the page starts after it.
+	mid := store.TaskPositionOf(all[29])
+	p, err := s.ListTaskPage(ctx, store.TaskQuery{After: &mid, Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := taskIDs(p.Tasks); !slices.Equal(got, []string{all[30].ID, all[31].ID, all[32].ID}) {
+		t.Errorf("ListTaskPage after the 30th: %v", got)
+	}
+
+	// A pending task becomes done (UpdateTask) and another one by its
+	// result (Insert): both move from the pending list to the done one.
+	var moved []*store.Task
+	for _, tk := range all {
+		if tk.State == store.TaskPending && len(moved) < 2 {
+			moved = append(moved, tk)
+		}
+	}
+	if _, err := s.UpdateTask(ctx, moved[0].Key(), func(tk *store.Task) error {
+		tk.State, tk.NextPollAt = store.TaskDone, time.Time{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	moved[0].State = store.TaskDone
+	r := inState(moved[1].ID, moved[1].SubmittedAt.Add(time.Second), store.StateDelivered)
+	r.Provider = moved[1].Provider
+	insert(t, s, r)
+	moved[1].State = store.TaskDone
+	check("after two tasks were done")
+
+	// Purging the result purges its task, which leaves every list.
+	if n, err := s.Purge(ctx, store.PurgeQuery{Keys: []store.Key{r.Key()}}); err != nil || n != 1 {
+		t.Fatalf("Purge: %d, %v", n, err)
+	}
+	all = slices.DeleteFunc(all, func(tk *store.Task) bool { return tk.Key() == r.Key() })
+	check("after a purge")
+
+	if _, err := s.ListTaskPage(ctx, store.TaskQuery{Limit: 0}); err == nil {
+		t.Error("ListTaskPage with limit 0: no error")
 	}
 }
 
