@@ -66,7 +66,14 @@ func TestStatusAndCountGauges(t *testing.T) {
 		t.Errorf("records{failed} = %v with nothing failed, want 0 exported", got)
 	}
 
-	s := status()
+	// Both loops tick every second: their first run may still be ahead
+	// when the results above settle (the assertions below then check
+	// that it is recent and that the next one is after it).
+	var s statusAnswer
+	waitFor(t, 5*time.Second, "both loops' first run", func() bool {
+		s = status()
+		return !s.Loops["replay"].LastRunAt.IsZero() && !s.Loops["poll"].LastRunAt.IsZero()
+	})
 	if r := s.Records["2captcha"]; r[store.StateDelivered] != 1 || r[store.StateParked] != 1 || len(r) != 2 {
 		t.Errorf("status records = %v, want 1 delivered and 1 parked", r)
 	}
