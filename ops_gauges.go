@@ -33,7 +33,7 @@ type countGauges struct {
 func newCountGauges() countGauges {
 	return countGauges{
 		records: prometheus.NewDesc("caddy_pingback_records",
-			"Stored results by provider and delivery state (queued, forwarding, delivered, failed, rejected, parked).",
+			"Stored results by provider and delivery state (queued, forwarding, delivered, failed, rejected, parked, quarantined).",
 			[]string{"provider", "state"}, nil),
 		pending: prometheus.NewDesc("caddy_pingback_tasks_pending",
 			"Tracked tasks whose result has not arrived yet, by provider.", []string{"provider"}, nil),

@@ -137,27 +137,3 @@ func (p *Postgres) DueTasks(ctx context.Context, now time.Time, limit int) ([]*T
 	})
 	return out, err
 }
-
-// ListTasks implements TaskStore.
-func (p *Postgres) ListTasks(ctx context.Context, provider string, state TaskState, limit int) ([]*Task, error) {
-	var out []*Task
-	err := p.op(func() error {
-		out = nil
-		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
-			WHERE ($1 = '' OR provider = $1) AND ($2 = '' OR state = $2)
-			ORDER BY provider, id LIMIT $3`, provider, string(state), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, t)
-		}
-		return rows.Err()
-	})
-	return out, err
-}

@@ -85,10 +85,6 @@ type TaskStore interface {
 	// DueTasks returns up to limit pending tasks whose NextPollAt is at or
 	// before now, earliest first.
 	DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error)
-	// ListTasks returns up to limit tasks of provider (every provider if
-	// empty) in state (every state if empty), ordered by provider and id.
-	// It reads the stored tasks: meant for operators, not for hot paths.
-	ListTasks(ctx context.Context, provider string, state TaskState, limit int) ([]*Task, error)
 	// ListTaskPage returns the first q.Limit tasks matching q after
 	// q.After, ordered by submission time (SubmittedAt, Unix ns; a zero
 	// time first), then provider, then id, bytewise, and the position to

@@ -94,7 +94,8 @@ func testCounts(t *testing.T, h Harness) {
 	step("expiry", want, -1) // a pending task past its own retention may go with it
 }
 
-// testListTasks checks ListTasks' filters, order and limit.
+// testListTasks checks ListTaskPage's filters, order and limit on
+// tasks submitted at one time (ordered by provider, then id).
 func testListTasks(t *testing.T, h Harness) {
 	s := h.Open(t)
 	t0 := base()
@@ -130,12 +131,12 @@ func testListTasks(t *testing.T, h Harness) {
 		{"capsolver", "", 10, []string{"z"}},
 		{"nobody", "", 10, nil},
 	} {
-		got, err := s.ListTasks(ctx, tc.provider, tc.state, tc.limit)
+		page, err := s.ListTaskPage(ctx, store.TaskQuery{Provider: tc.provider, State: tc.state, Limit: tc.limit})
 		if err != nil {
-			t.Fatalf("ListTasks(%q, %q, %d): %v", tc.provider, tc.state, tc.limit, err)
+			t.Fatalf("ListTaskPage(%q, %q, %d): %v", tc.provider, tc.state, tc.limit, err)
 		}
-		if ids := taskIDs(got); !slices.Equal(ids, tc.want) {
-			t.Errorf("ListTasks(%q, %q, %d) = %v, want %v", tc.provider, tc.state, tc.limit, ids, tc.want)
+		if ids := taskIDs(page.Tasks); !slices.Equal(ids, tc.want) {
+			t.Errorf("ListTaskPage(%q, %q, %d) = %v, want %v", tc.provider, tc.state, tc.limit, ids, tc.want)
 		}
 	}
 }
