@@ -215,10 +215,23 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	var db *badger.DB
 	var err error
 	deadline := time.Now().Add(opts.LockWait)
+	retriedEmptyMem := false
 	for {
 		db, err = badger.Open(bopts)
 		if err == nil {
 			break
+		}
+		// A memtable log left empty by a kill (see removeEmptyMemtables),
+		// found while this open held the directory's lock: nobody writes
+		// it, so it goes and the open is tried once more. Badger wraps
+		// the error as text (y.Wrapf), hence the match.
+		if !retriedEmptyMem && strings.Contains(err.Error(), "while opening fid") && strings.Contains(err.Error(), "Create a new file") {
+			retriedEmptyMem = true
+			if rerr := removeEmptyMemtables(opts.Dir); rerr != nil {
+				return nil, fmt.Errorf("opening badger database in %s: %w (%v)", opts.Dir, err, rerr)
+			}
+			logger.Warn("removed empty memtable logs left by a crash; opening again", zap.String("dir", opts.Dir))
+			continue
 		}
 		// Badger formats the lock error with %+v, so errors.Is cannot
 		// see it; match the text (badger dir_unix.go, dir_windows.go).
