@@ -108,6 +108,8 @@ type Badger struct {
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
 	ages      *memAges      // the times behind the age gauges: see badger_ages.go
+	has       *presence     // the committer's: key kinds the store holds (badger_presence.go)
+	fresh     *fresh        // the committer's: unchanged live forwards' states (badger_fresh.go)
 	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
 }
 
@@ -312,6 +314,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		gcDone:    make(chan struct{}),
 		journal:   j,
 		leases:    newLeaseTracker(),
+		fresh:     newFresh(),
 	}
 	// Whether a forward of an earlier open was cut, found here, before
 	// serving: the scan steps over the deleted index entries of every
@@ -337,6 +340,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		if err == nil {
 			b.ages, err = countAges(&batch{txn: txn})
 		}
+		b.has = readPresence(txn)
 		return err
 	}); err != nil {
 		if j != nil {
@@ -376,6 +380,15 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 	if len(encoded) > MaxRecordSize {
 		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
 	}
+	// A live forward's state as a read of it would decode it, for the
+	// committer's fresh states (badger_fresh.go); decoded here, outside
+	// the serial section.
+	var stored Delivery
+	if c.State == StateForwarding {
+		if err := decodeRecordDelivery(encoded, &stored); err != nil {
+			return InsertResult{}, fmt.Errorf("decoding record: %w", err)
+		}
+	}
 	var res InsertResult
 	o := &op{size: len(encoded) + 256}
 	o.apply = func(w *batch) error {
@@ -388,7 +401,13 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		switch _, err := w.get(purgedKey(k)); {
+		purged := ErrNotFound
+		if w.mayHoldTombstone() {
+			_, purged = w.get(purgedKey(k))
+		} else if SelfCheck {
+			w.checkAbsent(purgedKey(k))
+		}
+		switch err := purged; {
 		case err == nil:
 			// Purged: a duplicate of what was erased, never stored again.
 			res = InsertResult{Existing: &Record{Provider: k.Provider, ID: k.ID, Code: c.Code}, Purged: true}
@@ -428,6 +447,7 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			// entry less per callback. A record stored in another state
 			// needs its s/ now: it must outlive r/ for Expire to report it.
 			w.moveIndexes(k, nil, &c.Delivery, exp)
+			w.added, w.freshKey = &freshState{d: stored, exp: exp}, k
 		} else {
 			w.writeDelivery(k, nil, &c.Delivery, exp, nil)
 		}
@@ -1045,7 +1065,7 @@ func (b *Badger) commit(ops []*op) {
 	var aged []ageDelta
 	var live map[string]time.Time
 	for i, o := range ops {
-		w := &batch{txn: txn, epoch: b.epoch}
+		w := &batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh}
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
@@ -1063,6 +1083,7 @@ func (b *Badger) commit(ops []*op) {
 		}
 		if err := w.flush(); err != nil {
 			txn.Discard()
+			b.fresh.clear()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
 				mid := len(ops) / 2
 				b.commit(ops[:mid])
@@ -1074,12 +1095,20 @@ func (b *Badger) commit(ops []*op) {
 			b.commit(rest)
 			return
 		}
+		// The shortcuts follow the operation's writes at once: the next
+		// operation of the batch reads through them.
+		b.has.note(w.writes)
+		b.fresh.forget(w.writes)
+		if w.added != nil {
+			b.fresh.add(w.freshKey, w.added.d, w.added.exp)
+		}
 	}
 	if len(live) > 0 {
 		// The newest live pingback of each provider, once per commit.
 		lw := &batch{txn: txn, writes: liveWrites(live)}
 		if err := lw.flush(); err != nil {
 			txn.Discard()
+			b.fresh.clear()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
 				mid := len(ops) / 2
 				b.commit(ops[:mid])
@@ -1105,6 +1134,7 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.events = events[:0]
 	if err == nil && journaled && b.loseCommit != nil && b.loseCommit() {
+		b.fresh.clear()
 		b.commits.Add(1)
 		b.keepWrites(writes)
 		return
@@ -1123,6 +1153,7 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.keepWrites(writes)
 	if err != nil {
+		b.fresh.clear()
 		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
 		}
