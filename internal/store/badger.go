@@ -106,6 +106,9 @@ type Badger struct {
 	writes    []write       // the committer's: the writes of the batch being committed
 	leases    *leaseTracker // the committer's: the leases this handle holds
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
+	counted   []countDelta  // the committer's: the count changes of the batch being committed
+	aged      []ageDelta    // the committer's: the age changes of the batch being committed
+	scratch   batch         // the committer's: the view each operation of a batch applies through
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
 	ages      *memAges      // the times behind the age gauges: see badger_ages.go
 	has       *presence     // the committer's: key kinds the store holds (badger_presence.go)
@@ -1061,11 +1064,15 @@ func (b *Badger) commit(ops []*op) {
 	defer txn.Discard()
 	writes := b.writes[:0]
 	events := b.events[:0]
-	var counted []countDelta
-	var aged []ageDelta
+	counted := b.counted[:0]
+	aged := b.aged[:0]
 	var live map[string]time.Time
+	w := &b.scratch
 	for i, o := range ops {
-		w := &batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh}
+		// One batch value for every operation, its buffers kept: what
+		// each operation buffers is copied out below.
+		*w = batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh,
+			writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
@@ -1169,6 +1176,9 @@ func (b *Badger) commit(ops []*op) {
 	b.leases.apply(events)
 	b.counts.apply(counted)
 	b.ages.apply(aged, live)
+	if cap(counted) <= 4096 && cap(aged) <= 4096 {
+		b.counted, b.aged = counted[:0], aged[:0]
+	}
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))
