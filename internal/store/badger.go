@@ -343,7 +343,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		if err == nil {
 			b.ages, err = countAges(&batch{txn: txn})
 		}
-		b.has = readPresence(txn)
+		b.has = readPresence(&batch{txn: txn})
 		return err
 	}); err != nil {
 		if j != nil {

@@ -33,23 +33,14 @@ type presence struct {
 
 // readPresence reads the presence flags from the store: a seek to the
 // tombstones' prefix, and one seek per provider with tasks.
-func readPresence(txn *badger.Txn) *presence {
+func readPresence(w *batch) *presence {
 	p := &presence{tasks: map[string]bool{}}
-	it := txn.NewIterator(badger.IteratorOptions{})
-	defer it.Close()
+	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(purgedPrefix)})
 	it.Seek([]byte(purgedPrefix))
-	p.tombstones = it.ValidForPrefix([]byte(purgedPrefix))
-	for it.Seek([]byte(taskPrefix)); it.ValidForPrefix([]byte(taskPrefix)); {
-		tail := it.Item().Key()[len(taskPrefix):]
-		i := bytes.IndexByte(tail, '/')
-		if i < 0 {
-			it.Next()
-			continue
-		}
-		provider := string(tail[:i])
+	p.tombstones = it.Valid()
+	it.Close()
+	for _, provider := range w.segments(taskPrefix) {
 		p.tasks[provider] = true
-		// The first key after every "t/<provider>/...": '0' follows '/'.
-		it.Seek([]byte(taskPrefix + provider + "0"))
 	}
 	return p
 }
