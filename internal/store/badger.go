@@ -450,6 +450,11 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			// entry less per callback. A record stored in another state
 			// needs its s/ now: it must outlive r/ for Expire to report it.
 			w.moveIndexes(k, nil, &c.Delivery, exp)
+			// The s/ of an earlier record under the key outlives its
+			// r/ by expiryGrace (and an undelivered one until Expire
+			// runs): it would hide this record's state. A blind
+			// delete, no read.
+			w.del(deliveryKey(k))
 			w.added, w.freshKey = &freshState{d: stored, exp: exp}, k
 		} else {
 			w.writeDelivery(k, nil, &c.Delivery, exp, nil)
@@ -517,6 +522,12 @@ func (b *Badger) UpdateRecord(ctx context.Context, key Key, fn func(*Record) err
 		exp := expiry(cur.ExpiresAt)
 		w.writeDelivery(key, &old.Delivery, &cur.Delivery, exp, nil)
 		w.set(recordKey(key), val, exp)
+		// The received-time index follows the record: a correction
+		// moves its received time and its expiry.
+		if oldIdx, newIdx := receivedIndexKey(key, old.ReceivedAt), receivedIndexKey(key, cur.ReceivedAt); string(oldIdx) != string(newIdx) {
+			w.del(oldIdx)
+		}
+		w.set(receivedIndexKey(key, cur.ReceivedAt), nil, exp)
 		result = &cur
 		return nil
 	}}
@@ -1179,9 +1190,23 @@ func (b *Badger) commit(ops []*op) {
 	if cap(counted) <= 4096 && cap(aged) <= 4096 {
 		b.counted, b.aged = counted[:0], aged[:0]
 	}
+	b.keepScratch()
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))
+}
+
+// keepScratch drops what the per-operation batch value still points to
+// (the last operation's keys and values, the transaction) and its buffers
+// if a rare huge operation grew them.
+func (b *Badger) keepScratch() {
+	w := &b.scratch
+	if cap(w.writes) > 4096 || cap(w.leases) > 4096 || cap(w.counted) > 4096 || cap(w.aged) > 4096 {
+		*w = batch{}
+		return
+	}
+	clear(w.writes[:cap(w.writes)])
+	*w = batch{writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
 }
 
 // keepWrites keeps the committer's write buffer for the next batch (not

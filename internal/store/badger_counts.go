@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"strings"
 )
@@ -24,16 +23,13 @@ func (b *Badger) Counts(ctx context.Context) (Counts, error) {
 }
 
 // countKeys counts what the store holds from its keys alone (no value is
-// read): records by the received-time index i/ (one key-only entry per
-// record, written and deleted with its r/, same TTL: reading r/ would page
-// in every record's value, since Badger keeps the values in its tables),
-// their states by the state index v/ (queued, failed, rejected, parked)
-// and the lease index l/ (forwarding), the rest delivered; pending tasks by
-// the poll index p/ (a pending task never to be polled is not counted).
+// read): records by r/, their states by the state index v/ (queued,
+// failed, rejected, parked) and the lease index l/ (forwarding), the rest
+// delivered; pending tasks by the poll index p/ (a pending task never to
+// be polled is not counted).
 func countKeys(w *batch) (*memCounts, error) {
 	c := newMemCounts()
 	total := map[string]int64{}
-	var last string // the provider of the last i/ key: one string per run of them
 	var ds []countDelta
 	add := func(provider string, state State) {
 		ds = append(ds, countDelta{provider: provider, state: state, n: 1})
@@ -43,12 +39,9 @@ func countKeys(w *batch) (*memCounts, error) {
 		prefix string
 		fn     func(k []byte)
 	}{
-		{receivedPrefix, func(k []byte) {
-			if i := bytes.IndexByte(k[len(receivedPrefix):], '/'); i > 0 {
-				if p := k[len(receivedPrefix) : len(receivedPrefix)+i]; string(p) != last {
-					last = string(p)
-				}
-				total[last]++
+		{recordPrefix, func(k []byte) {
+			if key, ok := parseTail(k[len(recordPrefix):]); ok {
+				total[key.Provider]++
 			}
 		}},
 		{statePrefix, func(k []byte) {

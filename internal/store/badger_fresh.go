@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -18,8 +19,10 @@ import (
 // Invariant: an entry exists only while Badger holds no s/ key for it and
 // its r/ is the one the entry was made from. Kept by the committer, which
 // alone writes: an insert adds its entry once its writes reached the
-// transaction; every write or deletion of an r/ or s/ key (whatever the
-// operation) drops the key's entry, in the order of the batch's operations;
+// transaction (an insert of a live forward also deletes, blind, any s/
+// an earlier record under the key left: s/ outlives its r/); every write
+// or deletion of an r/ or s/ key (whatever the operation) drops the key's
+// entry, in the order of the batch's operations;
 // a failed commit clears every entry (its writes are not in Badger), as does
 // a dropped transaction in tests. The map only spares reads: when empty,
 // batch.delivery reads Badger as before. With SelfCheck on (tests), every
@@ -63,11 +66,21 @@ func (f *fresh) clear() { clear(f.m) }
 // test: an entry expires at ExpiresAt <= now, in Unix seconds).
 func (f *fresh) get(k Key, now time.Time) (Delivery, uint64, bool) {
 	s, ok := f.m[k]
-	if !ok || (s.exp != 0 && s.exp <= uint64(now.Unix())) {
+	if !ok {
+		return Delivery{}, 0, false
+	}
+	if s.exp != 0 && s.exp <= uint64(now.Unix()) {
+		// Badger no longer returns the record: neither does the map,
+		// which forgets it (a forward never answered before its
+		// retention ended).
+		delete(f.m, k)
 		return Delivery{}, 0, false
 	}
 	d := s.d
-	// The caller may append to the history: never into the entry's array.
+	// The caller may append to the history (Delivery.StartAttempt and
+	// EndAttempt copy before they write, but a caller's own append
+	// would not): clipped, an append always copies, never writing into
+	// the entry's array.
 	d.History = slices.Clip(d.History)
 	return d, s.exp, true
 }
@@ -83,6 +96,9 @@ func (w *batch) checkFresh(k Key, d Delivery, exp uint64) {
 	w.fresh = nil
 	defer func() { w.fresh = has }()
 	bd, bexp, err := w.delivery(k)
+	if errors.Is(err, ErrNotFound) && exp != 0 && exp <= uint64(time.Now().Unix()) {
+		return // the record's TTL ran out between the two reads
+	}
 	if err != nil || bexp != exp || !reflect.DeepEqual(bd, d) {
 		panic(fmt.Sprintf("store: in-memory delivery state of %s differs from Badger's: %+v (exp %d) against %+v (exp %d, %v)", k, d, exp, bd, bexp, err))
 	}

@@ -130,3 +130,46 @@ func TestPresenceIsReadAtOpen(t *testing.T) {
 		})
 	}
 }
+
+// An s/ outlives its r/ (by expiryGrace, so that Expire can still report
+// an undelivered record): a pingback stored again under the key after the
+// first record's retention ended must not be shadowed by the old state.
+func TestLiveInsertOverALingeringDelivery(t *testing.T) {
+	b := openTestBadger(t, BadgerOptions{Dir: t.TempDir()})
+	k := key("linger")
+	if _, err := b.Insert(ctx, testRecord(k.ID, StateForwarding)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.UpdateDelivery(ctx, k, func(d *Delivery) error {
+		d.State, d.LastStatus = StateDelivered, 200
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The retention ends: r/ expires, its s/ lives on for the grace.
+	if _, err := b.UpdateRecord(ctx, k, func(r *Record) error {
+		r.ExpiresAt = time.Now().Add(-time.Minute)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after the retention: %v, want ErrNotFound", err)
+	}
+	if res, err := b.Insert(ctx, testRecord(k.ID, StateForwarding)); err != nil || res.Existing != nil {
+		t.Fatalf("insert again: %+v, %v; want stored", res, err)
+	}
+	got, err := b.Get(ctx, k)
+	if err != nil || got.State != StateForwarding || got.LastStatus != 0 {
+		t.Fatalf("Get of the new record: %+v, %v; want forwarding, no status (the old record's state hides it)", got, err)
+	}
+	if _, err := b.UpdateDelivery(ctx, k, func(d *Delivery) error {
+		if d.State != StateForwarding {
+			return ErrSkip
+		}
+		d.State = StateDelivered
+		return nil
+	}); err != nil {
+		t.Errorf("the new record's outcome: %v, want recorded", err)
+	}
+}
