@@ -106,8 +106,13 @@ type Badger struct {
 	writes    []write       // the committer's: the writes of the batch being committed
 	leases    *leaseTracker // the committer's: the leases this handle holds
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
+	counted   []countDelta  // the committer's: the count changes of the batch being committed
+	aged      []ageDelta    // the committer's: the age changes of the batch being committed
+	scratch   batch         // the committer's: the view each operation of a batch applies through
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
 	ages      *memAges      // the times behind the age gauges: see badger_ages.go
+	has       *presence     // the committer's: key kinds the store holds (badger_presence.go)
+	fresh     *fresh        // the committer's: unchanged live forwards' states (badger_fresh.go)
 	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
 }
 
@@ -312,6 +317,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		gcDone:    make(chan struct{}),
 		journal:   j,
 		leases:    newLeaseTracker(),
+		fresh:     newFresh(),
 	}
 	// Whether a forward of an earlier open was cut, found here, before
 	// serving: the scan steps over the deleted index entries of every
@@ -337,6 +343,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		if err == nil {
 			b.ages, err = countAges(&batch{txn: txn})
 		}
+		b.has = readPresence(&batch{txn: txn})
 		return err
 	}); err != nil {
 		if j != nil {
@@ -376,6 +383,15 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 	if len(encoded) > MaxRecordSize {
 		return InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(encoded), MaxRecordSize)
 	}
+	// A live forward's state as a read of it would decode it, for the
+	// committer's fresh states (badger_fresh.go); decoded here, outside
+	// the serial section.
+	var stored Delivery
+	if c.State == StateForwarding {
+		if err := decodeRecordDelivery(encoded, &stored); err != nil {
+			return InsertResult{}, fmt.Errorf("decoding record: %w", err)
+		}
+	}
 	var res InsertResult
 	o := &op{size: len(encoded) + 256}
 	o.apply = func(w *batch) error {
@@ -388,7 +404,13 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 		if !errors.Is(err, ErrNotFound) {
 			return err
 		}
-		switch _, err := w.get(purgedKey(k)); {
+		purged := ErrNotFound
+		if w.mayHoldTombstone() {
+			_, purged = w.get(purgedKey(k))
+		} else if SelfCheck {
+			w.checkAbsent(purgedKey(k))
+		}
+		switch err := purged; {
 		case err == nil:
 			// Purged: a duplicate of what was erased, never stored again.
 			res = InsertResult{Existing: &Record{Provider: k.Provider, ID: k.ID, Code: c.Code}, Purged: true}
@@ -428,6 +450,12 @@ func (b *Badger) Insert(ctx context.Context, rec *Record) (InsertResult, error) 
 			// entry less per callback. A record stored in another state
 			// needs its s/ now: it must outlive r/ for Expire to report it.
 			w.moveIndexes(k, nil, &c.Delivery, exp)
+			// The s/ of an earlier record under the key outlives its
+			// r/ by expiryGrace (and an undelivered one until Expire
+			// runs): it would hide this record's state. A blind
+			// delete, no read.
+			w.del(deliveryKey(k))
+			w.added, w.freshKey = &freshState{d: stored, exp: exp}, k
 		} else {
 			w.writeDelivery(k, nil, &c.Delivery, exp, nil)
 		}
@@ -494,6 +522,12 @@ func (b *Badger) UpdateRecord(ctx context.Context, key Key, fn func(*Record) err
 		exp := expiry(cur.ExpiresAt)
 		w.writeDelivery(key, &old.Delivery, &cur.Delivery, exp, nil)
 		w.set(recordKey(key), val, exp)
+		// The received-time index follows the record: a correction
+		// moves its received time and its expiry.
+		if oldIdx, newIdx := receivedIndexKey(key, old.ReceivedAt), receivedIndexKey(key, cur.ReceivedAt); string(oldIdx) != string(newIdx) {
+			w.del(oldIdx)
+		}
+		w.set(receivedIndexKey(key, cur.ReceivedAt), nil, exp)
 		result = &cur
 		return nil
 	}}
@@ -1041,11 +1075,15 @@ func (b *Badger) commit(ops []*op) {
 	defer txn.Discard()
 	writes := b.writes[:0]
 	events := b.events[:0]
-	var counted []countDelta
-	var aged []ageDelta
+	counted := b.counted[:0]
+	aged := b.aged[:0]
 	var live map[string]time.Time
+	w := &b.scratch
 	for i, o := range ops {
-		w := &batch{txn: txn, epoch: b.epoch}
+		// One batch value for every operation, its buffers kept: what
+		// each operation buffers is copied out below.
+		*w = batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh,
+			writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
@@ -1063,6 +1101,7 @@ func (b *Badger) commit(ops []*op) {
 		}
 		if err := w.flush(); err != nil {
 			txn.Discard()
+			b.fresh.clear()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
 				mid := len(ops) / 2
 				b.commit(ops[:mid])
@@ -1074,12 +1113,20 @@ func (b *Badger) commit(ops []*op) {
 			b.commit(rest)
 			return
 		}
+		// The shortcuts follow the operation's writes at once: the next
+		// operation of the batch reads through them.
+		b.has.note(w.writes)
+		b.fresh.forget(w.writes)
+		if w.added != nil {
+			b.fresh.add(w.freshKey, w.added.d, w.added.exp)
+		}
 	}
 	if len(live) > 0 {
 		// The newest live pingback of each provider, once per commit.
 		lw := &batch{txn: txn, writes: liveWrites(live)}
 		if err := lw.flush(); err != nil {
 			txn.Discard()
+			b.fresh.clear()
 			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
 				mid := len(ops) / 2
 				b.commit(ops[:mid])
@@ -1105,6 +1152,7 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.events = events[:0]
 	if err == nil && journaled && b.loseCommit != nil && b.loseCommit() {
+		b.fresh.clear()
 		b.commits.Add(1)
 		b.keepWrites(writes)
 		return
@@ -1123,6 +1171,7 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.keepWrites(writes)
 	if err != nil {
+		b.fresh.clear()
 		if c := b.log.Check(zap.ErrorLevel, "group commit failed"); c != nil {
 			c.Write(zap.Int("operations", len(ops)), zap.Error(err))
 		}
@@ -1138,9 +1187,26 @@ func (b *Badger) commit(ops []*op) {
 	b.leases.apply(events)
 	b.counts.apply(counted)
 	b.ages.apply(aged, live)
+	if cap(counted) <= 4096 && cap(aged) <= 4096 {
+		b.counted, b.aged = counted[:0], aged[:0]
+	}
+	b.keepScratch()
 	b.commits.Add(1)
 	processStats.commits.Add(1)
 	processStats.ops.Add(uint64(len(ops)))
+}
+
+// keepScratch drops what the per-operation batch value still points to
+// (the last operation's keys and values, the transaction) and its buffers
+// if a rare huge operation grew them.
+func (b *Badger) keepScratch() {
+	w := &b.scratch
+	if cap(w.writes) > 4096 || cap(w.leases) > 4096 || cap(w.counted) > 4096 || cap(w.aged) > 4096 {
+		*w = batch{}
+		return
+	}
+	clear(w.writes[:cap(w.writes)])
+	*w = batch{writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
 }
 
 // keepWrites keeps the committer's write buffer for the next batch (not

@@ -62,6 +62,13 @@ type batch struct {
 	aged           []ageDelta
 	recvKey        Key
 	recvAt, liveAt time.Time
+	// has and fresh are the committer's shortcuts (badger_presence.go,
+	// badger_fresh.go); nil in a read-only view. added is the fresh state
+	// the operation's insert wrote, if any (freshKey).
+	has      *presence
+	fresh    *fresh
+	added    *freshState
+	freshKey Key
 }
 
 // write is one buffered write: a set, or a deletion when del is true.
@@ -170,6 +177,14 @@ func (w *batch) overlayDelivery(rec *Record) error {
 // not changed since it was stored (the insert writes no s/), the state in
 // its r/ value.
 func (w *batch) delivery(k Key) (Delivery, uint64, error) {
+	if w.fresh != nil {
+		if d, exp, ok := w.fresh.get(k, time.Now()); ok {
+			if SelfCheck {
+				w.checkFresh(k, d, exp)
+			}
+			return d, exp, nil
+		}
+	}
 	var d Delivery
 	item, err := w.get(deliveryKey(k))
 	if errors.Is(err, ErrNotFound) {

@@ -50,3 +50,22 @@ func BenchmarkListPage(b *testing.B) {
 		}
 	}
 }
+
+// A correction moves the record's received time and expiry: its i/ entry
+// follows (ListPage orders by it, and it expires with the record).
+func TestUpdateRecordMovesTheReceivedIndex(t *testing.T) {
+	b := openTestBadger(t, BadgerOptions{Dir: t.TempDir()})
+	k := key("corrected")
+	if _, err := b.Insert(ctx, testRecord(k.ID, StateDelivered)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.UpdateRecord(ctx, k, func(r *Record) error {
+		r.ReceivedAt, r.ExpiresAt = t0.Add(time.Minute), t0.Add(40*24*time.Hour)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckIndexes(b); err != nil {
+		t.Error(err)
+	}
+}

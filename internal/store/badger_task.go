@@ -154,6 +154,12 @@ func taskKey(k Key) []byte { return []byte(taskPrefix + k.Provider + "/" + k.ID)
 
 // task returns the task under k, or ErrNotFound.
 func (w *batch) task(k Key) (*Task, error) {
+	if !w.mayHoldTask(k.Provider) {
+		if SelfCheck {
+			w.checkAbsent(taskKey(k))
+		}
+		return nil, ErrNotFound
+	}
 	item, err := w.get(taskKey(k))
 	if err != nil {
 		return nil, err
