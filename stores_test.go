@@ -140,9 +140,9 @@ func TestStartFailsNamingTheDatabase(t *testing.T) {
 	// A new connection: one kept alive from an earlier test may have
 	// been closed by its server meanwhile.
 	// A request right after the failed load has been seen dropped now
-	// and then (EOF, connection reset: Caddy rolls the new config back,
-	// its servers sharing the listeners; not the plugin's code). The
-	// previous config must answer 200 within moments.
+	// and then (EOF, connection reset), apparently while Caddy rolls the
+	// new config back (its servers share the listeners). The previous
+	// config must answer 200 within moments.
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	waitFor(t, 2*time.Second, "the previous config to answer 200 after the failed load", func() bool {
 		resp, err := c.Get(testBase + "/cb?id=1&code=X")
