@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +60,7 @@ func cliPurge(c *cliClient, args []string) error {
 	var raw []byte
 	var err error
 	if len(args) == 2 {
-		raw, err = c.call(http.MethodDelete, "/pingback/records/"+url.PathEscape(args[0])+"/"+url.PathEscape(args[1]), nil, &ans)
+		raw, err = c.call(http.MethodDelete, recordPath(args[0], args[1]), nil, &ans)
 	} else {
 		fs := c.cmd.Flags()
 		var f replayFilter

@@ -104,8 +104,21 @@ func cliRecords(c *cliClient) error {
 }
 
 func cliShow(c *cliClient, provider, id string) error {
+	return cliRecordAnswer(c, http.MethodGet, recordPath(provider, id), true)
+}
+
+// recordPath is the admin API path of one stored result.
+func recordPath(provider, id string) string {
+	return "/pingback/records/" + url.PathEscape(provider) + "/" + url.PathEscape(id)
+}
+
+// cliRecordAnswer calls method on uri, an admin route that answers one
+// record (show, replay, release), and prints the record: as the admin
+// API's JSON with --json, else its fields, then its history if history is
+// set.
+func cliRecordAnswer(c *cliClient, method, uri string, history bool) error {
 	var r store.Record
-	raw, err := c.call(http.MethodGet, "/pingback/records/"+url.PathEscape(provider)+"/"+url.PathEscape(id), nil, &r)
+	raw, err := c.call(method, uri, nil, &r)
 	if err != nil {
 		return err
 	}
@@ -114,6 +127,9 @@ func cliShow(c *cliClient, provider, id string) error {
 		return nil
 	}
 	printRecord(c, &r)
+	if !history {
+		return nil
+	}
 	return printHistory(c, r.History)
 }
 

@@ -2,11 +2,8 @@ package pingback
 
 import (
 	"net/http"
-	"net/url"
 
 	"github.com/spf13/cobra"
-
-	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 func init() {
@@ -32,15 +29,5 @@ is not quarantined is refused.`,
 }
 
 func cliRelease(c *cliClient, provider, id string) error {
-	var r store.Record
-	raw, err := c.call(http.MethodPost, "/pingback/records/"+url.PathEscape(provider)+"/"+url.PathEscape(id)+"/release", nil, &r)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
-	}
-	printRecord(c, &r)
-	return nil
+	return cliRecordAnswer(c, http.MethodPost, recordPath(provider, id)+"/release", false)
 }

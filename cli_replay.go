@@ -54,21 +54,11 @@ with a progress bar on a terminal, one progress line a second otherwise.`,
 }
 
 func cliReplay(c *cliClient, provider, id string) error {
-	uri := "/pingback/records/" + url.PathEscape(provider) + "/" + url.PathEscape(id) + "/replay"
+	uri := recordPath(provider, id) + "/replay"
 	if force, _ := c.cmd.Flags().GetBool("force"); force {
 		uri += "?force=true"
 	}
-	var r store.Record
-	raw, err := c.call(http.MethodPost, uri, nil, &r)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		c.printJSON(raw)
-		return nil
-	}
-	printRecord(c, &r)
-	return nil
+	return cliRecordAnswer(c, http.MethodPost, uri, false)
 }
 
 // cliBulkReplay starts a bulk replay and waits for it.
