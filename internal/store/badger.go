@@ -1078,10 +1078,26 @@ func (b *Badger) commit(ops []*op) {
 	counted := b.counted[:0]
 	aged := b.aged[:0]
 	var live map[string]time.Time
+	// dropped discards the transaction after a failed flush (and the
+	// shortcuts that followed its writes); if it grew too big, the batch
+	// is committed in halves instead, and dropped reports true.
+	dropped := func(err error) bool {
+		txn.Discard()
+		b.fresh.clear()
+		if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
+			mid := len(ops) / 2
+			b.commit(ops[:mid])
+			b.commit(ops[mid:])
+			return true
+		}
+		return false
+	}
 	w := &b.scratch
 	for i, o := range ops {
 		// One batch value for every operation, its buffers kept: what
-		// each operation buffers is copied out below.
+		// each operation buffers is copied out below, and its writes
+		// are cleared before the next one reuses them.
+		clear(w.writes)
 		*w = batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh,
 			writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
 		if o.err = o.apply(w); o.err != nil {
@@ -1100,12 +1116,7 @@ func (b *Badger) commit(ops []*op) {
 			}
 		}
 		if err := w.flush(); err != nil {
-			txn.Discard()
-			b.fresh.clear()
-			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
-				mid := len(ops) / 2
-				b.commit(ops[:mid])
-				b.commit(ops[mid:])
+			if dropped(err) {
 				return
 			}
 			o.err = fmt.Errorf("writing: %w", err)
@@ -1125,12 +1136,7 @@ func (b *Badger) commit(ops []*op) {
 		// The newest live pingback of each provider, once per commit.
 		lw := &batch{txn: txn, writes: liveWrites(live)}
 		if err := lw.flush(); err != nil {
-			txn.Discard()
-			b.fresh.clear()
-			if errors.Is(err, badger.ErrTxnTooBig) && len(ops) > 1 {
-				mid := len(ops) / 2
-				b.commit(ops[:mid])
-				b.commit(ops[mid:])
+			if dropped(err) {
 				return
 			}
 			for _, o := range ops {
@@ -1205,7 +1211,7 @@ func (b *Badger) keepScratch() {
 		*w = batch{}
 		return
 	}
-	clear(w.writes[:cap(w.writes)])
+	clear(w.writes) // the earlier operations' were cleared as each next one began
 	*w = batch{writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
 }
 

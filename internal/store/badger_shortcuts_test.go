@@ -18,6 +18,9 @@ func TestFreshStateServesTheOutcome(t *testing.T) {
 	if _, err := b.Insert(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
+	if n := len(b.fresh.m); n != 1 {
+		t.Fatalf("%d fresh states after a live insert, want 1 (the outcome would read Badger)", n)
+	}
 	deliver := func(d *Delivery) error {
 		if d.State != StateForwarding || d.Attempts != 1 || d.Lease.Owner != b.Owner() {
 			return ErrSkip
