@@ -192,13 +192,21 @@ func handleRecord(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
 	case errors.Is(err, errInFlight), errors.Is(err, errQuarantined):
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
-	case errors.Is(err, errStoreUnavailable), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	case err != nil:
-		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+		return storeAPIError(err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	return json.NewEncoder(w).Encode(publicRecord(rec))
+}
+
+// storeAPIError is the admin API's answer to a store operation that
+// failed: 503 while the store is away (closed, unavailable, not open yet),
+// 500 otherwise.
+func storeAPIError(err error) error {
+	if errors.Is(err, errStoreUnavailable) || errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrClosed) {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 }
 
 // activeApp returns the pingback app of the running config.

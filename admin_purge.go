@@ -46,7 +46,7 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 	}
 	n, err := st.Purge(r.Context(), store.PurgeQuery{Keys: []store.Key{key}})
 	if err != nil {
-		return purgeError(err)
+		return storeAPIError(err)
 	}
 	if n > 0 {
 		quarantinePurged(r.Context(), st, key.Provider) // the quarantine cap's bytes, read again
@@ -80,7 +80,7 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	}
 	n, err := st.Purge(r.Context(), q)
 	if err != nil {
-		return purgeError(err)
+		return storeAPIError(err)
 	}
 	if n > 0 {
 		quarantinePurged(r.Context(), st, f.Provider) // "" for every provider
@@ -88,13 +88,6 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	logPurge(n, zap.String("provider", f.Provider), zap.String("state", string(f.State)),
 		zap.String("received_after", f.ReceivedAfter), zap.String("received_before", f.ReceivedBefore))
 	return writeJSON(w, purgeAnswer{Purged: n})
-}
-
-func purgeError(err error) error {
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrClosed) {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
-	}
-	return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 }
 
 // logPurge logs a purge (never what was erased, only how it was chosen).

@@ -28,10 +28,8 @@ func handleRelease(w http.ResponseWriter, r *http.Request, key store.Key) error 
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	case errors.Is(err, errNotQuarantined):
 		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
-	case errors.Is(err, errStoreUnavailable), errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed):
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	case err != nil:
-		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
+		return storeAPIError(err)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	return json.NewEncoder(w).Encode(publicRecord(rec))
