@@ -20,9 +20,12 @@ import (
 // at or below ts. Compaction keeps, of each key, every version above the
 // discard timestamp and the newest one at or below it, so a reader at ts is
 // safe while the discard timestamp is at most ts: readers are registered
-// from their read timestamp to their end, and the discard timestamp, moved
-// after each commit, never passes the oldest of them (without it Badger
-// would keep every version of every key forever).
+// from their read timestamp to their end, and the discard timestamp never
+// passes the oldest of them. It moves on after each commit and when the
+// read holding it back ends (without it Badger would keep every version
+// of every key forever; in Badger's own mode a compaction reads the oldest
+// open read itself, so a purge's compaction right after a read ended must
+// find the timestamp moved on too).
 
 // clock hands out the store's read and commit timestamps.
 type clock struct {
@@ -30,13 +33,19 @@ type clock struct {
 	next    uint64         // the next commit timestamp
 	last    uint64         // the newest commit timestamp whose write completed
 	reading map[uint64]int // read timestamps of open reads, counted
+	discard uint64         // the discard timestamp last set
+	// setDiscard gives Badger a new discard timestamp (SetDiscardTs),
+	// called with mu held so that updates arrive in order; nil: none.
+	setDiscard func(uint64)
 }
 
 // newClock starts a clock after the newest version the database holds
 // (db.MaxVersion(): a database written in Badger's own mode is read the
-// same way, and can be opened in that mode again).
-func newClock(newest uint64) *clock {
-	return &clock{next: newest + 1, last: newest, reading: map[uint64]int{}}
+// same way, and can be opened in that mode again). setDiscard may be nil.
+func newClock(newest uint64, setDiscard func(uint64)) *clock {
+	c := &clock{next: newest + 1, last: newest, reading: map[uint64]int{}, setDiscard: setDiscard}
+	c.moveDiscard()
+	return c
 }
 
 // beginRead returns the timestamp a read transaction reads at, registered
@@ -54,6 +63,9 @@ func (c *clock) endRead(ts uint64) {
 	c.mu.Lock()
 	if c.reading[ts]--; c.reading[ts] <= 0 {
 		delete(c.reading, ts)
+		if ts == c.discard && c.discard < c.last {
+			c.moveDiscard()
+		}
 	}
 	c.mu.Unlock()
 }
@@ -61,8 +73,8 @@ func (c *clock) endRead(ts uint64) {
 // beginWrite returns a write transaction's read timestamp (every completed
 // commit) and its commit timestamp. A commit timestamp is never handed out
 // twice, even if its commit fails (it may have written part of its batch).
-// The writer's read need not be registered: only a writer moves the
-// discard timestamp, and only after its commit.
+// One writer at a time: the writer's read need not be registered, as the
+// discard timestamp never passes last, which only its own commit moves.
 func (c *clock) beginWrite() (read, commit uint64) {
 	c.mu.Lock()
 	read, commit = c.last, c.next
@@ -72,16 +84,30 @@ func (c *clock) beginWrite() (read, commit uint64) {
 }
 
 // committed records that the write at commit completed: reads begun from
-// now on see it. It returns the discard timestamp Badger may now use.
+// now on see it. It returns the discard timestamp.
 func (c *clock) committed(commit uint64) (discard uint64) {
 	c.mu.Lock()
 	c.last = max(c.last, commit)
-	discard = c.last
-	for ts := range c.reading {
-		discard = min(discard, ts)
-	}
+	c.moveDiscard()
+	discard = c.discard
 	c.mu.Unlock()
 	return discard
+}
+
+// moveDiscard sets the discard timestamp to the oldest open read, or to
+// last if none is open. c.mu is held.
+func (c *clock) moveDiscard() {
+	d := c.last
+	for ts := range c.reading {
+		d = min(d, ts)
+	}
+	if d == c.discard {
+		return
+	}
+	c.discard = d
+	if c.setDiscard != nil {
+		c.setDiscard(d)
+	}
 }
 
 // badgerDB is the store's Badger database, opened in managed mode, with
@@ -97,9 +123,7 @@ func openManaged(opts badger.Options) (badgerDB, error) {
 	if err != nil {
 		return badgerDB{}, err
 	}
-	d := badgerDB{DB: db, clk: newClock(db.MaxVersion())}
-	d.SetDiscardTs(d.clk.last)
-	return d, nil
+	return badgerDB{DB: db, clk: newClock(db.MaxVersion(), db.SetDiscardTs)}, nil
 }
 
 // View runs fn in a read transaction that sees every completed commit.
@@ -116,7 +140,8 @@ func (d badgerDB) View(fn func(txn *badger.Txn) error) error {
 
 // Update runs fn in a write transaction and commits it. The committer is
 // the store's writer; Update is for the open, before the committer starts,
-// and for tests.
+// and for tests. Never while another write runs: its commit would move
+// last past a write at a lower timestamp still being written.
 func (d badgerDB) Update(fn func(txn *badger.Txn) error) error {
 	if d.IsClosed() {
 		return badger.ErrDBClosed
@@ -136,11 +161,11 @@ func (d badgerDB) begin() (*badger.Txn, uint64) {
 }
 
 // commit commits txn at commit and, once it is written, lets reads see it
-// and moves Badger's discard timestamp.
+// (and moves Badger's discard timestamp).
 func (d badgerDB) commit(txn *badger.Txn, commit uint64) error {
 	if err := txn.CommitAt(commit, nil); err != nil {
 		return err
 	}
-	d.SetDiscardTs(d.clk.committed(commit))
+	d.clk.committed(commit)
 	return nil
 }
