@@ -76,7 +76,7 @@ type BadgerOptions struct {
 // claimable as soon as the store is open again. A lease of this open lapses
 // at its Until.
 type Badger struct {
-	db        *badger.DB
+	db        badgerDB
 	log       *zap.Logger
 	maxBatch  int
 	epoch     uint64
@@ -100,9 +100,10 @@ type Badger struct {
 	// loseCommit, in tests, drops a journaled commit's Badger transaction
 	// when it returns true, as a power loss would have lost it.
 	loseCommit func() bool
-	// commitTxn, in tests, replaces txn.Commit (writes: the batch's
-	// writes, in order), to make Badger fail a commit part-way.
-	commitTxn func(txn *badger.Txn, writes []write) error
+	// commitTxn, in tests, replaces the commit of the transaction
+	// (writes: the batch's writes, in order), to make Badger fail a
+	// commit part-way.
+	commitTxn func(commit func() error, writes []write) error
 	writes    []write       // the committer's: the writes of the batch being committed
 	leases    *leaseTracker // the committer's: the leases this handle holds
 	events    []leaseEvent  // the committer's: the lease changes of the batch being committed
@@ -217,12 +218,12 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		WithNumCompactors(2)
 	bopts.TableSizeMultiplier = 1 // every level's tables are badgerTableSize
 
-	var db *badger.DB
+	var db badgerDB
 	var err error
 	deadline := time.Now().Add(opts.LockWait)
 	retriedEmptyMem := false
 	for {
-		db, err = badger.Open(bopts)
+		db, err = openManaged(bopts)
 		if err == nil {
 			break
 		}
@@ -1071,7 +1072,7 @@ func (b *Badger) commit(ops []*op) {
 	if len(ops) == 0 {
 		return
 	}
-	txn := b.db.NewTransaction(true)
+	txn, ts := b.db.begin()
 	defer txn.Discard()
 	writes := b.writes[:0]
 	events := b.events[:0]
@@ -1165,9 +1166,9 @@ func (b *Badger) commit(ops []*op) {
 	}
 	if err == nil {
 		if b.commitTxn != nil {
-			err = b.commitTxn(txn, writes)
+			err = b.commitTxn(func() error { return b.db.commit(txn, ts) }, writes)
 		} else {
-			err = txn.Commit()
+			err = b.db.commit(txn, ts)
 		}
 		if err != nil && journaled {
 			// Badger may hold part of the batch: the record stays

@@ -123,7 +123,7 @@ const lastLiveSeeded = "m/live-seeded"
 // by this version, so that last_callback_timestamp_seconds survives that
 // restart too. Its writes become durable with the checkpoint that follows
 // at open (if they are lost, the next open seeds again).
-func seedLastLive(db *badger.DB) error {
+func seedLastLive(db badgerDB) error {
 	seeded := false
 	if err := db.View(func(txn *badger.Txn) error {
 		_, err := txn.Get([]byte(lastLiveSeeded))

@@ -31,7 +31,7 @@ const formatVersion = 5
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
-func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
+func openFormat(db badgerDB, log *zap.Logger) (uint64, error) {
 	version, err := checkFormat(db)
 	if err != nil {
 		return 0, err
@@ -93,7 +93,7 @@ func openFormat(db *badger.DB, log *zap.Logger) (uint64, error) {
 
 // checkFormat returns the stored format, or an error if this code cannot
 // open it.
-func checkFormat(db *badger.DB) (int, error) {
+func checkFormat(db badgerDB) (int, error) {
 	version, err := storedFormat(db)
 	if err == nil && version > formatVersion {
 		err = fmt.Errorf("stored format %d is newer than this plugin's (%d): upgrade the plugin", version, formatVersion)
@@ -103,7 +103,7 @@ func checkFormat(db *badger.DB) (int, error) {
 
 // storedFormat reads m/format: 0 for an empty database, 1 for a database
 // with records but no format key.
-func storedFormat(db *badger.DB) (int, error) {
+func storedFormat(db badgerDB) (int, error) {
 	version := 0
 	err := db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get([]byte(metaFormatKey))
@@ -133,7 +133,7 @@ func storedFormat(db *badger.DB) (int, error) {
 // buildStateIndex writes the v/ entries of a store of format 2, which had
 // none: one per record in a state List finds by index. Running it again is
 // harmless.
-func buildStateIndex(db *badger.DB) (int, error) {
+func buildStateIndex(db badgerDB) (int, error) {
 	var keys [][]byte
 	var exps []uint64
 	err := db.View(func(txn *badger.Txn) error {
@@ -164,7 +164,7 @@ func buildStateIndex(db *badger.DB) (int, error) {
 // buildReceivedIndex writes the i/ entry of every record, with the
 // record's TTL (stores of format 3 and earlier had none). Running it again
 // is harmless.
-func buildReceivedIndex(db *badger.DB) (int, error) {
+func buildReceivedIndex(db badgerDB) (int, error) {
 	var keys [][]byte
 	var exps []uint64
 	err := db.View(func(txn *badger.Txn) error {
@@ -192,7 +192,7 @@ func buildReceivedIndex(db *badger.DB) (int, error) {
 
 // inChunks calls fn for 0..n-1, chunk calls per transaction, and writes
 // what they buffered in w.
-func inChunks(db *badger.DB, n, chunk int, fn func(w *batch, i int)) error {
+func inChunks(db badgerDB, n, chunk int, fn func(w *batch, i int)) error {
 	for start := 0; start < n; start += chunk {
 		err := db.Update(func(txn *badger.Txn) error {
 			w := &batch{txn: txn}
@@ -214,7 +214,7 @@ func inChunks(db *badger.DB, n, chunk int, fn func(w *batch, i int)) error {
 // was cut by the stop that preceded this open, moves from q/ to a lapsed
 // lease (epoch 0) so that the first claim recovers it. Each batch of
 // records is rewritten in one transaction; running it again is harmless.
-func migrateFormat1(db *badger.DB) (int, error) {
+func migrateFormat1(db badgerDB) (int, error) {
 	type entry struct {
 		key Key
 		d   Delivery

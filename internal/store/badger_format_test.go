@@ -170,7 +170,7 @@ func TestBadgerFormat1Expire(t *testing.T) {
 // must not move expiries or counters.
 func TestBadgerFormat1MigrationRerun(t *testing.T) {
 	dir := untarFormat1(t)
-	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	db, err := openManaged(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

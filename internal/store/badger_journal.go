@@ -143,7 +143,7 @@ type journalPos struct {
 // journal positioned after the last record replayed (the caller then
 // checkpoints), and how many records it replayed. syncBadger nil means
 // (*os.File).Sync; log receives checkpoint failures.
-func openJournal(db *badger.DB, dir string, size int64, log *zap.Logger, syncBadger func(*os.File) error) (*journal, int, error) {
+func openJournal(db badgerDB, dir string, size int64, log *zap.Logger, syncBadger func(*os.File) error) (*journal, int, error) {
 	if syncBadger == nil {
 		syncBadger = (*os.File).Sync
 	}
@@ -255,7 +255,7 @@ func readRun(f *os.File, i int) ([]journalRec, error) {
 }
 
 // replay applies the writes of r to db in one transaction.
-func (j *journal) replay(db *badger.DB, r journalRec) error {
+func (j *journal) replay(db badgerDB, r journalRec) error {
 	payload := make([]byte, r.n)
 	if _, err := j.files[r.file].ReadAt(payload, r.off+journalHeader); err != nil {
 		return fmt.Errorf("reading journal record %d: %w", r.seq, err)

@@ -52,9 +52,9 @@ func TestJournalCommitRefusedPartWay(t *testing.T) {
 	b := openTestBadger(t, journalOpts(dir))
 	mustInsert(t, b, testRecord("a", StateForwarding))
 	var once atomic.Bool
-	b.commitTxn = func(txn *badger.Txn, writes []write) error {
+	b.commitTxn = func(commit func() error, writes []write) error {
 		if !once.CompareAndSwap(false, true) {
-			return txn.Commit()
+			return commit()
 		}
 		// Half of the batch reaches Badger, then the commit fails.
 		if err := b.db.Update(func(txn *badger.Txn) error {

@@ -127,7 +127,7 @@ func (w *batch) walkTaskOrder(ctx context.Context, q TaskQuery, out *[]*Task) er
 // buildTaskOrder writes the o/ entry of every task, with the task's TTL
 // (stores of format 4 and earlier had none). Running it again is
 // harmless.
-func buildTaskOrder(db *badger.DB) (int, error) {
+func buildTaskOrder(db badgerDB) (int, error) {
 	var keys [][]byte
 	var exps []uint64
 	err := db.View(func(txn *badger.Txn) error {
