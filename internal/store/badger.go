@@ -158,10 +158,12 @@ const badgerTableSize = 1 << 20
 const lazyWait = 3 * time.Millisecond
 
 // OpenBadger opens (or creates) the database in opts.Dir with memory-lean
-// options (see badger-and-distributed-stores.md §3 and §6), upgrades its
-// stored format if it was written by an earlier version, takes a new lease
-// epoch and starts the committer. A directory locked by another process is
-// retried for opts.LockWait, then reported with guidance.
+// options, in Badger's managed mode with the store's own timestamps (see
+// badger_clock.go; a store written in Badger's own mode opens as it is),
+// upgrades its stored format if it was written by an earlier version,
+// takes a new lease epoch and starts the committer. A directory locked by
+// another process is retried for opts.LockWait, then reported with
+// guidance.
 func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("badger: no directory")
