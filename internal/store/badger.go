@@ -1098,11 +1098,8 @@ func (b *Badger) commit(ops []*op) {
 	w := &b.scratch
 	for i, o := range ops {
 		// One batch value for every operation, its buffers kept: what
-		// each operation buffers is copied out below, and its writes
-		// are cleared before the next one reuses them.
-		clear(w.writes)
-		*w = batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh,
-			writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
+		// each operation buffers is copied out below.
+		w.reuse(batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh})
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
@@ -1214,8 +1211,7 @@ func (b *Badger) keepScratch() {
 		*w = batch{}
 		return
 	}
-	clear(w.writes) // the earlier operations' were cleared as each next one began
-	*w = batch{writes: w.writes[:0], leases: w.leases[:0], counted: w.counted[:0], aged: w.aged[:0]}
+	w.reuse(batch{})
 }
 
 // keepWrites keeps the committer's write buffer for the next batch (not

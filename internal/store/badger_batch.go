@@ -71,6 +71,15 @@ type batch struct {
 	freshKey Key
 }
 
+// reuse makes w base, keeping w's buffers (emptied; the writes' keys and
+// values let go), so that the committer's one batch value serves each
+// operation in turn without allocating.
+func (w *batch) reuse(base batch) {
+	clear(w.writes)
+	base.writes, base.leases, base.counted, base.aged = w.writes[:0], w.leases[:0], w.counted[:0], w.aged[:0]
+	*w = base
+}
+
 // write is one buffered write: a set, or a deletion when del is true.
 type write struct {
 	key, val []byte
