@@ -84,78 +84,52 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return eachSubdirective(d, "", []string{"provider"}, func(name string) error {
 		switch name {
 		case "storage_dir":
-			if err := oneArg(d, &a.StorageDir); err != nil {
-				return err
-			}
+			return oneArg(d, &a.StorageDir)
 		case "store":
-			raw, err := storeArg(d)
-			if err != nil {
-				return err
-			}
-			a.StoreRaw = raw
+			return storeArg(d, &a.StoreRaw)
 		case "retention":
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			a.Retention = dur
+			return durationArg(d, &a.Retention)
 		case "min_free_space":
-			size, err := sizeArg(d)
-			if err != nil {
-				return err
-			}
-			a.MinFreeSpace = size
+			return sizeArg(d, &a.MinFreeSpace)
 		case "replay":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 			a.Replay = new(ReplayConfig)
-			if err := a.Replay.unmarshalCaddyfile(d); err != nil {
-				return err
-			}
+			return blockArg(d, a.Replay.unmarshalCaddyfile)
 		case "provider":
-			var pname string
-			if !d.NextArg() {
-				return d.ArgErr()
-			}
-			pname = d.Val()
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			if _, err := lookupProvider(pname); err != nil {
-				return d.Err(err.Error())
-			}
-			if a.Providers[pname] != nil {
-				return d.Errf("provider %s specified more than once", pname)
-			}
-			pc := new(ProviderConfig)
-			if err := pc.unmarshalCaddyfile(d); err != nil {
-				return err
-			}
-			if a.Providers == nil {
-				a.Providers = make(map[string]*ProviderConfig)
-			}
-			a.Providers[pname] = pc
+			return a.unmarshalProvider(d)
 		case "poll":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 			a.Poll = new(PollConfig)
-			if err := a.Poll.unmarshalCaddyfile(d); err != nil {
-				return err
-			}
+			return blockArg(d, a.Poll.unmarshalCaddyfile)
 		default:
 			return d.Errf("unrecognized pingback option '%s'", name)
 		}
-		return nil
 	})
 }
 
-// storeArg parses `store <module> { ... }` into the store guest module's
-// JSON, with its "module" key.
-func storeArg(d *caddyfile.Dispenser) (json.RawMessage, error) {
+// unmarshalProvider parses `provider <name> { ... }` into a.Providers.
+func (a *App) unmarshalProvider(d *caddyfile.Dispenser) error {
+	var name string
+	if err := providerArg(d, &name); err != nil {
+		return err
+	}
+	if a.Providers[name] != nil {
+		return d.Errf("provider %s specified more than once", name)
+	}
+	pc := new(ProviderConfig)
+	if err := pc.unmarshalCaddyfile(d); err != nil {
+		return err
+	}
+	if a.Providers == nil {
+		a.Providers = make(map[string]*ProviderConfig)
+	}
+	a.Providers[name] = pc
+	return nil
+}
+
+// storeArg parses `store <module> { ... }` into dst, the store guest
+// module's JSON with its "module" key.
+func storeArg(d *caddyfile.Dispenser, dst *json.RawMessage) error {
 	if !d.NextArg() {
-		return nil, d.ArgErr()
+		return d.ArgErr()
 	}
 	var mod caddyfile.Unmarshaler
 	name := d.Val()
@@ -165,15 +139,16 @@ func storeArg(d *caddyfile.Dispenser) (json.RawMessage, error) {
 	case "postgres":
 		mod = new(PostgresStore)
 	default:
-		return nil, d.Errf("unknown store '%s': want badger or postgres", name)
+		return d.Errf("unknown store '%s': want badger or postgres", name)
 	}
 	if d.NextArg() {
-		return nil, d.ArgErr()
+		return d.ArgErr()
 	}
 	if err := mod.UnmarshalCaddyfile(d); err != nil {
-		return nil, err
+		return err
 	}
-	return caddyconfig.JSONModuleObject(mod, "module", name, nil), nil
+	*dst = caddyconfig.JSONModuleObject(mod, "module", name, nil)
+	return nil
 }
 
 func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -193,35 +168,19 @@ func (r *ReplayConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("invalid backoff max '%s': %v", hi, err)
 			}
 			r.BackoffMin, r.BackoffMax = caddy.Duration(minD), caddy.Duration(maxD)
+			return nil
 		case "max_attempts":
-			n, err := intArg(d)
-			if err != nil {
-				return err
-			}
-			r.MaxAttempts = n
+			return intArg(d, &r.MaxAttempts)
 		case "forward_timeout":
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			r.ForwardTimeout = dur
+			return durationArg(d, &r.ForwardTimeout)
 		case "stuck_after":
 			// Removed; parsed so that Validate can say what replaced it.
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			r.StuckAfter = dur
+			return durationArg(d, &r.StuckAfter)
 		case "concurrency":
-			n, err := intArg(d)
-			if err != nil {
-				return err
-			}
-			r.Concurrency = n
+			return intArg(d, &r.Concurrency)
 		default:
 			return d.Errf("unrecognized replay option '%s'", name)
 		}
-		return nil
 	})
 }
 
@@ -229,39 +188,22 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return eachSubdirective(d, "provider ", nil, func(name string) error {
 		switch name {
 		case "endpoint":
-			if err := oneArg(d, &pc.Endpoint); err != nil {
-				return err
-			}
+			return oneArg(d, &pc.Endpoint)
 		case "api_endpoint":
-			if err := oneArg(d, &pc.APIEndpoint); err != nil {
-				return err
-			}
+			return oneArg(d, &pc.APIEndpoint)
 		case "api_key":
-			if err := oneArg(d, &pc.APIKey); err != nil {
-				return err
-			}
+			return oneArg(d, &pc.APIKey)
 		case "callback_format":
-			if err := oneArg(d, &pc.CallbackFormat); err != nil {
-				return err
-			}
+			return oneArg(d, &pc.CallbackFormat)
 		case "give_up":
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			pc.GiveUp = dur
+			return durationArg(d, &pc.GiveUp)
 		case "callback_method":
-			if err := oneArg(d, &pc.CallbackMethod); err != nil {
-				return err
-			}
+			return oneArg(d, &pc.CallbackMethod)
 		case "result_method":
-			if err := oneArg(d, &pc.ResultMethod); err != nil {
-				return err
-			}
+			return oneArg(d, &pc.ResultMethod)
 		default:
 			return d.Errf("unrecognized provider option '%s'", name)
 		}
-		return nil
 	})
 }
 
@@ -282,24 +224,13 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("poll after must be auto or a duration, got '%s'", v)
 			}
 			p.After = caddy.Duration(dur)
+			return nil
 		case "interval":
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			p.Interval = dur
+			return durationArg(d, &p.Interval)
 		case "give_up":
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			p.GiveUp = dur
+			return durationArg(d, &p.GiveUp)
 		case "batch":
-			n, err := intArg(d)
-			if err != nil {
-				return err
-			}
-			p.Batch = n
+			return intArg(d, &p.Batch)
 		case "rate":
 			var s string
 			if err := oneArg(d, &s); err != nil {
@@ -310,10 +241,10 @@ func (p *PollConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("poll rate must be a number of requests per second, got '%s'", s)
 			}
 			p.Rate = r
+			return nil
 		default:
 			return d.Errf("unrecognized poll option '%s'", name)
 		}
-		return nil
 	})
 }
 
@@ -336,42 +267,18 @@ func parseTrackDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, e
 //
 // provider is required; the others are optional. Each may appear once.
 func (t *Tracker) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	err := eachSubdirective(d, "", nil, func(name string) error {
+	return unmarshalDirective(d, "pingback_track", &t.Provider, func(name string) error {
 		switch name {
-		case "provider":
-			return providerArg(d, &t.Provider)
 		case "pingback_url":
-			if err := oneArg(d, &t.PingbackURL); err != nil {
-				return err
-			}
+			return oneArg(d, &t.PingbackURL)
 		case "max_body":
-			size, err := sizeArg(d)
-			if err != nil {
-				return err
-			}
-			t.MaxBody = size
+			return sizeArg(d, &t.MaxBody)
 		case "max_answer":
-			size, err := sizeArg(d)
-			if err != nil {
-				return err
-			}
-			t.MaxAnswer = size
+			return sizeArg(d, &t.MaxAnswer)
 		default:
 			return d.Errf("unrecognized pingback_track subdirective '%s'", name)
 		}
-		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if t.Provider == "" {
-		return d.Errf("pingback_track: provider is required (one of: %s)", providerNames())
-	}
-	return nil
 }
 
 // parseHandlerDirective parses the `pingback` handler directive.
@@ -395,31 +302,18 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //
 // provider is required; the others are optional. Each may appear once.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	err := eachSubdirective(d, "", nil, func(name string) error {
+	return unmarshalDirective(d, "pingback", &h.Provider, func(name string) error {
 		switch name {
-		case "provider":
-			return providerArg(d, &h.Provider)
 		case "ack_timeout":
-			dur, err := durationArg(d)
-			if err != nil {
-				return err
-			}
-			h.AckTimeout = dur
+			return durationArg(d, &h.AckTimeout)
 		case "max_body":
-			size, err := sizeArg(d)
-			if err != nil {
-				return err
-			}
-			h.MaxBody = size
+			return sizeArg(d, &h.MaxBody)
 		case "keep_headers":
 			h.KeepHeaders = d.RemainingArgs()
 			if len(h.KeepHeaders) == 0 {
 				return d.ArgErr()
 			}
+			return nil
 		case "verify":
 			return choiceArg(d, &h.Verify, VerifyToken, VerifyResPHP, VerifyNone)
 		case "unknown_ids":
@@ -429,13 +323,38 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized pingback subdirective '%s'", name)
 		}
-		return nil
+	})
+}
+
+// blockArg parses a subdirective that takes no arguments, only a block,
+// with parse.
+func blockArg(d *caddyfile.Dispenser, parse func(*caddyfile.Dispenser) error) error {
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return parse(d)
+}
+
+// unmarshalDirective parses a handler directive of the form
+// `<directive> [<matcher>] { provider <name> ... }`: no arguments, each
+// subdirective once, provider required and known; fn parses every other
+// subdirective, with its name as d.Val().
+func unmarshalDirective(d *caddyfile.Dispenser, directive string, provider *string, fn func(name string) error) error {
+	d.Next() // consume directive name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	err := eachSubdirective(d, "", nil, func(name string) error {
+		if name == "provider" {
+			return providerArg(d, provider)
+		}
+		return fn(name)
 	})
 	if err != nil {
 		return err
 	}
-	if h.Provider == "" {
-		return d.Errf("pingback: provider is required (one of: %s)", providerNames())
+	if *provider == "" {
+		return d.Errf("%s: provider is required (one of: %s)", directive, providerNames())
 	}
 	return nil
 }
@@ -494,46 +413,50 @@ func choiceArg(d *caddyfile.Dispenser, dst *string, choices ...string) error {
 	return nil
 }
 
-// durationArg reads exactly one duration (Go syntax, or d for days).
-func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
+// durationArg reads exactly one duration (Go syntax, or d for days) into
+// dst.
+func durationArg(d *caddyfile.Dispenser, dst *caddy.Duration) error {
 	name := d.Val()
 	var s string
 	if err := oneArg(d, &s); err != nil {
-		return 0, err
+		return err
 	}
 	dur, err := caddy.ParseDuration(s)
 	if err != nil {
-		return 0, d.Errf("invalid %s '%s': %v", name, s, err)
+		return d.Errf("invalid %s '%s': %v", name, s, err)
 	}
-	return caddy.Duration(dur), nil
+	*dst = caddy.Duration(dur)
+	return nil
 }
 
-// sizeArg reads exactly one byte size such as 64KiB.
-func sizeArg(d *caddyfile.Dispenser) (int64, error) {
+// sizeArg reads exactly one byte size such as 64KiB into dst.
+func sizeArg(d *caddyfile.Dispenser, dst *int64) error {
 	name := d.Val()
 	var s string
 	if err := oneArg(d, &s); err != nil {
-		return 0, err
+		return err
 	}
 	size, err := humanize.ParseBytes(s)
 	if err != nil || size > math.MaxInt64 {
-		return 0, d.Errf("invalid %s '%s': want a size such as 64KiB", name, s)
+		return d.Errf("invalid %s '%s': want a size such as 64KiB", name, s)
 	}
-	return int64(size), nil
+	*dst = int64(size)
+	return nil
 }
 
-// intArg reads exactly one whole number.
-func intArg(d *caddyfile.Dispenser) (int, error) {
+// intArg reads exactly one whole number into dst.
+func intArg(d *caddyfile.Dispenser, dst *int) error {
 	name := d.Val()
 	var s string
 	if err := oneArg(d, &s); err != nil {
-		return 0, err
+		return err
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil {
-		return 0, d.Errf("%s must be a whole number, got '%s'", name, s)
+		return d.Errf("%s must be a whole number, got '%s'", name, s)
 	}
-	return n, nil
+	*dst = n
+	return nil
 }
 
 // Interface guards

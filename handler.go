@@ -176,38 +176,90 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// ServeHTTP implements caddyhttp.MiddlewareHandler.
+// ServeHTTP implements caddyhttp.MiddlewareHandler. A live pingback goes
+// through named phases, each on the exchange that holds the request's
+// state: receive (parse and build the record), judge (verification and
+// quarantine), insert (the durable commit), settle (the cases that end
+// without a forward: refusals, duplicates, quarantine) and forward (the
+// app through next, then the provider's answer). The provider's answer is
+// owned by the exchange's reply, which answers within ack_timeout whatever
+// the phases take. A replay the app dispatches in-process re-enters here
+// and is only forwarded (serveDispatched).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if d, ok := r.Context().Value(dispatchCtxKey{}).(*dispatch); ok {
-		// A replay dispatched in-process by the app: already stored,
-		// only forward and report. A probe only asks whether this
-		// route reaches a pingback handler.
-		d.reached = true
-		if !d.probe {
-			stripToken(r)
-			d.out = forward(r, next)
-		}
+		h.serveDispatched(d, r, next)
 		return nil
 	}
-
 	start := time.Now() // ack_timeout counts from here
 	cb, err := readCallback(w, r, h.provider, h.MaxBody)
 	if err != nil {
-		var notResult *protocol.NotResultError
-		if errors.As(err, &notResult) {
-			return h.notResult(w, notResult)
-		}
-		var bad *badRequest
-		if !errors.As(err, &bad) {
-			return err
-		}
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
-		return writeText(w, bad.status, bad.reason)
+		return h.refuse(w, err)
 	}
-	// The key is canonical (no leading zeros, CapSolver's UUIDs in lower
-	// case); the request is kept and forwarded as sent.
-	cb.id = h.provider.CanonicalID(cb.id)
+	x := h.receive(r, cb)
+	x.reply.arm(w, time.Duration(h.AckTimeout)-time.Since(start))
+	defer x.reply.finish()
+	if !x.judge() {
+		return nil
+	}
+	x.insert()
+	if x.settle() {
+		return nil
+	}
+	x.forward(next)
+	return nil
+}
 
+// serveDispatched forwards a stored result the app dispatched in-process
+// (a replay or a polled result): it is already stored, so it is only
+// forwarded and its outcome reported. A probe only asks whether this
+// route reaches a pingback handler.
+func (h *Handler) serveDispatched(d *dispatch, r *http.Request, next caddyhttp.Handler) {
+	d.reached = true
+	if !d.probe {
+		stripToken(r)
+		d.out = forward(r, next)
+	}
+}
+
+// refuse answers a request that readCallback did not take: a callback
+// that carries no result (200, nothing stored) or a bad request (its
+// status and reason). Any other error is the server's.
+func (h *Handler) refuse(w http.ResponseWriter, err error) error {
+	var notResult *protocol.NotResultError
+	if errors.As(err, &notResult) {
+		return h.notResult(w, notResult)
+	}
+	var bad *badRequest
+	if !errors.As(err, &bad) {
+		return err
+	}
+	h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
+	return writeText(w, bad.status, bad.reason)
+}
+
+// exchange is one live pingback from its receipt to the provider's
+// answer: what the phases of ServeHTTP find and decide.
+type exchange struct {
+	h   *Handler
+	r   *http.Request
+	ctx context.Context // the request's, not cancelled when the provider hangs up
+	cb  callback
+	rec *store.Record // what is stored: the request as received, its state
+	now time.Time     // when it was received (the app's clock)
+
+	st  store.Store        // the store, or nil when it is not open
+	v   trust              // what judge decided
+	res store.InsertResult // what the insert found
+	err error              // the insert's error; nil once the result is stored
+
+	reply reply
+}
+
+// receive builds the exchange and the record of a parsed pingback. The
+// key is canonical (no leading zeros, CapSolver's UUIDs in lower case);
+// the request is kept and forwarded as sent.
+func (h *Handler) receive(r *http.Request, cb callback) *exchange {
+	cb.id = h.provider.CanonicalID(cb.id)
 	now := h.app.now().UTC()
 	rec := &store.Record{
 		Provider:   h.Provider,
@@ -225,7 +277,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			RemoteAddr: r.RemoteAddr,
 			LocalAddr:  localAddr(r),
 			TLS:        r.TLS != nil,
-			// Only the headers a replay needs (storedheaders.go).
+			// Only the headers a replay needs (storedHeader).
 			Header: storedHeader(r.Header, h.KeepHeaders),
 			Body:   cb.body,
 		},
@@ -237,185 +289,200 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		ExpiresAt: now.Add(time.Duration(h.app.Retention)),
 	}
 	rec.StartAttempt(store.SourceCallback, now) // in the insert: no write of its own
+	return &exchange{h: h, r: r, ctx: context.WithoutCancel(r.Context()), cb: cb, rec: rec, now: now}
+}
 
-	// The provider may hang up; the result is valid and is stored anyway.
-	ctx := context.WithoutCancel(r.Context())
-
-	// The provider is answered within ack_timeout, counted from arrival,
-	// whatever the store and the app do: if the commit or the app takes
-	// longer, a timer answers meanwhile: 200 only once the result is
-	// committed, else 503 (a result committed after that is still
-	// delivered, and the provider's retry is a duplicate). Only one of the
-	// timer and this goroutine ever writes to w, and this goroutine waits
-	// for the timer's write before it returns.
-	ack := newAckWriter()
-	var committed atomic.Bool
-	timer := time.AfterFunc(max(0, time.Duration(h.AckTimeout)-time.Since(start)), func() {
-		if committed.Load() {
-			ack.write(w, http.StatusOK, "OK", true)
-		} else {
-			ack.write(w, http.StatusServiceUnavailable, "result not stored", true)
-		}
-	})
-	defer func() {
-		if !timer.Stop() {
-			ack.wait()
-		}
-	}()
-	// answer answers the provider now unless the timer already did.
-	answer := func(status int, body string) {
-		if timer.Stop() {
-			ack.write(w, status, body, false)
-		}
-	}
-
-	st := h.app.store(time.Duration(h.AckTimeout))
-	v := trust{verified: VerifyNone}
-	if st != nil {
-		v = h.judge(ctx, st, r, rec.Key())
+// judge verifies the pingback (verify, unknown_ids) against the store
+// and admits a pingback to quarantine. It reports false when the
+// provider has been answered and nothing more is to be done: no store to
+// verify against (503), an unknown id refused (404), or a full
+// quarantine (200, not stored).
+func (x *exchange) judge() bool {
+	h := x.h
+	x.st = h.app.store(time.Duration(h.AckTimeout))
+	x.v = trust{verified: VerifyNone}
+	if x.st != nil {
+		x.v = h.judge(x.ctx, x.st, x.r, x.rec.Key())
 	} else if verify, unknown := h.modes(); verify != VerifyNone || unknown != UnknownAccept {
 		// No store, nothing to verify against: an unverified pingback
 		// is never forwarded. The provider may retry; a tracked task is
 		// polled once the store is back.
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
 		h.logger.Error("result NOT stored and not forwarded: the store is not open, so the pingback cannot be verified",
-			zap.String("provider", h.Provider), zap.String("id", cb.id))
-		answer(http.StatusServiceUnavailable, "result not stored")
-		return nil
+			zap.String("provider", h.Provider), zap.String("id", x.cb.id))
+		x.reply.send(http.StatusServiceUnavailable, "result not stored")
+		return false
 	}
-	if v.reject {
+	if x.v.reject {
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "unknown_id").Inc()
-		answer(http.StatusNotFound, "unknown task id")
-		return nil
+		x.reply.send(http.StatusNotFound, "unknown task id")
+		return false
 	}
-	rec.Verified, rec.Tracked, rec.Quarantine = v.verified, v.tracked, v.why
-	if v.why != "" {
-		rec.Delivery = store.Delivery{State: store.StateQuarantined, UpdatedAt: now}
-		if v.confirm {
+	rec := x.rec
+	rec.Verified, rec.Tracked, rec.Quarantine = x.v.verified, x.v.tracked, x.v.why
+	if x.v.why != "" {
+		rec.Delivery = store.Delivery{State: store.StateQuarantined, UpdatedAt: x.now}
+		if x.v.confirm {
 			rec.Verified = ""
 		}
 	}
-	if st != nil && v.why != "" && !h.admitQuarantine(ctx, st, rec) {
+	if x.st != nil && x.v.why != "" && !h.admitQuarantine(x.ctx, x.st, rec) {
 		h.quarantineFull(rec.Key())
-		answer(http.StatusOK, "OK")
-		return nil
+		x.reply.send(http.StatusOK, "OK")
+		return false
 	}
-	var res store.InsertResult
-	err = errStoreUnavailable
-	if st != nil {
-		if v.why == "" {
-			rec.Lease.Until = now.Add(h.app.leaseFor(st))
-		}
-		res, err = st.Insert(ctx, rec)
-		if err == nil && supersedes(v, res.Existing) {
-			// A trusted pingback (or one to confirm) for a result held
-			// in quarantine: it takes its place, the quarantined code
-			// kept as other_code.
-			if _, serr := h.app.supersede(ctx, st, rec.Key(), rec); serr == nil {
-				res.Existing = nil
-			}
+	return true
+}
+
+// insert commits the record (its lease taken in the same write unless it
+// is quarantined). A trusted pingback (or one to confirm) for a result
+// held in quarantine takes its place, the quarantined code kept as
+// other_code.
+func (x *exchange) insert() {
+	x.err = errStoreUnavailable
+	if x.st == nil {
+		return
+	}
+	if x.v.why == "" {
+		x.rec.Lease.Until = x.now.Add(x.h.app.leaseFor(x.st))
+	}
+	x.res, x.err = x.st.Insert(x.ctx, x.rec)
+	if x.err == nil && supersedes(x.v, x.res.Existing) {
+		if _, serr := x.h.app.supersede(x.ctx, x.st, x.rec.Key(), x.rec); serr == nil {
+			x.res.Existing = nil
 		}
 	}
+}
+
+// settle ends the exchange where no forward follows and reports whether
+// it did: a result too large to store (413), an untrusted pingback not
+// stored (503), a duplicate or conflict (200) and a result stored in
+// quarantine (200). A trusted result that could not be stored goes on to
+// the forward without durability, loudly; a stored one goes on to its
+// forward.
+func (x *exchange) settle() bool {
+	h, v := x.h, x.v
 	switch {
-	case errors.Is(err, store.ErrTooLarge):
+	case errors.Is(x.err, store.ErrTooLarge):
 		// Valid, but no store could keep it: the provider is told, and
 		// nothing reaches the app.
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
 		h.logger.Warn("pingback too large to store (headers and body)",
-			zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
-		answer(http.StatusRequestEntityTooLarge, "request too large to store")
-		return nil
-	case err != nil && v.why != "":
+			zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
+		x.reply.send(http.StatusRequestEntityTooLarge, "request too large to store")
+		return true
+	case x.err != nil && v.why != "":
 		// Untrusted (or still to confirm): never forwarded unstored.
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
-		if h.app.handle.storeErrors.allow(h.Provider) {
+		if h.app.logStoreError(h.Provider) {
 			h.logger.Error("untrusted pingback NOT stored and not forwarded (further ones are counted in a summary line each minute)",
-				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.String("reason", v.why), zap.Error(err))
+				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.String("reason", v.why), zap.Error(x.err))
 		}
-		answer(http.StatusServiceUnavailable, "result not stored")
-		return nil
-	case err != nil:
+		x.reply.send(http.StatusServiceUnavailable, "result not stored")
+		return true
+	case x.err != nil:
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
-		if st == nil || h.app.handle.storeErrors.allow(h.Provider) {
+		if x.st == nil || h.app.logStoreError(h.Provider) {
 			h.logger.Error("result NOT stored: forwarding without durability (further ones are counted in a summary line each minute)",
-				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Error(err))
+				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
 		}
-	case res.Existing != nil:
-		committed.Store(true)
-		result := "duplicate"
-		switch {
-		case res.Existing.Code == cb.code:
-		case v.why != "" && !v.confirm:
-			// An untrusted pingback with another code: not stored, not
-			// delivered; the stored result stands.
-			result = "quarantined"
-			h.countQuarantinedLog(rec.Key(), v.why)
-		case res.Existing.State == store.StateQuarantined && res.Existing.Quarantine == whyConfirming:
-			// Another code while the first is being confirmed: the
-			// confirmation under way settles it (the provider's answer
-			// wins); this code is kept as other_code.
-			result = "conflict"
-			h.app.keepOtherCode(ctx, st, rec.Key(), cb.code)
-		default:
-			result = "conflict"
-			h.logger.Warn("re-delivery with a different code: asking the provider which is the result",
-				zap.String("provider", h.Provider), zap.String("id", cb.id))
-			code, logger := cb.code, h.logger
-			if h.app.startConfirm(rec.Key(), logger, func(ctx context.Context, st store.Store) {
-				h.app.settleConflict(ctx, st, rec.Key(), code, logger)
-			}) == confirmDropped {
-				h.app.keepOtherCode(ctx, st, rec.Key(), code)
-			}
-		}
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, result).Inc()
-		answer(http.StatusOK, "OK")
-		return nil
+		return false
+	case x.res.Existing != nil:
+		x.reply.commit()
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, x.settleDuplicate()).Inc()
+		x.reply.send(http.StatusOK, "OK")
+		return true
 	case v.why != "":
 		// Stored in quarantine: the provider is answered 200 (a genuine
 		// pingback sent to a stale URL is not retried into a ban), and
 		// nothing reaches the app unless it is confirmed or released.
-		committed.Store(true)
-		answer(http.StatusOK, "OK")
-		noteQuarantined(st, rec)
-		if v.confirm {
-			h.stored.Inc()
-			h.app.confirmLater(ctx, st, rec.Key(), h.logger)
-			return nil
-		}
-		h.countQuarantined(rec.Key(), v.why)
-		if v.why == whyUnknownID {
-			// Its task may have committed since judge looked (a
-			// submission in flight), after the task's own re-check
-			// found no record: each side checks after its own write.
-			if task, terr := st.GetTask(ctx, rec.Key()); terr == nil {
-				h.app.recheckHeld(ctx, st, task)
-			}
-		}
-		return nil
-	default:
-		committed.Store(true)
-		if ack.written() {
-			h.logger.Warn("commit slower than ack_timeout: the provider was answered 503; the result is stored and delivered all the same",
-				zap.String("provider", h.Provider), zap.String("id", cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
-		}
-		h.stored.Inc()
-		if !res.SubmittedAt.IsZero() {
-			rec.Tracked = true // as the store recorded it
-			// A tracked task: its delay feeds the poller's automatic "after".
-			h.app.handle.observeDelay(h.Provider, now.Sub(res.SubmittedAt), h.logger)
-		}
+		x.reply.commit()
+		x.reply.send(http.StatusOK, "OK")
+		x.settleQuarantined()
+		return true
 	}
-	stored := err == nil
+	x.reply.commit()
+	if x.reply.written() {
+		h.logger.Warn("commit slower than ack_timeout: the provider was answered 503; the result is stored and delivered all the same",
+			zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
+	}
+	h.stored.Inc()
+	if !x.res.SubmittedAt.IsZero() {
+		x.rec.Tracked = true // as the store recorded it
+		// A tracked task: its delay feeds the poller's automatic "after".
+		h.app.observeDelay(h.Provider, x.now.Sub(x.res.SubmittedAt), h.logger)
+	}
+	return false
+}
 
-	// Restore the original request for the app, and forward it in this
-	// goroutine.
-	r.Body = io.NopCloser(bytes.NewReader(cb.body))
-	r.ContentLength = int64(len(cb.body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cb.body)), nil }
+// settleDuplicate handles a re-delivery of a stored result and returns
+// its callbacks_total result label: "duplicate" for the same code,
+// "quarantined" for an untrusted one with another code (not stored, the
+// stored result stands), else "conflict": another code, settled by the
+// confirmation under way or by asking the provider, the losing code kept
+// as other_code.
+func (x *exchange) settleDuplicate() string {
+	h, key, code, existing := x.h, x.rec.Key(), x.cb.code, x.res.Existing
+	switch {
+	case existing.Code == code:
+		return "duplicate"
+	case x.v.why != "" && !x.v.confirm:
+		h.countQuarantinedLog(key, x.v.why)
+		return "quarantined"
+	case existing.State == store.StateQuarantined && existing.Quarantine == whyConfirming:
+		// The confirmation under way settles it (the provider's answer
+		// wins).
+		h.app.keepOtherCode(x.ctx, x.st, key, code)
+		return "conflict"
+	}
+	h.logger.Warn("re-delivery with a different code: asking the provider which is the result",
+		zap.String("provider", h.Provider), zap.String("id", x.cb.id))
+	logger := h.logger
+	if h.app.startConfirm(key, logger, func(ctx context.Context, st store.Store) {
+		h.app.settleConflict(ctx, st, key, code, logger)
+	}) == confirmDropped {
+		h.app.keepOtherCode(x.ctx, x.st, key, code)
+	}
+	return "conflict"
+}
+
+// settleQuarantined follows up a result just stored in quarantine: one
+// to confirm is confirmed with the provider in the background; one
+// quarantined as an unknown id is checked again against its task, which
+// may have committed since judge looked (a submission in flight), after
+// the task's own re-check found no record: each side checks after its
+// own write.
+func (x *exchange) settleQuarantined() {
+	h, key := x.h, x.rec.Key()
+	noteQuarantined(x.st, x.rec)
+	if x.v.confirm {
+		h.stored.Inc()
+		h.app.confirmLater(x.ctx, x.st, key, h.logger)
+		return
+	}
+	h.countQuarantined(key, x.v.why)
+	if x.v.why != whyUnknownID {
+		return
+	}
+	if task, err := x.st.GetTask(x.ctx, key); err == nil {
+		h.app.recheckHeld(x.ctx, x.st, task)
+	}
+}
+
+// forward restores the original request for the app, forwards it in this
+// goroutine through next (the one delivery path, App.deliver) and
+// answers the provider: 200 when the result is stored or the app took
+// it, else 503, logged.
+func (x *exchange) forward(next caddyhttp.Handler) {
+	h, r, body := x.h, x.r, x.cb.body
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	stripToken(r)
-	setDeliveryHeaders(r.Header, rec, store.SourceCallback, 1)
+	setDeliveryHeaders(r.Header, x.rec, store.SourceCallback, 1)
+	stored := x.err == nil
 	d := delivery{
-		rec:        rec,
+		rec:        x.rec,
 		src:        store.SourceCallback,
 		route:      routeOf(r.Host, r.RequestURI),
 		background: true,
@@ -424,20 +491,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		},
 	}
 	if stored {
-		d.st = st
+		d.st = x.st
 	}
-	out := h.app.deliver(ctx, d)
+	out := h.app.deliver(x.ctx, d)
 	if stored || out.class == delivered {
-		answer(http.StatusOK, "OK")
-	} else {
-		answer(http.StatusServiceUnavailable, "result not stored and not delivered")
+		x.reply.send(http.StatusOK, "OK")
+		return
 	}
-	if !stored && out.class != delivered {
-		h.logger.Error("result neither stored nor delivered; the provider was answered 503",
-			zap.String("provider", h.Provider), zap.String("id", cb.id),
-			zap.Int("status", out.status), zap.Error(out.err))
-	}
-	return nil
+	x.reply.send(http.StatusServiceUnavailable, "result not stored and not delivered")
+	h.logger.Error("result neither stored nor delivered; the provider was answered 503",
+		zap.String("provider", h.Provider), zap.String("id", x.cb.id),
+		zap.Int("status", out.status), zap.Error(out.err))
 }
 
 var errStoreUnavailable = errors.New("store not open")
@@ -474,32 +538,69 @@ func provisionProvider(ctx caddy.Context, name string) (provider, *App, error) {
 	return p, app.(*App), nil
 }
 
-// ackWriter writes the provider's answer exactly once, from whichever
-// goroutine gets there first, and lets the other wait for it.
-type ackWriter struct {
-	once sync.Once
-	done chan struct{}
+// reply answers the provider exactly once, within ack_timeout counted
+// from arrival, whatever the store and the app do: if the commit or the
+// app takes longer, a timer answers meanwhile, 200 once the result is
+// committed, else 503 (a result committed after that is still delivered,
+// and the provider's retry is a duplicate). Only one of the timer and
+// the handler's goroutine ever writes to w, and the handler waits for
+// the timer's write before it returns (finish).
+type reply struct {
+	w         http.ResponseWriter
+	timer     *time.Timer
+	committed atomic.Bool
+	once      sync.Once
+	done      chan struct{}
 }
 
-func newAckWriter() *ackWriter { return &ackWriter{done: make(chan struct{})} }
+// arm starts the timer that answers the provider after wait.
+func (a *reply) arm(w http.ResponseWriter, wait time.Duration) {
+	a.w, a.done = w, make(chan struct{})
+	a.timer = time.AfterFunc(max(0, wait), a.timeout)
+}
+
+// timeout is the timer's answer.
+func (a *reply) timeout() {
+	if a.committed.Load() {
+		a.write(http.StatusOK, "OK", true)
+		return
+	}
+	a.write(http.StatusServiceUnavailable, "result not stored", true)
+}
+
+// commit tells the timer that the result is committed.
+func (a *reply) commit() { a.committed.Store(true) }
+
+// send answers the provider now, unless the timer already did.
+func (a *reply) send(status int, body string) {
+	if a.timer.Stop() {
+		a.write(status, body, false)
+	}
+}
+
+// finish waits for the timer's answer if the timer fired; the handler
+// must not return while the timer may still write.
+func (a *reply) finish() {
+	if !a.timer.Stop() {
+		<-a.done
+	}
+}
 
 // write answers the provider. With flush the answer is pushed out at once
 // (the timer's case: the forward may still take a while); without, it
 // leaves with the handler's return, in one write with the headers.
-func (a *ackWriter) write(w http.ResponseWriter, status int, body string, flush bool) {
+func (a *reply) write(status int, body string, flush bool) {
 	a.once.Do(func() {
 		defer close(a.done)
-		_ = writeText(w, status, body)
+		_ = writeText(a.w, status, body)
 		if flush {
-			_ = http.NewResponseController(w).Flush()
+			_ = http.NewResponseController(a.w).Flush()
 		}
 	})
 }
 
-func (a *ackWriter) wait() { <-a.done }
-
 // written reports whether the answer has been written.
-func (a *ackWriter) written() bool {
+func (a *reply) written() bool {
 	select {
 	case <-a.done:
 		return true

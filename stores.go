@@ -183,9 +183,7 @@ func (p *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "schema":
 			return oneArg(d, &p.Schema)
 		case "lease_term":
-			dur, err := durationArg(d)
-			p.LeaseTerm = dur
-			return err
+			return durationArg(d, &p.LeaseTerm)
 		default:
 			return d.Errf("unrecognized store postgres option '%s'", name)
 		}
