@@ -2,12 +2,21 @@ package pingback
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"embed"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -175,6 +184,89 @@ func parseConsoleDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 // UnmarshalCaddyfile parses `pingback_console`: no arguments, no block.
 func (c *Console) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return parseNoOptions(d)
+}
+
+// ConsoleTokenHeader is the request header that carries the console page's
+// action token.
+const ConsoleTokenHeader = "X-Pingback-Console-Token"
+
+// consoleTokenLife is how long a page's token is accepted after the page
+// was served; a page left open longer asks to be reloaded.
+const consoleTokenLife = 12 * time.Hour
+
+// consoleSecret keys the tokens: random per process, so a token is valid
+// across config reloads but not after a restart.
+var consoleSecret = sync.OnceValue(func() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand panics rather than return an error)
+	return b
+})
+
+// consoleNow is the tokens' clock (replaced in tests).
+var consoleNow = time.Now
+
+// newConsoleToken returns a fresh token: a random nonce, the issue time in
+// Unix seconds and an HMAC-SHA256 of both under the process's secret,
+// base64url, joined by dots.
+func newConsoleToken() string {
+	nonce := make([]byte, 16)
+	_, _ = rand.Read(nonce)
+	n := base64.RawURLEncoding.EncodeToString(nonce)
+	ts := strconv.FormatInt(consoleNow().Unix(), 10)
+	return n + "." + ts + "." + consoleMAC(n, ts)
+}
+
+func consoleMAC(nonce, ts string) string {
+	m := hmac.New(sha256.New, consoleSecret())
+	m.Write([]byte(nonce + "." + ts))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// checkConsoleToken reports why tok is not a valid, unexpired token.
+func checkConsoleToken(tok string) error {
+	if tok == "" {
+		return errors.New("missing " + ConsoleTokenHeader + " header: reload the console page")
+	}
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 || !hmac.Equal([]byte(parts[2]), []byte(consoleMAC(parts[0], parts[1]))) {
+		return errors.New("invalid console token: reload the console page")
+	}
+	issued, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return errors.New("invalid console token: reload the console page")
+	}
+	if age := consoleNow().Sub(time.Unix(issued, 0)); age > consoleTokenLife || age < -time.Minute {
+		return errors.New("console token expired: reload the console page")
+	}
+	return nil
+}
+
+// checkConsoleRequest reports why an API request must be refused as
+// possibly cross-site: no valid token; a no-cors or null-origin request;
+// an Origin whose host is not the request's Host; or a state-changing
+// request with neither Origin nor Sec-Fetch-Site: same-origin.
+func checkConsoleRequest(r *http.Request) error {
+	if err := checkConsoleToken(r.Header.Get(ConsoleTokenHeader)); err != nil {
+		return err
+	}
+	if strings.Contains(r.Header.Get("Sec-Fetch-Mode"), "no-cors") {
+		return errors.New("cross-site request refused: no-cors mode")
+	}
+	origin, hasOrigin := r.Header["Origin"]
+	if hasOrigin {
+		u, err := url.Parse(origin[0])
+		if len(origin) != 1 || err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
+			return errors.New("cross-site request refused: Origin " + strconv.Quote(strings.Join(origin, ", ")) + " is not this console's")
+		}
+		return nil
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return nil
+	}
+	if r.Header.Get("Sec-Fetch-Site") != "same-origin" {
+		return errors.New("cross-site request refused: no Origin header and not Sec-Fetch-Site: same-origin")
+	}
+	return nil
 }
 
 // Interface guards

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,19 +31,6 @@ func init() {
 const (
 	DefaultAckTimeout = 2 * time.Second
 	DefaultMaxBody    = 64 << 10
-)
-
-// Headers the app receives with every forwarded result.
-const (
-	// HeaderIdempotencyKey is "<provider>:<task id>", the same for every
-	// delivery of one result.
-	HeaderIdempotencyKey = "Idempotency-Key"
-	// HeaderSource is "callback" for a live pingback, "poll" for the first
-	// delivery of a result the poller fetched, "replay" for every
-	// redelivery (retries, recovery after a crash or reload, by hand).
-	HeaderSource = "X-Pingback-Source"
-	// HeaderAttempt is the forward's 1-based attempt number.
-	HeaderAttempt = "X-Pingback-Attempt"
 )
 
 // Handler receives a provider's pingback, stores it durably before
@@ -607,37 +593,6 @@ func (a *reply) written() bool {
 	default:
 		return false
 	}
-}
-
-// setDeliveryHeaders sets the headers the app sees on every delivery,
-// after removing every X-Pingback-* header the request came with (only
-// the plugin says what they say). A correction's idempotency key is
-// "<provider>:<id>:correction".
-func setDeliveryHeaders(h http.Header, rec *store.Record, source store.Source, attempt int) {
-	for name := range h {
-		if strings.HasPrefix(http.CanonicalHeaderKey(name), "X-Pingback-") {
-			delete(h, name)
-		}
-	}
-	key := rec.Key().String()
-	if rec.Correction {
-		key += ":correction"
-	}
-	h.Set(HeaderIdempotencyKey, key)
-	h.Set(HeaderSource, string(source))
-	h.Set(HeaderAttempt, strconv.Itoa(attempt))
-	h.Set(HeaderVerified, cmp.Or(rec.Verified, VerifyNone))
-	h.Set(HeaderTracked, strconv.FormatBool(rec.Tracked))
-}
-
-// stripToken removes the pingback token from the request's query, so the
-// app sees exactly the URL it gave.
-func stripToken(r *http.Request) {
-	if !strings.Contains(r.URL.RawQuery, protocol.TokenParam) {
-		return
-	}
-	r.URL.RawQuery = protocol.StripToken(r.URL.RawQuery)
-	r.RequestURI = protocol.StripTokenURI(r.RequestURI)
 }
 
 // serverName names the http app's server that received r.

@@ -1,12 +1,17 @@
 package pingback
 
 import (
+	"context"
 	"errors"
+	"math"
+	"slices"
 	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the plugin's Prometheus collectors. They are created once per
@@ -149,3 +154,236 @@ func (h syncHistogram) Collect(ch chan<- prometheus.Metric) {
 	n += s.SyncSeconds[len(store.SyncBuckets)]
 	ch <- prometheus.MustNewConstHistogram(h.desc, n, s.SyncSum, buckets)
 }
+
+// countGauges exports the store's counts at each scrape:
+//
+//	caddy_pingback_records{provider,state}   stored results by delivery state
+//	caddy_pingback_tasks_pending{provider}   tracked tasks still pending
+//	caddy_pingback_oldest_pending_task_age_seconds{provider}
+//	caddy_pingback_oldest_undelivered_age_seconds{provider}
+//	caddy_pingback_last_callback_timestamp_seconds{provider}
+//
+// A scrape reads store.Counter (in memory on Badger; a sum of a few
+// counter rows on PostgreSQL, database-wide), never the records; the ages
+// come from Counter.Ages at most once a second (see currentAges). Every
+// state of a provider with stored results is exported, 0 included, and
+// both ages (0 when there is nothing to age); the last callback of a
+// provider that never had one is not exported.
+type countGauges struct {
+	records, pending, pendingAge, backlogAge, lastCallback *prometheus.Desc
+}
+
+func newCountGauges() countGauges {
+	return countGauges{
+		records: prometheus.NewDesc("caddy_pingback_records",
+			"Stored results by provider and delivery state (queued, forwarding, delivered, failed, rejected, parked, quarantined).",
+			[]string{"provider", "state"}, nil),
+		pending: prometheus.NewDesc("caddy_pingback_tasks_pending",
+			"Tracked tasks whose result has not arrived yet, by provider.", []string{"provider"}, nil),
+		pendingAge: prometheus.NewDesc("caddy_pingback_oldest_pending_task_age_seconds",
+			"Age of the oldest tracked task still pending (since its submission), by provider; 0 when none is pending.",
+			[]string{"provider"}, nil),
+		backlogAge: prometheus.NewDesc("caddy_pingback_oldest_undelivered_age_seconds",
+			"Age of the oldest result in state failed or forwarding (since it was received): the retry backlog's age, by provider; 0 when there is none.",
+			[]string{"provider"}, nil),
+		lastCallback: prometheus.NewDesc("caddy_pingback_last_callback_timestamp_seconds",
+			"Unix time the last live pingback was stored, by provider (duplicates and polled results not counted), from the store: it survives restarts.",
+			[]string{"provider"}, nil),
+	}
+}
+
+func (g countGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.records
+	ch <- g.pending
+	ch <- g.pendingAge
+	ch <- g.backlogAge
+	ch <- g.lastCallback
+}
+
+func (g countGauges) Collect(ch chan<- prometheus.Metric) {
+	a, st := activeStore()
+	if st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := st.Counts(ctx)
+	if err != nil {
+		return
+	}
+	ages, agesOK := currentAges(ctx, st)
+	now := a.now()
+	for _, p := range countedProviders(c) {
+		for _, st := range store.States {
+			ch <- prometheus.MustNewConstMetric(g.records, prometheus.GaugeValue, float64(c.Records[p][st]), p, string(st))
+		}
+		ch <- prometheus.MustNewConstMetric(g.pending, prometheus.GaugeValue, float64(c.TasksPending[p]), p)
+		if agesOK {
+			ch <- prometheus.MustNewConstMetric(g.pendingAge, prometheus.GaugeValue, ageAt(ages.OldestPendingTask[p], now), p)
+			ch <- prometheus.MustNewConstMetric(g.backlogAge, prometheus.GaugeValue, ageAt(ages.OldestUndelivered[p], now), p)
+		}
+	}
+	for p, t := range ages.LastCallback {
+		ch <- prometheus.MustNewConstMetric(g.lastCallback, prometheus.GaugeValue, float64(t.UnixNano())/1e9, p)
+	}
+}
+
+// activeStore is the running app and its store, or nil.
+func activeStore() (*App, store.Store) {
+	v, err := caddy.ActiveContext().AppIfConfigured("pingback")
+	if err != nil {
+		return nil, nil
+	}
+	a := v.(*App)
+	return a, a.store(100 * time.Millisecond)
+}
+
+// countedProviders lists, sorted, the providers the counts name.
+func countedProviders(c store.Counts) []string {
+	var ps []string
+	for p := range c.Records {
+		ps = append(ps, p)
+	}
+	for p := range c.TasksPending {
+		if _, ok := c.Records[p]; !ok {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// loopRuns are the times each loop last ran a round in this process.
+var loopRuns = &loopTimes{at: map[string]time.Time{}}
+
+type loopTimes struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (l *loopTimes) set(loop string, t time.Time) {
+	l.mu.Lock()
+	l.at[loop] = t
+	l.mu.Unlock()
+}
+
+func (l *loopTimes) get(loop string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.at[loop]
+}
+
+// agesEvery bounds how often a shared store is asked for its ages
+// (store.Counter.Ages): on PostgreSQL that is a few index descents per
+// provider, shared by every scrape and GET /pingback/status within it; an
+// age gauge is then at most this stale. Badger keeps them in memory and is
+// asked every time.
+const agesEvery = time.Second
+
+// agesCache holds the last ages read, and of which store.
+var agesCache struct {
+	sync.Mutex
+	st   store.Store
+	at   time.Time
+	ages store.Ages
+}
+
+// currentAges returns st's ages, read at most once per agesEvery; false
+// if the store could not answer.
+func currentAges(ctx context.Context, st store.Store) (store.Ages, bool) {
+	if _, inMemory := st.(*store.Badger); inMemory {
+		ages, err := st.Ages(ctx)
+		return ages, err == nil
+	}
+	agesCache.Lock()
+	defer agesCache.Unlock()
+	if agesCache.st == st && time.Since(agesCache.at) < agesEvery {
+		return agesCache.ages, true
+	}
+	ages, err := st.Ages(ctx)
+	if err != nil {
+		return store.Ages{}, false
+	}
+	agesCache.st, agesCache.at, agesCache.ages = st, time.Now(), ages
+	return ages, true
+}
+
+// ageAt is how long before now t was, in seconds; 0 for the zero time
+// (nothing to age) and never negative.
+func ageAt(t, now time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(t).Seconds())
+}
+
+// roundAge rounds an age to the millisecond, for JSON.
+func roundAge(s float64) float64 { return math.Round(s*1000) / 1000 }
+
+// Bounds of the automatic "after" (poll config): the delay from submission
+// after which a task's pingback counts as overdue.
+const (
+	autoAfterMin = 20 * time.Second
+	autoAfterMax = 120 * time.Second
+	// autoAfterSamples is how many recent delays the estimate uses, and
+	// autoAfterMinSamples how many it needs before it departs from the
+	// conservative autoAfterMax (the tutorial's fixed 120 s).
+	autoAfterSamples    = 256
+	autoAfterMinSamples = 20
+)
+
+// latencies keeps the recent submit-to-pingback delays of one provider and
+// derives the automatic "after" from them: 1.5 × their 95th percentile,
+// clamped to [20s, 120s]. It lives in memory; after a restart the estimate
+// starts again from 120 s.
+type latencies struct {
+	mu   sync.Mutex
+	ring []time.Duration
+	next int
+}
+
+// observe records one submit-to-pingback delay.
+func (l *latencies) observe(d time.Duration) {
+	if d < 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ring) < autoAfterSamples {
+		l.ring = append(l.ring, d)
+		return
+	}
+	l.ring[l.next] = d
+	l.next = (l.next + 1) % autoAfterSamples
+}
+
+// after returns the automatic overdue delay.
+func (l *latencies) after() time.Duration {
+	l.mu.Lock()
+	sorted := slices.Clone(l.ring)
+	l.mu.Unlock()
+	if len(sorted) < autoAfterMinSamples {
+		return autoAfterHigh()
+	}
+	slices.Sort(sorted)
+	p95 := sorted[(len(sorted)*95+99)/100-1]
+	return min(max(p95*3/2, autoAfterLow()), autoAfterHigh())
+}
+
+// loopRan sets loop_last_run_timestamp_seconds of loop (replay, poll) to
+// now, and the time GET /pingback/status shows.
+func (a *App) loopRan(loop string) {
+	now := a.now()
+	a.metrics.loopLastRun.WithLabelValues(loop).Set(float64(now.UnixNano()) / 1e9)
+	loopRuns.set(loop, now)
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Interface guards
+var _ prometheus.Collector = countGauges{}

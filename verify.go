@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,17 +40,6 @@ const (
 	UnknownAccept     = "accept"
 	UnknownQuarantine = "quarantine"
 	UnknownReject     = "reject"
-)
-
-// Headers the app receives on every delivery, beside Idempotency-Key,
-// X-Pingback-Source and X-Pingback-Attempt.
-const (
-	// HeaderVerified says how the result was verified: token, res_php
-	// or none.
-	HeaderVerified = "X-Pingback-Verified"
-	// HeaderTracked is true when the result's task was submitted through
-	// pingback_track (or registered by the admin API), else false.
-	HeaderTracked = "X-Pingback-Tracked"
 )
 
 // Why a record is quarantined (store.Record.Quarantine).
@@ -136,10 +124,6 @@ func submissionsInFlight(provider string) bool {
 	defer submissions.Unlock()
 	return submissions.n[provider] > 0
 }
-
-// quarantineLog throttles the warn lines of quarantined pingbacks: a
-// forgery flood gets 20 lines a minute and a summary per provider.
-var quarantineLog = newThrottledLog(20, 100, "pingbacks quarantined in the last minute")
 
 // provisionVerify checks the handler's verify and unknown_ids settings.
 func (h *Handler) provisionVerify() error {
@@ -264,144 +248,3 @@ func tokenMatches(rawQuery, want string) bool {
 	got, n := protocol.QueryToken(rawQuery)
 	return n == 1 && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
-
-// countQuarantined counts and logs (throttled) a quarantined pingback.
-func (h *Handler) countQuarantined(key store.Key, why string) {
-	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantined").Inc()
-	h.countQuarantinedLog(key, why)
-}
-
-// countQuarantinedLog logs a quarantined pingback, throttled.
-func (h *Handler) countQuarantinedLog(key store.Key, why string) {
-	if quarantineLog.allow(h.Provider) {
-		h.logger.Warn("pingback quarantined: not delivered (release it by hand if it is genuine; further ones are counted in a summary line each minute)",
-			zap.String("key", key.String()), zap.String("reason", why))
-	}
-}
-
-// supersede replaces a quarantined record under key by next (a verified
-// pingback, or the provider's own answer), keeping the quarantined code as
-// other_code; the record leaves quarantine, so its task is marked done.
-// It returns the record as stored, or store.ErrSkip if the record under
-// key is not quarantined (someone settled it first).
-func (a *App) supersede(ctx context.Context, st store.Store, key store.Key, next *store.Record) (*store.Record, error) {
-	defer quarantineChanged(st, key.Provider)
-	return st.UpdateRecord(ctx, key, func(cur *store.Record) error {
-		if cur.State != store.StateQuarantined {
-			return store.ErrSkip
-		}
-		other := cur.Code
-		if other == next.Code {
-			other = cur.OtherCode
-		}
-		*cur = *next
-		cur.OtherCode = other
-		return nil
-	})
-}
-
-// release delivers a quarantined result by hand: it leaves quarantine
-// (X-Pingback-Verified: none; its task, if any, is done unless the result
-// is older than it) and is forwarded once now, as a replay by hand; a
-// failed forward is retried like any other. It returns the record after
-// the attempt.
-func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error) {
-	st := a.store(time.Second)
-	if st == nil {
-		return nil, errStoreUnavailable
-	}
-	h := a.readyHandle()
-	if h == nil || !h.track() {
-		return nil, errStoreUnavailable
-	}
-	defer h.untrack()
-	now := a.now().UTC()
-	rec, err := st.UpdateRecord(ctx, key, func(r *store.Record) error {
-		if r.State != store.StateQuarantined {
-			return errNotQuarantined
-		}
-		// Leased to this process at once, as a claim would: the replay
-		// loop never sees it between release and forward.
-		r.State, r.UpdatedAt, r.DueAt = store.StateForwarding, now, time.Time{}
-		r.Attempts++
-		r.StartAttempt(store.SourceManual, now)
-		r.Lease = store.Lease{Until: now.Add(a.leaseFor(st))}
-		r.Verified = VerifyNone
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	quarantineChanged(st, key.Provider)
-	out := a.deliverStored(st, rec, store.SourceReplay, false)
-	a.logger.Info("quarantined result released by hand", zap.String("key", key.String()),
-		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
-	return st.Get(ctx, key)
-}
-
-var errNotQuarantined = errors.New("result is not quarantined")
-
-// recheckHeld looks, once a task committed, for a pingback of it that was
-// quarantined as an unknown id while its submission was in flight (it
-// arrived after the submission entered pingback_track): if it carries the
-// task's token (or the handler verifies nothing) it is queued for
-// delivery now, verified. A record received before the submission stays
-// quarantined, its reason now before_submission: a result older than its
-// task never completes it.
-func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
-	rec, err := st.Get(ctx, t.Key())
-	if err != nil || rec.State != store.StateQuarantined || rec.Quarantine != whyUnknownID {
-		return
-	}
-	if rec.ReceivedAt.Before(t.SubmittedAt) {
-		a.markQuarantined(ctx, st, t.Key(), whyBeforeSubmission)
-		return
-	}
-	verified := VerifyNone
-	if t.Token != "" {
-		_, q, _ := strings.Cut(rec.Request.URI, "?")
-		if !tokenMatches(q, t.Token) {
-			_, _ = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
-				if r.State != store.StateQuarantined || r.Quarantine != whyUnknownID {
-					return store.ErrSkip
-				}
-				r.Quarantine, r.Tracked = whyTokenMismatch, true
-				return nil
-			})
-			return
-		}
-		verified = VerifyToken
-	}
-	confirm := t.Token == "" && a.providerConfig(t.Provider).key != ""
-	now := a.now().UTC()
-	_, err = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
-		if r.State != store.StateQuarantined || r.Quarantine != whyUnknownID {
-			return store.ErrSkip
-		}
-		r.Tracked, r.UpdatedAt = true, now
-		if confirm {
-			r.Quarantine = whyConfirming
-			return nil
-		}
-		r.State, r.DueAt = store.StateQueued, now
-		r.Verified = verified
-		return nil
-	})
-	if err == nil && confirm {
-		a.confirmLater(ctx, st, t.Key(), a.logger)
-		return
-	}
-	switch {
-	case err == nil:
-		quarantineChanged(st, t.Provider)
-		a.logger.Info("pingback held until its task committed: verified, delivering", zap.String("key", t.Key().String()))
-		if h := a.readyHandle(); h != nil {
-			h.wake()
-		}
-	case !errors.Is(err, store.ErrSkip):
-		a.logger.Warn("re-checking a held pingback failed; it stays quarantined (release it by hand)",
-			zap.String("key", t.Key().String()), zap.Error(err))
-	}
-}
-
-var errQuarantined = errors.New("quarantined: release it (POST /pingback/records/<provider>/<id>/release) to deliver it")

@@ -14,11 +14,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -315,171 +316,69 @@ func (a *App) Cleanup() error {
 	return err
 }
 
-// store returns the open store, waiting up to wait for Start to open it
-// (apps start in random order, so the HTTP server may serve a request before
-// this app's Start has run). It returns nil if the store is not available.
-func (a *App) store(wait time.Duration) store.Store {
-	select {
-	case <-a.ready:
-	default:
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-a.ready:
-		case <-t.C:
-			return nil
+// logPlan writes the start-up line that says what the plugin will do with
+// this config: the store and its location, the providers it polls (those
+// with an api_key), and the replay and poll settings in force.
+func (a *App) logPlan() {
+	var polled, unpolled []string
+	for name, pc := range a.Providers {
+		if pc != nil && pc.key != "" {
+			polled = append(polled, name)
+		} else {
+			unpolled = append(unpolled, name)
 		}
 	}
-	if h := a.handle; h != nil {
-		return h.store
+	slices.Sort(polled)
+	slices.Sort(unpolled)
+	kind := "badger"
+	if _, ok := a.storeMod.(*PostgresStore); ok {
+		kind = "postgres"
 	}
+	r, p := a.Replay, a.Poll
+	a.logger.Info("pingback plugin started",
+		zap.String("store", kind), zap.String("location", a.name),
+		zap.Strings("providers_polled", polled), zap.Strings("providers_not_polled_no_api_key", unpolled),
+		zap.String("replay_backoff", time.Duration(r.BackoffMin).String()+" to "+time.Duration(r.BackoffMax).String()),
+		zap.Int("replay_max_attempts", r.MaxAttempts), zap.Int("replay_concurrency", r.Concurrency),
+		zap.Duration("forward_timeout", time.Duration(r.ForwardTimeout)),
+		zap.String("poll", afterText(p)), zap.Duration("poll_interval", time.Duration(p.Interval)),
+		zap.Duration("poll_give_up", time.Duration(p.GiveUp)), zap.Int("poll_batch", p.Batch), zap.Float64("poll_rate", p.Rate))
+}
+
+// watchStopping subscribes the app to its config's "stopping" event
+// (loading the config's events app, as the http app does anyway).
+func (a *App) watchStopping(ctx caddy.Context) {
+	v, err := ctx.App("events")
+	if err != nil {
+		a.logger.Warn("no events app: forwards are cut only from this app's Stop", zap.Error(err))
+		return
+	}
+	ev, ok := v.(*caddyevents.App)
+	if !ok {
+		return
+	}
+	if err := ev.On("stopping", stoppingHandler{a}); err != nil {
+		a.logger.Warn("cannot watch the stopping event: forwards are cut only from this app's Stop", zap.Error(err))
+	}
+}
+
+// beginCut starts the countdown to cutting this config's forwards; later
+// calls do nothing.
+func (a *App) beginCut() {
+	a.cutOnce.Do(func() { time.AfterFunc(cutAfter, a.cutCancel) })
+}
+
+// stoppingHandler receives the "stopping" event.
+type stoppingHandler struct{ a *App }
+
+// Handle implements caddyevents.Handler.
+func (h stoppingHandler) Handle(context.Context, caddy.Event) error {
+	h.a.beginCut()
 	return nil
 }
 
-// readyHandle returns the store handle once Start has run, without
-// waiting; nil before, or if the store did not open.
-func (a *App) readyHandle() *storeHandle {
-	select {
-	case <-a.ready:
-		return a.handle
-	default:
-		return nil
-	}
-}
-
-// stores holds one *storeHandle per absolute storage directory.
-var stores = caddy.NewUsagePool()
-
-// storeHandle is the process-wide, pooled part of the app: the open store
-// and the list of started apps using it. Only the most recently started of
-// them runs the replay loop, so the loop runs once per store even while an
-// old and a new config overlap during a reload.
-type storeHandle struct {
-	store   store.Store
-	minFree int64         // the min_free_space it was opened with
-	kick    chan struct{} // wakes the replay loop: a slot is free, or a result is queued
-
-	// Throttled logs, shared by every config on this store and flushed by
-	// the loop owner's housekeeping.
-	failures    *throttledLog // failed forwards, by route
-	storeErrors *throttledLog // results not stored, by provider
-
-	mu        sync.Mutex
-	apps      []*App                    // started apps, oldest first; the last one owns the loops
-	providers map[string]*providerState // the poller's state per provider
-	closing   bool                      // Destruct began: no new outcomes
-	// outcomesWaiting counts outcomes waiting for an unavailable store to
-	// take them; the replay loop claims nothing meanwhile.
-	outcomesWaiting atomic.Int64
-	outcomes        sync.WaitGroup // forwards in flight and outcomes being recorded: Destruct waits for them
-
-	// delays writes observed delays to a shared store (delayWriterOf).
-	delaysOnce sync.Once
-	delays     *delayWriter
-
-	// confirms bounds the confirmations in flight (confirm_queue.go).
-	confirms confirmQueue
-}
-
-// logStoreError reports whether a result of provider that was not
-// stored may be logged now; the others are counted in the store's
-// summary line each minute.
-func (a *App) logStoreError(provider string) bool {
-	return a.handle.storeErrors.allow(provider)
-}
-
-// observeDelay records one submit-to-pingback delay of provider, for the
-// poller's automatic "after" (storeHandle.observeDelay).
-func (a *App) observeDelay(provider string, d time.Duration, logger *zap.Logger) {
-	a.handle.observeDelay(provider, d, logger)
-}
-
-func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {
-	s, err := mod.OpenStore(logger, minFree)
-	if err != nil {
-		return nil, err
-	}
-	return &storeHandle{
-		store:       s,
-		minFree:     minFree,
-		kick:        make(chan struct{}, 1),
-		failures:    newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
-		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability)"),
-	}, nil
-}
-
-// testStoreOptions, if set, adjusts the options of every store opened
-// from then on: tests inject commit faults and delays with it.
-var testStoreOptions func(*store.BadgerOptions)
-
-// failureLinesPerWindow is how many failed forwards a minute get a log
-// line of their own; the rest are only counted in the minute's summary.
-const failureLinesPerWindow = 20
-
-// wake makes the replay loop look for due records now.
-func (h *storeHandle) wake() {
-	select {
-	case h.kick <- struct{}{}:
-	default:
-	}
-}
-
-// track counts an outcome about to be recorded in the background; it
-// returns false once the store is being closed (then nothing is recorded,
-// and the lease lapses with the store).
-func (h *storeHandle) track() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closing {
-		return false
-	}
-	h.outcomes.Add(1)
-	return true
-}
-
-func (h *storeHandle) untrack() { h.outcomes.Done() }
-
-// isClosing reports whether Destruct began.
-func (h *storeHandle) isClosing() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.closing
-}
-
-func (h *storeHandle) join(a *App) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.apps = append(h.apps, a)
-}
-
-func (h *storeHandle) leave(a *App) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, x := range h.apps {
-		if x == a {
-			h.apps = append(h.apps[:i], h.apps[i+1:]...)
-			return
-		}
-	}
-}
-
-// owns reports whether a runs the loops of this store.
-func (h *storeHandle) owns(a *App) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.apps) > 0 && h.apps[len(h.apps)-1] == a
-}
-
-// Destruct closes the store once the outcomes being recorded are; called
-// by the pool when its last user is gone.
-func (h *storeHandle) Destruct() error {
-	h.mu.Lock()
-	h.closing = true
-	h.mu.Unlock()
-	h.outcomes.Wait()
-	h.stopDelays()
-	return h.store.Close()
-}
+// Interface guards
+var _ caddyevents.Handler = stoppingHandler{}
 
 // Interface guards
 var (
@@ -489,12 +388,3 @@ var (
 	_ caddy.CleanerUpper = (*App)(nil)
 	_ caddy.Destructor   = (*storeHandle)(nil)
 )
-
-// readyStore returns the open store once Start has run, without waiting;
-// nil before, or if the store did not open.
-func (a *App) readyStore() store.Store {
-	if h := a.readyHandle(); h != nil {
-		return h.store
-	}
-	return nil
-}

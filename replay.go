@@ -3,12 +3,12 @@ package pingback
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime/debug"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/caddy-pingback/pingback/internal/store"
+	"go.uber.org/zap"
 )
 
 // The dead-letter queue is the set of records in state failed (retried
@@ -21,23 +21,6 @@ import (
 // housekeepingEvery is the period of the replay loop's slow chores: the
 // expiry sweep and the aggregate log lines.
 const housekeepingEvery = time.Minute
-
-// backoff is the delay before the retry that follows failure n (n >= 1):
-// uniform in [min, cap] where cap = min(max, min·2^(n-1)) (exponential
-// backoff with jitter, kept at or above min).
-func (a *App) backoff(n int) time.Duration {
-	lo := time.Duration(a.Replay.BackoffMin)
-	hi := time.Duration(a.Replay.BackoffMax)
-	capd := lo
-	for i := 1; i < n && capd < hi; i++ {
-		capd *= 2
-	}
-	capd = min(capd, hi)
-	if capd <= lo {
-		return lo
-	}
-	return lo + time.Duration(a.jitter(int64(capd-lo)+1))
-}
 
 // replayLoop claims and forwards due records while this app owns the
 // store's loops: at start (a forward cut by a crash is replayed at once),
@@ -253,17 +236,61 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	return st.Get(ctx, key)
 }
 
-// loopRan sets loop_last_run_timestamp_seconds of loop (replay, poll) to
-// now, and the time GET /pingback/status shows.
-func (a *App) loopRan(loop string) {
-	now := a.now()
-	a.metrics.loopLastRun.WithLabelValues(loop).Set(float64(now.UnixNano()) / 1e9)
-	loopRuns.set(loop, now)
+// decide is the replay loop's claim policy (store.ClaimRequest.DecideRecord):
+// a due record, or one whose forward was cut, is leased for one more
+// attempt, unless its forwards were cut maxInterrupts times in a row. The
+// attempt starts in the history with the source the app is sent
+// (sourceFor): correction, poll or callback for a record's first forward
+// (a polled result, or a pingback that waited for its confirmation or its
+// task's commit), else replay. It is pure.
+func decide(now time.Time) func(rec *store.Record, d *store.Delivery, lapsed bool) {
+	return func(rec *store.Record, d *store.Delivery, lapsed bool) {
+		d.UpdatedAt = now
+		if lapsed {
+			endInterrupted(d, now)
+			d.Interrupts++
+			if d.Interrupts >= maxInterrupts {
+				park(d, interruptsReason(d))
+				return
+			}
+		}
+		d.State = store.StateForwarding
+		d.Attempts++
+		d.StartAttempt(sourceFor(rec, d.Attempts), now)
+	}
 }
 
-func boolGauge(b bool) float64 {
-	if b {
-		return 1
+// endInterrupted ends, in the history, the attempt whose lease lapsed
+// (the store set LastError to why).
+func endInterrupted(d *store.Delivery, now time.Time) {
+	d.EndAttempt(d.Attempts, now, 0, interrupted.String(), d.LastError)
+}
+
+// park parks d, saying why in its last error.
+func park(d *store.Delivery, why string) {
+	d.State, d.DueAt, d.Lease = store.StateParked, time.Time{}, store.Lease{}
+	d.LastError = why
+}
+
+func interruptsReason(d *store.Delivery) string {
+	return fmt.Sprintf("parked: %d forwards in a row were interrupted before they ended (last: %s); does this result crash Caddy?", d.Interrupts, d.LastError)
+}
+
+// sourceOf is the X-Pingback-Source of a claimed record's forward, the
+// one its history names (decide): sourceFor its attempt.
+func sourceOf(rec *store.Record) store.Source { return sourceFor(rec, rec.Attempts) }
+
+// sourceFor is the source of forward number attempt of rec by the replay
+// loop: correction for a corrected result; poll for the first forward of
+// a polled result, callback for the first forward of a pingback that
+// waited (for its confirmation, or for its task's commit); replay for
+// every other.
+func sourceFor(rec *store.Record, attempt int) store.Source {
+	switch {
+	case rec.Correction:
+		return store.SourceCorrection
+	case attempt == 1 && (rec.Source == store.SourcePoll || rec.Source == store.SourceCallback):
+		return rec.Source
 	}
-	return 0
+	return store.SourceReplay
 }

@@ -1,13 +1,36 @@
 package pingback
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// Headers the app receives with every delivery of a result (live,
+// polled or replayed). Any X-Pingback-* header the request came with is
+// removed first: only the plugin says what they say.
+const (
+	// HeaderIdempotencyKey is "<provider>:<task id>", the same for every
+	// delivery of one result.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderSource is "callback" for a live pingback, "poll" for the first
+	// delivery of a result the poller fetched, "replay" for every
+	// redelivery (retries, recovery after a crash or reload, by hand).
+	HeaderSource = "X-Pingback-Source"
+	// HeaderAttempt is the forward's 1-based attempt number.
+	HeaderAttempt = "X-Pingback-Attempt"
+	// HeaderVerified says how the result was verified: token, res_php
+	// or none.
+	HeaderVerified = "X-Pingback-Verified"
+	// HeaderTracked is true when the result's task was submitted through
+	// pingback_track (or registered by the admin API), else false.
+	HeaderTracked = "X-Pingback-Tracked"
 )
 
 // StoredHeaders are the request headers the pingback handler keeps with a
@@ -180,4 +203,35 @@ func publicTasks(ts []*store.Task) []*store.Task {
 		out[i] = publicTask(t)
 	}
 	return out
+}
+
+// setDeliveryHeaders sets the headers the app sees on every delivery,
+// after removing every X-Pingback-* header the request came with (only
+// the plugin says what they say). A correction's idempotency key is
+// "<provider>:<id>:correction".
+func setDeliveryHeaders(h http.Header, rec *store.Record, source store.Source, attempt int) {
+	for name := range h {
+		if strings.HasPrefix(http.CanonicalHeaderKey(name), "X-Pingback-") {
+			delete(h, name)
+		}
+	}
+	key := rec.Key().String()
+	if rec.Correction {
+		key += ":correction"
+	}
+	h.Set(HeaderIdempotencyKey, key)
+	h.Set(HeaderSource, string(source))
+	h.Set(HeaderAttempt, strconv.Itoa(attempt))
+	h.Set(HeaderVerified, cmp.Or(rec.Verified, VerifyNone))
+	h.Set(HeaderTracked, strconv.FormatBool(rec.Tracked))
+}
+
+// stripToken removes the pingback token from the request's query, so the
+// app sees exactly the URL it gave.
+func stripToken(r *http.Request) {
+	if !strings.Contains(r.URL.RawQuery, protocol.TokenParam) {
+		return
+	}
+	r.URL.RawQuery = protocol.StripToken(r.URL.RawQuery)
+	r.RequestURI = protocol.StripTokenURI(r.RequestURI)
 }
