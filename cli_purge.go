@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -56,14 +57,14 @@ func purgeFiltered(cmd *cobra.Command) bool {
 }
 
 func cliPurge(c *cliClient, args []string) error {
-	var ans purgeAnswer
+	var ans adminapi.PurgeAnswer
 	var raw []byte
 	var err error
 	if len(args) == 2 {
 		raw, err = c.call(http.MethodDelete, recordPath(args[0], args[1]), nil, &ans)
 	} else {
 		fs := c.cmd.Flags()
-		var f replayFilter
+		var f adminapi.ReplayFilter
 		state, _ := fs.GetString("state")
 		f.State = store.State(state)
 		f.Provider, _ = fs.GetString("provider")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -65,11 +66,11 @@ func cliRecords(c *cliClient) error {
 		return fmt.Errorf("--limit must be at least 1, got %d", limit)
 	}
 	// Page through the cursor until limit records or the last page.
-	var all recordsPage
+	var all adminapi.RecordsPage
 	all.Records = []*store.Record{}
 	for {
 		q.Set("limit", strconv.Itoa(min(limit-len(all.Records), 1000)))
-		var page recordsPage
+		var page adminapi.RecordsPage
 		if _, err := c.call(http.MethodGet, "/pingback/records?"+q.Encode(), nil, &page); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -64,14 +65,14 @@ func cliReplay(c *cliClient, provider, id string) error {
 // cliBulkReplay starts a bulk replay and waits for it.
 func cliBulkReplay(c *cliClient, state string) error {
 	fs := c.cmd.Flags()
-	f := replayFilter{State: store.State(state)}
+	f := adminapi.ReplayFilter{State: store.State(state)}
 	f.Provider, _ = fs.GetString("provider")
 	since, _ := fs.GetString("since")
 	var err error
 	if f.ReceivedAfter, err = flagTime("since", since); err != nil {
 		return err
 	}
-	var job replayJobState
+	var job adminapi.ReplayJobState
 	if _, err := c.call(http.MethodPost, "/pingback/replays", f, &job); err != nil {
 		return err
 	}
@@ -104,7 +105,7 @@ func cliBulkReplay(c *cliClient, state string) error {
 }
 
 // progressBar draws a job's progress in 40 columns.
-func progressBar(j replayJobState) string {
+func progressBar(j adminapi.ReplayJobState) string {
 	const width = 40
 	n := width
 	if j.Matched > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -31,7 +32,7 @@ and poll loops last ran, and the store.`,
 }
 
 func cliStatus(c *cliClient) error {
-	var s statusAnswer
+	var s adminapi.StatusAnswer
 	raw, err := c.call(http.MethodGet, "/pingback/status", nil, &s)
 	if err != nil {
 		return err

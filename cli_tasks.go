@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -47,10 +48,10 @@ func cliTasks(c *cliClient) error {
 		return fmt.Errorf("--limit must be at least 1, got %d", limit)
 	}
 	// Page through the cursor until limit tasks or the last page.
-	ans := tasksPage{Tasks: []*store.Task{}}
+	ans := adminapi.TasksPage{Tasks: []*store.Task{}}
 	for {
 		q.Set("limit", strconv.Itoa(min(limit-len(ans.Tasks), 1000)))
-		var page tasksPage
+		var page adminapi.TasksPage
 		if _, err := c.call(http.MethodGet, "/pingback/tasks?"+q.Encode(), nil, &page); err != nil {
 			return err
 		}
