@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
@@ -76,18 +77,6 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 	}
 }
 
-// taskRegistration is the body of POST /pingback/tasks.
-type taskRegistration struct {
-	Provider    string `json:"provider"`
-	ID          string `json:"id"`
-	PingbackURL string `json:"pingback_url"`
-	Method      string `json:"method,omitempty"`
-	// API is "legacy" (in.php; the default for providers that have it) or
-	// "json" (createTask; the default for JSON-only providers).
-	API         string `json:"api,omitempty"`
-	SubmittedAt string `json:"submitted_at,omitempty"`
-}
-
 func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	if r.Method == http.MethodGet {
 		return handleListTasks(w, r)
@@ -95,7 +84,7 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST (or GET to list)", r.Method)}
 	}
-	var reg taskRegistration
+	var reg adminapi.TaskRegistration
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&reg); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -104,7 +105,7 @@ func handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	ans := tasksPage{Tasks: publicTasks(page.Tasks)}
+	ans := adminapi.TasksPage{Tasks: publicTasks(page.Tasks)}
 	if ans.Tasks == nil {
 		ans.Tasks = []*store.Task{}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -27,16 +28,16 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
 	}
 	q := r.URL.Query()
-	f := replayFilter{Provider: q.Get("provider"), State: store.State(q.Get("state")),
+	f := adminapi.ReplayFilter{Provider: q.Get("provider"), State: store.State(q.Get("state")),
 		ReceivedAfter: q.Get("received_after"), ReceivedBefore: q.Get("received_before")}
-	if err := f.parse(); err != nil {
+	if err := f.Parse(knownProvider); err != nil {
 		return badInput("%v", err)
 	}
 	limit, err := listLimit(q)
 	if err != nil {
 		return err
 	}
-	lq := store.ListQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.after), ReceivedBefore: f.before, Limit: limit}
+	lq := store.ListQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.After()), ReceivedBefore: f.Before(), Limit: limit}
 	if c := q.Get("cursor"); c != "" {
 		pos, err := decodeRecordCursor(c)
 		if err != nil {
@@ -52,23 +53,11 @@ func handleListRecords(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
-	ans := recordsPage{Records: publicRecords(page.Records)}
+	ans := adminapi.RecordsPage{Records: publicRecords(page.Records)}
 	if page.Next != nil {
 		ans.NextCursor = encodeRecordCursor(*page.Next)
 	}
 	return writeJSON(w, ans)
-}
-
-// recordsPage is the answer of GET /pingback/records.
-type recordsPage struct {
-	Records    []*store.Record `json:"records"`
-	NextCursor string          `json:"next_cursor,omitempty"`
-}
-
-// tasksPage is the answer of GET /pingback/tasks.
-type tasksPage struct {
-	Tasks      []*store.Task `json:"tasks"`
-	NextCursor string        `json:"next_cursor,omitempty"`
 }
 
 // exclusiveAfter turns an exclusive lower bound into the store's

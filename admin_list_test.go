@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -25,7 +26,7 @@ func listPages(t *testing.T, q url.Values) []string {
 			t.Fatalf("%v: more than 200 pages", q)
 		}
 		status, body := adminRequest(t, http.MethodGet, "/pingback/records?"+q.Encode())
-		var page recordsPage
+		var page adminapi.RecordsPage
 		if status != http.StatusOK || json.Unmarshal(body, &page) != nil {
 			t.Fatalf("list %v: %d %s", q, status, body)
 		}
@@ -145,13 +146,13 @@ func TestAdminListRecordsPages(t *testing.T) {
 
 	// A cursor from the first page of one query, on a page of 1.
 	status, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1")
-	var first recordsPage
+	var first adminapi.RecordsPage
 	if status != http.StatusOK || json.Unmarshal(body, &first) != nil || first.NextCursor == "" || len(first.Records) != 1 ||
 		first.Records[0].Key().String() != all[0].Key().String() {
 		t.Fatalf("first page of one: %d %s, want %s and a next_cursor", status, body, all[0].Key())
 	}
 	status, body = adminRequest(t, http.MethodGet, "/pingback/records?limit=1&cursor="+first.NextCursor)
-	var second recordsPage
+	var second adminapi.RecordsPage
 	if status != http.StatusOK || json.Unmarshal(body, &second) != nil || len(second.Records) != 1 || second.Records[0].Key().String() != all[1].Key().String() {
 		t.Errorf("second page of one: %d %s, want %s", status, body, all[1].Key())
 	}
@@ -212,7 +213,7 @@ func TestAdminListTasksPages(t *testing.T) {
 		var got []string
 		for pages := 0; pages < 50; pages++ {
 			status, body := adminRequest(t, http.MethodGet, "/pingback/tasks?"+q.Encode())
-			var page tasksPage
+			var page adminapi.TasksPage
 			if status != http.StatusOK || json.Unmarshal(body, &page) != nil {
 				t.Fatalf("tasks %s: %d %s", tc.query, status, body)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -33,11 +34,6 @@ import (
 // when the answer comes; on PostgreSQL the row is deleted and its bytes
 // remain in dead tuples until VACUUM (see the store's Purge).
 
-// purgeAnswer is the answer of both purge routes.
-type purgeAnswer struct {
-	Purged int `json:"purged"`
-}
-
 // handlePurgeRecord answers DELETE /pingback/records/<provider>/<id>.
 func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) error {
 	st, err := adminStore()
@@ -58,7 +54,7 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	}
 	logPurge(n, zap.String("key", key.String()))
-	return writeJSON(w, purgeAnswer{Purged: n})
+	return writeJSON(w, adminapi.PurgeAnswer{Purged: n})
 }
 
 // handlePurges answers POST /pingback/purges.
@@ -70,7 +66,7 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	q := store.PurgeQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.after), ReceivedBefore: f.before}
+	q := store.PurgeQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.After()), ReceivedBefore: f.Before()}
 	if !q.Filtered() {
 		return badInput("a purge needs at least one of provider, state, received_after and received_before")
 	}
@@ -87,7 +83,7 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	}
 	logPurge(n, zap.String("provider", f.Provider), zap.String("state", string(f.State)),
 		zap.String("received_after", f.ReceivedAfter), zap.String("received_before", f.ReceivedBefore))
-	return writeJSON(w, purgeAnswer{Purged: n})
+	return writeJSON(w, adminapi.PurgeAnswer{Purged: n})
 }
 
 // logPurge logs a purge (never what was erased, only how it was chosen).
@@ -98,8 +94,8 @@ func logPurge(n int, fields ...zap.Field) {
 // decodeFilter reads the JSON filter of a bulk replay or a purge from the
 // body of r (at most 64 KiB, no unknown fields; an empty body is no
 // filter), with state defaulting to defaultState; a bad one is a 400.
-func decodeFilter(r *http.Request, defaultState store.State) (replayFilter, error) {
-	var f replayFilter
+func decodeFilter(r *http.Request, defaultState store.State) (adminapi.ReplayFilter, error) {
+	var f adminapi.ReplayFilter
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil && err != io.EOF {
@@ -108,8 +104,15 @@ func decodeFilter(r *http.Request, defaultState store.State) (replayFilter, erro
 	if f.State == "" {
 		f.State = defaultState
 	}
-	if err := f.parse(); err != nil {
+	if err := f.Parse(knownProvider); err != nil {
 		return f, badInput("%v", err)
 	}
 	return f, nil
+}
+
+// knownProvider is nil for a provider the plugin knows, else the error
+// naming the known ones (the provider check of a filter's Parse).
+func knownProvider(name string) error {
+	_, err := lookupProvider(name)
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -47,7 +48,7 @@ func TestBulkReplay(t *testing.T) {
 	insertRecord(t, storedCallback(t, "29999", store.StateRejected, 1, time.Time{}))
 
 	status, loc, body := adminJSON(t, http.MethodPost, "/pingback/replays", `{"provider": "captchaai"}`)
-	var job replayJobState
+	var job adminapi.ReplayJobState
 	if status != http.StatusAccepted || json.Unmarshal(body, &job) != nil || job.Status != "running" || job.Matched != n ||
 		loc != "/pingback/replays/"+job.ID {
 		t.Fatalf("POST /pingback/replays: %d %q %s, want 202, running, %d matched, Location of the job", status, loc, body, n)
@@ -92,7 +93,7 @@ func TestBulkReplayCancelAndBadInput(t *testing.T) {
 		t.Fatalf("POST: %d %s", status, body)
 	}
 	waitFor(t, 5*time.Second, "the first replay held by the app", func() bool { return app.count("captchaai:30000") == 1 })
-	var job replayJobState
+	var job adminapi.ReplayJobState
 	if code, b := adminRequest(t, http.MethodDelete, loc); code != http.StatusOK || json.Unmarshal(b, &job) != nil {
 		t.Fatalf("DELETE: %d %s", code, b)
 	}

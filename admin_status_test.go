@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -23,10 +24,10 @@ func TestStatusAndCountGauges(t *testing.T) {
 		v, _ := scrapeMetric(t, `caddy_pingback_tasks_pending{provider="2captcha"}`)
 		return v
 	}
-	status := func() statusAnswer {
+	status := func() adminapi.StatusAnswer {
 		t.Helper()
 		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
-		var s statusAnswer
+		var s adminapi.StatusAnswer
 		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
 			t.Fatalf("status: %d %s", code, body)
 		}
@@ -69,7 +70,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 	// Both loops tick every second: their first run may still be ahead
 	// when the results above settle (the assertions below then check
 	// that it is recent and that the next one is after it).
-	var s statusAnswer
+	var s adminapi.StatusAnswer
 	waitFor(t, 5*time.Second, "both loops' first run", func() bool {
 		s = status()
 		return !s.Loops["replay"].LastRunAt.IsZero() && !s.Loops["poll"].LastRunAt.IsZero()

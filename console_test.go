@@ -14,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -274,7 +275,7 @@ func TestConsoleAPIIsTheAdminAPI(t *testing.T) {
 
 		// A bulk replay through the console: its Location is under the mount.
 		status, h, body := consoleCall(t, http.MethodPost, base, "replays", `{"provider": "2captcha", "state": "rejected"}`, hdr)
-		var job replayJobState
+		var job adminapi.ReplayJobState
 		u, _ := url.Parse(base)
 		if status != http.StatusAccepted || json.Unmarshal([]byte(body), &job) != nil || h.Get("Location") != u.Path+"api/replays/"+job.ID {
 			t.Errorf("%s POST api/replays: %d %q %s, want 202 with Location %sapi/replays/<id>", base, status, h.Get("Location"), body, u.Path)

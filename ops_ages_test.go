@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -31,16 +32,16 @@ func TestAgeGauges(t *testing.T) {
 		backlogAge = "caddy_pingback_oldest_undelivered_age_seconds"
 		lastLive   = "caddy_pingback_last_callback_timestamp_seconds"
 	)
-	status := func() statusAnswer {
+	status := func() adminapi.StatusAnswer {
 		t.Helper()
 		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
-		var s statusAnswer
+		var s adminapi.StatusAnswer
 		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
 			t.Fatalf("status: %d %s", code, body)
 		}
 		return s
 	}
-	rising := func(name string, pick func(statusAnswer) float64) {
+	rising := func(name string, pick func(adminapi.StatusAnswer) float64) {
 		t.Helper()
 		waitFor(t, 10*time.Second, name+" at 1.5 s or more", func() bool {
 			v, _ := gauge(name)
@@ -50,15 +51,15 @@ func TestAgeGauges(t *testing.T) {
 			t.Errorf("status shows %v for %s, want at least 1.5 s as the gauge", s, name)
 		}
 	}
-	zero := func(name string, pick func(statusAnswer) float64) {
+	zero := func(name string, pick func(adminapi.StatusAnswer) float64) {
 		t.Helper()
 		waitFor(t, 5*time.Second, name+" back to 0", func() bool {
 			v, ok := gauge(name)
 			return ok && v == 0 && pick(status()) == 0
 		})
 	}
-	statusPending := func(s statusAnswer) float64 { return s.Tasks["2captcha"].OldestPendingAgeSeconds }
-	statusBacklog := func(s statusAnswer) float64 { return s.OldestUndeliveredAgeSeconds["2captcha"] }
+	statusPending := func(s adminapi.StatusAnswer) float64 { return s.Tasks["2captcha"].OldestPendingAgeSeconds }
+	statusBacklog := func(s adminapi.StatusAnswer) float64 { return s.OldestUndeliveredAgeSeconds["2captcha"] }
 
 	// A tracked task waits for its pingback.
 	if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{

@@ -4,22 +4,14 @@ import (
 	"context"
 	"maps"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
-
-// budgetStatus is one provider's res.php/getTaskResult budget in
-// GET /pingback/status: requests made, and requests left before the
-// poller slows down (10 per tracked task plus pollAllowance; see
-// pollLimit).
-type budgetStatus struct {
-	Used int64 `json:"used"`
-	Left int64 `json:"left"`
-}
 
 // pollBudgets returns the budget of every provider the poller has counted
 // anything for: database-wide with a shared store (store.SharedPolling),
 // else this process's since it started.
-func (a *App) pollBudgets(ctx context.Context) (map[string]budgetStatus, error) {
+func (a *App) pollBudgets(ctx context.Context) (map[string]adminapi.BudgetStatus, error) {
 	counts := map[string]store.PollBudget{}
 	if sp := a.handle.sharedPolling(); sp != nil {
 		shared, err := sp.PollBudgets(ctx)
@@ -38,9 +30,9 @@ func (a *App) pollBudgets(ctx context.Context) (map[string]budgetStatus, error) 
 		}
 	}
 	l := a.pollLimit()
-	out := make(map[string]budgetStatus, len(counts))
+	out := make(map[string]adminapi.BudgetStatus, len(counts))
 	for name, c := range counts {
-		out[name] = budgetStatus{Used: c.Polls, Left: max(0, int64(l.PerTask)*c.Tracked+int64(l.Allowance)-c.Polls)}
+		out[name] = adminapi.BudgetStatus{Used: c.Polls, Left: max(0, int64(l.PerTask)*c.Tracked+int64(l.Allowance)-c.Polls)}
 	}
 	return out, nil
 }

@@ -5,13 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -29,78 +28,21 @@ import (
 // more replays the first ones in the store's list order.
 const maxBulkReplay = 100000
 
-// replayFilter selects the results of a bulk replay or a purge.
-type replayFilter struct {
-	Provider string      `json:"provider,omitempty"`
-	State    store.State `json:"state,omitempty"`
-	// ReceivedAfter and ReceivedBefore bound the results' received_at
-	// (RFC 3339), both exclusive.
-	ReceivedAfter  string `json:"received_after,omitempty"`
-	ReceivedBefore string `json:"received_before,omitempty"`
-
-	after, before time.Time
-}
-
-// parse checks f and fills in its times.
-func (f *replayFilter) parse() error {
-	if f.Provider != "" {
-		if _, err := lookupProvider(f.Provider); err != nil {
-			return err
-		}
-	}
-	if f.State != "" && !slices.Contains(store.States, f.State) {
-		return fmt.Errorf("unknown state %q (queued, forwarding, delivered, failed, rejected, parked or quarantined)", f.State)
-	}
-	for _, x := range []struct {
-		name string
-		v    string
-		t    *time.Time
-	}{{"received_after", f.ReceivedAfter, &f.after}, {"received_before", f.ReceivedBefore, &f.before}} {
-		if x.v == "" {
-			continue
-		}
-		t, err := time.Parse(time.RFC3339, x.v)
-		if err != nil {
-			return fmt.Errorf("%s must be an RFC 3339 time: %v", x.name, err)
-		}
-		*x.t = t
-	}
-	return nil
-}
-
-// matches reports whether rec is within f's received range.
-func (f *replayFilter) matches(rec *store.Record) bool {
-	return (f.after.IsZero() || rec.ReceivedAt.After(f.after)) && (f.before.IsZero() || rec.ReceivedAt.Before(f.before))
-}
-
 // replayJob is one bulk replay; its JSON is what GET /pingback/replays/<id>
 // answers.
 type replayJob struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
-	state  replayJobState
+	state  adminapi.ReplayJobState
 }
 
-type replayJobState struct {
-	ID string `json:"id"`
-	// Status is running, done or cancelled.
-	Status string `json:"status"`
-	// Matched results were found; Done of them were tried, Delivered
-	// reached the app, Failed did not (still failed, rejected or parked
-	// again, or refused: delivered in the meantime, or in flight).
-	Matched   int `json:"matched"`
-	Done      int `json:"done"`
-	Delivered int `json:"delivered"`
-	Failed    int `json:"failed"`
-}
-
-func (j *replayJob) snapshot() replayJobState {
+func (j *replayJob) snapshot() adminapi.ReplayJobState {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.state
 }
 
-func (j *replayJob) update(fn func(s *replayJobState)) {
+func (j *replayJob) update(fn func(s *adminapi.ReplayJobState)) {
 	j.mu.Lock()
 	fn(&j.state)
 	j.mu.Unlock()
@@ -130,7 +72,7 @@ func lookupReplayJob(id string) *replayJob {
 }
 
 // startBulkReplay lists the matching results and starts the job.
-func (a *App) startBulkReplay(ctx context.Context, f replayFilter) (*replayJob, error) {
+func (a *App) startBulkReplay(ctx context.Context, f adminapi.ReplayFilter) (*replayJob, error) {
 	st := a.store(time.Second)
 	if st == nil {
 		return nil, errStoreUnavailable
@@ -141,14 +83,14 @@ func (a *App) startBulkReplay(ctx context.Context, f replayFilter) (*replayJob, 
 	}
 	var keys []store.Key
 	for _, r := range recs {
-		if f.matches(r) {
+		if f.Matches(r) {
 			keys = append(keys, r.Key())
 		}
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	jctx, cancel := context.WithCancel(a.loopCtx) // a reload or stop cancels it
-	j := &replayJob{cancel: cancel, state: replayJobState{ID: hex.EncodeToString(b[:]), Status: "running", Matched: len(keys)}}
+	j := &replayJob{cancel: cancel, state: adminapi.ReplayJobState{ID: hex.EncodeToString(b[:]), Status: "running", Matched: len(keys)}}
 	replayJobs.Lock()
 	replayJobs.m[j.state.ID] = j
 	replayJobs.Unlock()
@@ -168,7 +110,7 @@ func (a *App) runBulkReplay(ctx context.Context, j *replayJob, keys []store.Key)
 		wg.Go(func() {
 			defer a.releaseSlot()
 			rec, err := a.redrive(ctx, k, false, store.SourceBulk)
-			j.update(func(s *replayJobState) {
+			j.update(func(s *adminapi.ReplayJobState) {
 				s.Done++
 				if err == nil && rec.State == store.StateDelivered {
 					s.Delivered++
@@ -183,7 +125,7 @@ func (a *App) runBulkReplay(ctx context.Context, j *replayJob, keys []store.Key)
 	if ctx.Err() != nil {
 		status = "cancelled"
 	}
-	j.update(func(s *replayJobState) { s.Status = status })
+	j.update(func(s *adminapi.ReplayJobState) { s.Status = status })
 	j.cancel()
 	replayJobs.Lock()
 	replayJobs.ended[j.state.ID] = time.Now()

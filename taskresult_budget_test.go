@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -64,7 +65,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 		checkHistory(t, rec.History, []attemptWant{{store.SourcePoll, 200, "delivered", ""}})
 	}
 	code, body := adminRequest(t, http.MethodGet, "/pingback/status")
-	var status statusAnswer
+	var status adminapi.StatusAnswer
 	if code != http.StatusOK || json.Unmarshal(body, &status) != nil {
 		t.Fatalf("status: %d %s", code, body)
 	}
@@ -94,7 +95,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 	if polls != calls || tracked != tasks {
 		t.Errorf("shared budget counted %d polls for %d tracked tasks; the provider got %d getTaskResult calls for %d tasks", polls, tracked, calls, tasks)
 	}
-	if b, want := status.Budget[provider], (budgetStatus{Used: polls, Left: 10*tracked + pollAllowance - polls}); b != want {
+	if b, want := status.Budget[provider], (adminapi.BudgetStatus{Used: polls, Left: 10*tracked + pollAllowance - polls}); b != want {
 		t.Errorf("status budget[%s] = %+v, want the shared row's %+v", provider, b, want)
 	}
 }

@@ -1,4 +1,4 @@
-package pingback
+package cli
 
 import (
 	"fmt"
@@ -11,15 +11,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-func init() {
-	addSubcommand(func() *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "replay <provider> <id> [--force] | replay --state <state> [--provider <name>] [--since <time>]",
-			Short: "Replays one stored result, or every one in a state, to the app now",
-			Long: `
+// replayCommand is `caddy pingback replay`.
+func replayCommand() *cobra.Command {
+	cmd := adminCommand(&cobra.Command{
+		Use:   "replay <provider> <id> [--force] | replay --state <state> [--provider <name>] [--since <time>]",
+		Short: "Replays one stored result, or every one in a state, to the app now",
+		Long: `
 With <provider> <id>: replays one stored result now, through the same route
 as its first forward (POST /pingback/records/<provider>/<id>/replay), and
 shows it after the attempt. A result the app already has (delivered) is
@@ -29,49 +30,43 @@ With --state (parked, failed, rejected or queued): starts a bulk replay
 (POST /pingback/replays) of every result in that state (of --provider, and
 received after --since: RFC 3339 or a duration such as 2h), and waits for it
 with a progress bar on a terminal, one progress line a second otherwise.`,
-			Args: func(cmd *cobra.Command, args []string) error {
-				if state, _ := cmd.Flags().GetString("state"); state != "" {
-					return cobra.NoArgs(cmd, args)
-				}
-				return cobra.ExactArgs(2)(cmd, args)
-			},
-		}
-		cmd.Flags().Bool("force", false, "Replay a delivered result too")
-		cmd.Flags().String("state", "", "Replay every result in this state (bulk)")
-		cmd.Flags().String("provider", "", "With --state: only this provider's results")
-		cmd.Flags().String("since", "", "With --state: only results received after this (RFC 3339, or a duration ago)")
-		cmd.RunE = func(cmd *cobra.Command, args []string) error {
-			return cliRun(func(c *cliClient) error {
-				if state, _ := cmd.Flags().GetString("state"); state != "" {
-					return cliBulkReplay(c, state)
-				}
-				return cliReplay(c, args[0], args[1])
-			})(cmd, args)
-		}
-		adminFlags(cmd)
-		return cmd
-	})
+		Args: func(cmd *cobra.Command, args []string) error {
+			if state, _ := cmd.Flags().GetString("state"); state != "" {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(2)(cmd, args)
+		},
+	}, runReplay)
+	cmd.Flags().Bool("force", false, "Replay a delivered result too")
+	cmd.Flags().String("state", "", "Replay every result in this state (bulk)")
+	cmd.Flags().String("provider", "", "With --state: only this provider's results")
+	cmd.Flags().String("since", "", "With --state: only results received after this (RFC 3339, or a duration ago)")
+	return cmd
 }
 
-func cliReplay(c *cliClient, provider, id string) error {
-	uri := recordPath(provider, id) + "/replay"
+// runReplay replays one result, or with --state starts a bulk replay.
+func runReplay(c *client, args []string) error {
+	if state, _ := c.cmd.Flags().GetString("state"); state != "" {
+		return bulkReplay(c, state)
+	}
+	uri := recordPath(args[0], args[1]) + "/replay"
 	if force, _ := c.cmd.Flags().GetBool("force"); force {
 		uri += "?force=true"
 	}
-	return cliRecordAnswer(c, http.MethodPost, uri, false)
+	return recordAnswer(c, http.MethodPost, uri, false)
 }
 
-// cliBulkReplay starts a bulk replay and waits for it.
-func cliBulkReplay(c *cliClient, state string) error {
+// bulkReplay starts a bulk replay and waits for it.
+func bulkReplay(c *client, state string) error {
 	fs := c.cmd.Flags()
-	f := replayFilter{State: store.State(state)}
+	f := adminapi.ReplayFilter{State: store.State(state)}
 	f.Provider, _ = fs.GetString("provider")
 	since, _ := fs.GetString("since")
 	var err error
 	if f.ReceivedAfter, err = flagTime("since", since); err != nil {
 		return err
 	}
-	var job replayJobState
+	var job adminapi.ReplayJobState
 	if _, err := c.call(http.MethodPost, "/pingback/replays", f, &job); err != nil {
 		return err
 	}
@@ -104,7 +99,7 @@ func cliBulkReplay(c *cliClient, state string) error {
 }
 
 // progressBar draws a job's progress in 40 columns.
-func progressBar(j replayJobState) string {
+func progressBar(j adminapi.ReplayJobState) string {
 	const width = 40
 	n := width
 	if j.Matched > 0 {

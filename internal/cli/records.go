@@ -1,58 +1,44 @@
-package pingback
+package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-func init() {
-	addSubcommand(func() *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "records [--state <state>] [--provider <name>] [--since <time>] [--limit <n>]",
-			Short: "Lists stored results (the dead-letter queue: --state failed, rejected or parked)",
-			Args:  cobra.NoArgs,
-			RunE:  cliRun(cliRecords),
-		}
-		cmd.Flags().String("state", "", "Only results in this state (queued, forwarding, delivered, failed, rejected, parked, quarantined)")
-		cmd.Flags().String("provider", "", "Only this provider's results")
-		cmd.Flags().String("since", "", "Only results received after this (RFC 3339, or a duration ago such as 2h)")
-		cmd.Flags().Int("limit", 100, "At most this many results (read page by page)")
-		adminFlags(cmd)
-		return cmd
-	})
-	addSubcommand(func() *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "show <provider> <id>",
-			Short: "Shows one stored result and its delivery",
-			Args:  cobra.ExactArgs(2),
-		}
-		cmd.RunE = func(cmd *cobra.Command, args []string) error {
-			return cliRun(func(c *cliClient) error { return cliShow(c, args[0], args[1]) })(cmd, args)
-		}
-		adminFlags(cmd)
-		return cmd
-	})
+// recordsCommand is `caddy pingback records`.
+func recordsCommand() *cobra.Command {
+	cmd := adminCommand(&cobra.Command{
+		Use:   "records [--state <state>] [--provider <name>] [--since <time>] [--limit <n>]",
+		Short: "Lists stored results (the dead-letter queue: --state failed, rejected or parked)",
+		Args:  cobra.NoArgs,
+	}, runRecords)
+	cmd.Flags().String("state", "", "Only results in this state (queued, forwarding, delivered, failed, rejected, parked, quarantined)")
+	cmd.Flags().String("provider", "", "Only this provider's results")
+	cmd.Flags().String("since", "", "Only results received after this (RFC 3339, or a duration ago such as 2h)")
+	cmd.Flags().Int("limit", 100, "At most this many results (read page by page)")
+	return cmd
 }
 
-func cliRecords(c *cliClient) error {
-	fs := c.cmd.Flags()
-	q := url.Values{}
-	if v, _ := fs.GetString("state"); v != "" {
-		q.Set("state", v)
-	}
-	if v, _ := fs.GetString("provider"); v != "" {
-		q.Set("provider", v)
-	}
-	since, _ := fs.GetString("since")
+// showCommand is `caddy pingback show`.
+func showCommand() *cobra.Command {
+	return adminCommand(&cobra.Command{
+		Use:   "show <provider> <id>",
+		Short: "Shows one stored result and its delivery",
+		Args:  cobra.ExactArgs(2),
+	}, runShow)
+}
+
+func runRecords(c *client, _ []string) error {
+	q := listQuery(c.cmd)
+	since, _ := c.cmd.Flags().GetString("since")
 	after, err := flagTime("since", since)
 	if err != nil {
 		return err
@@ -60,35 +46,20 @@ func cliRecords(c *cliClient) error {
 	if after != "" {
 		q.Set("received_after", after)
 	}
-	limit, _ := fs.GetInt("limit")
-	if limit < 1 {
-		return fmt.Errorf("--limit must be at least 1, got %d", limit)
+	limit, err := listLimit(c.cmd)
+	if err != nil {
+		return err
 	}
-	// Page through the cursor until limit records or the last page.
-	var all recordsPage
-	all.Records = []*store.Record{}
-	for {
-		q.Set("limit", strconv.Itoa(min(limit-len(all.Records), 1000)))
-		var page recordsPage
-		if _, err := c.call(http.MethodGet, "/pingback/records?"+q.Encode(), nil, &page); err != nil {
-			return err
-		}
-		all.Records = append(all.Records, page.Records...)
-		all.NextCursor = page.NextCursor
-		if page.NextCursor == "" || len(all.Records) >= limit {
-			break
-		}
-		q.Set("cursor", page.NextCursor)
+	var all adminapi.RecordsPage
+	all.Records, all.NextCursor, err = readPages(c, "/pingback/records", q, limit,
+		func(p *adminapi.RecordsPage) ([]*store.Record, string) { return p.Records, p.NextCursor })
+	if err != nil {
+		return err
 	}
 	if c.json {
-		raw, err := json.Marshal(all)
-		if err != nil {
-			return err
-		}
-		c.printJSON(raw)
-		return nil
+		return c.printValue(all)
 	}
-	w := tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	w := c.table()
 	fmt.Fprintln(w, "PROVIDER\tID\tSTATE\tATTEMPTS\tRECEIVED\tLAST ERROR")
 	for _, r := range all.Records {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.Provider, r.ID, r.State, r.Attempts,
@@ -103,8 +74,8 @@ func cliRecords(c *cliClient) error {
 	return nil
 }
 
-func cliShow(c *cliClient, provider, id string) error {
-	return cliRecordAnswer(c, http.MethodGet, recordPath(provider, id), true)
+func runShow(c *client, args []string) error {
+	return recordAnswer(c, http.MethodGet, recordPath(args[0], args[1]), true)
 }
 
 // recordPath is the admin API path of one stored result.
@@ -112,11 +83,11 @@ func recordPath(provider, id string) string {
 	return "/pingback/records/" + url.PathEscape(provider) + "/" + url.PathEscape(id)
 }
 
-// cliRecordAnswer calls method on uri, an admin route that answers one
+// recordAnswer calls method on uri, an admin route that answers one
 // record (show, replay, release), and prints the record: as the admin
 // API's JSON with --json, else its fields, then its history if history is
 // set.
-func cliRecordAnswer(c *cliClient, method, uri string, history bool) error {
+func recordAnswer(c *client, method, uri string, history bool) error {
 	var r store.Record
 	raw, err := c.call(method, uri, nil, &r)
 	if err != nil {
@@ -134,14 +105,14 @@ func cliRecordAnswer(c *cliClient, method, uri string, history bool) error {
 }
 
 // printHistory prints a record's attempts, oldest first.
-func printHistory(c *cliClient, h []store.Attempt) error {
+func printHistory(c *client, h []store.Attempt) error {
 	out := c.cmd.OutOrStdout()
 	if len(h) == 0 {
 		_, err := fmt.Fprintln(out, "history:      -")
 		return err
 	}
 	fmt.Fprintln(out, "history:")
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	w := c.table()
 	fmt.Fprintln(w, "  ATTEMPT\tSOURCE\tSTARTED\tTOOK\tSTATUS\tOUTCOME\tERROR")
 	for _, a := range h {
 		took, outcome, status := "-", "running", "-"
@@ -158,8 +129,8 @@ func printHistory(c *cliClient, h []store.Attempt) error {
 }
 
 // printRecord prints a record's key facts, one per line (never its code).
-func printRecord(c *cliClient, r *store.Record) {
-	w := tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+func printRecord(c *client, r *store.Record) {
+	w := c.table()
 	status := "-"
 	if r.LastStatus != 0 {
 		status = strconv.Itoa(r.LastStatus)
@@ -182,11 +153,4 @@ func printRecord(c *cliClient, r *store.Record) {
 		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
 	}
 	_ = w.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

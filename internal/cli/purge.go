@@ -1,4 +1,4 @@
-package pingback
+package cli
 
 import (
 	"errors"
@@ -7,15 +7,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-func init() {
-	addSubcommand(func() *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "purge <provider> <id> | purge [--state <state>] [--provider <name>] [--before <time>]",
-			Short: "Erases stored results for good (the right to erasure)",
-			Long: `
+// purgeCommand is `caddy pingback purge`.
+func purgeCommand() *cobra.Command {
+	cmd := adminCommand(&cobra.Command{
+		Use:   "purge <provider> <id> | purge [--state <state>] [--provider <name>] [--before <time>]",
+		Short: "Erases stored results for good (the right to erasure)",
+		Long: `
 With <provider> <id>: erases one stored result and its task
 (DELETE /pingback/records/<provider>/<id>).
 
@@ -27,22 +28,17 @@ A purged result is never listed or replayed again, and a re-sent pingback
 of it is answered as a duplicate without reaching the app, until its
 retention ends. On Badger its bytes are gone from the store's files when
 the command returns.`,
-			Args: func(cmd *cobra.Command, args []string) error {
-				if purgeFiltered(cmd) {
-					return cobra.NoArgs(cmd, args)
-				}
-				return cobra.ExactArgs(2)(cmd, args)
-			},
-		}
-		cmd.Flags().String("state", "", "Erase every result in this state")
-		cmd.Flags().String("provider", "", "Erase every result of this provider (with the other filters: only those)")
-		cmd.Flags().String("before", "", "Erase every result received before this (RFC 3339, or a duration ago)")
-		cmd.RunE = func(cmd *cobra.Command, args []string) error {
-			return cliRun(func(c *cliClient) error { return cliPurge(c, args) })(cmd, args)
-		}
-		adminFlags(cmd)
-		return cmd
-	})
+		Args: func(cmd *cobra.Command, args []string) error {
+			if purgeFiltered(cmd) {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(2)(cmd, args)
+		},
+	}, runPurge)
+	cmd.Flags().String("state", "", "Erase every result in this state")
+	cmd.Flags().String("provider", "", "Erase every result of this provider (with the other filters: only those)")
+	cmd.Flags().String("before", "", "Erase every result received before this (RFC 3339, or a duration ago)")
+	return cmd
 }
 
 // purgeFiltered reports whether a filter flag was given.
@@ -55,15 +51,15 @@ func purgeFiltered(cmd *cobra.Command) bool {
 	return false
 }
 
-func cliPurge(c *cliClient, args []string) error {
-	var ans purgeAnswer
+func runPurge(c *client, args []string) error {
+	var ans adminapi.PurgeAnswer
 	var raw []byte
 	var err error
 	if len(args) == 2 {
 		raw, err = c.call(http.MethodDelete, recordPath(args[0], args[1]), nil, &ans)
 	} else {
 		fs := c.cmd.Flags()
-		var f replayFilter
+		var f adminapi.ReplayFilter
 		state, _ := fs.GetString("state")
 		f.State = store.State(state)
 		f.Provider, _ = fs.GetString("provider")

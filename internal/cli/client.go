@@ -1,4 +1,4 @@
-package pingback
+package cli
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -16,42 +17,23 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// The shared part of the `caddy pingback` subcommands that talk to the
-// admin endpoint (cli_*.go): the flags every one takes, the request, and
-// how errors are shown.
-//
-//	--address  the admin endpoint (as `caddy reload --address`); without
-//	           it, the one the --config file names, else localhost:2019
-//	--config, --adapter  the config file to read the admin address from
-//	--json     print the admin API's JSON as it came; errors as
-//	           {"error": "..."} on stderr
-//
-// Errors go to stderr and the command exits with status 1; an admin
-// endpoint that cannot be reached is named in the error.
-
-// adminFlags adds the shared flags to cmd.
-func adminFlags(cmd *cobra.Command) {
-	cmd.Flags().String("address", "", "Address of the administration endpoint (default: the config's, else localhost:2019)")
-	cmd.Flags().StringP("config", "c", "", "Configuration file to read the admin address from")
-	cmd.Flags().StringP("adapter", "a", "", "Name of the config adapter for --config")
-	cmd.Flags().Bool("json", false, "Print the admin API's JSON")
-	cmd.SilenceUsage = true
-}
-
-// cliClient is one invocation's connection to the admin endpoint.
-type cliClient struct {
+// client is one invocation's connection to the admin endpoint.
+type client struct {
 	cmd     *cobra.Command
 	address string
 	json    bool
 }
 
-func newCLIClient(cmd *cobra.Command) (*cliClient, error) {
+// newClient reads the shared flags of cmd; it returns the client (never
+// nil, so that --json is known) with an error if the admin address cannot
+// be determined.
+func newClient(cmd *cobra.Command) (*client, error) {
 	fs := cmd.Flags()
 	address, _ := fs.GetString("address")
 	config, _ := fs.GetString("config")
 	adapter, _ := fs.GetString("adapter")
 	asJSON, _ := fs.GetBool("json")
-	c := &cliClient{cmd: cmd, json: asJSON}
+	c := &client{cmd: cmd, json: asJSON}
 	addr, err := caddycmd.DetermineAdminAPIAddress(address, nil, config, adapter)
 	if err != nil {
 		return c, fmt.Errorf("finding the admin address: %w", err)
@@ -70,7 +52,7 @@ func (e *errAPI) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.msg, e.st
 
 // call sends method uri with body (JSON, or nil) and decodes a 2xx answer
 // into out (unless nil); it returns the raw answer too.
-func (c *cliClient) call(method, uri string, body any, out any) ([]byte, error) {
+func (c *client) call(method, uri string, body any, out any) ([]byte, error) {
 	var rd io.Reader
 	h := http.Header{}
 	if body != nil {
@@ -135,54 +117,24 @@ func adminRequestRaw(addr, method, uri string, h http.Header, body io.Reader) (*
 }
 
 // printJSON writes the API's answer as it came.
-func (c *cliClient) printJSON(raw []byte) {
+func (c *client) printJSON(raw []byte) {
 	w := c.cmd.OutOrStdout()
 	_, _ = w.Write(bytes.TrimRight(raw, "\n"))
 	_, _ = io.WriteString(w, "\n")
 }
 
-// cliRun wraps a subcommand's work: an error is printed to stderr (as
-// {"error": ...} with --json) and fails the command.
-func cliRun(work func(c *cliClient) error) func(cmd *cobra.Command, args []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		cmd.SilenceErrors = true // printed here, as text or JSON (flag and argument errors by cobra)
-		c, err := newCLIClient(cmd)
-		if err == nil {
-			err = work(c)
-		}
-		if err == nil {
-			return nil
-		}
-		w := cmd.ErrOrStderr()
-		if c != nil && c.json {
-			b, _ := json.Marshal(map[string]string{"error": err.Error()})
-			fmt.Fprintf(w, "%s\n", b)
-		} else {
-			fmt.Fprintf(w, "Error: %v\n", err)
-		}
+// printValue writes v as JSON, as printJSON writes an answer.
+func (c *client) printValue(v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
 		return err
 	}
+	c.printJSON(raw)
+	return nil
 }
 
-// ago formats the time since t, "-" for the zero time.
-func ago(t, now time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return now.Sub(t).Round(time.Second).String() + " ago"
-}
-
-// flagTime reads the time flag --name: an RFC 3339 time, or a duration
-// ago (2h); "" stays "". It returns the time in RFC 3339.
-func flagTime(name, v string) (string, error) {
-	if v == "" {
-		return "", nil
-	}
-	if d, err := time.ParseDuration(v); err == nil {
-		return time.Now().Add(-d).UTC().Format(time.RFC3339), nil
-	}
-	if _, err := time.Parse(time.RFC3339, v); err == nil {
-		return v, nil
-	}
-	return "", fmt.Errorf("--%s must be an RFC 3339 time or a duration, got %q", name, v)
+// table is a tab-aligned writer on stdout (two spaces between columns);
+// flush it.
+func (c *client) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 }

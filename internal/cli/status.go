@@ -1,37 +1,33 @@
-package pingback
+package cli
 
 import (
 	"fmt"
 	"net/http"
 	"slices"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-func init() {
-	addSubcommand(func() *cobra.Command {
-		cmd := &cobra.Command{
-			Use:   "status",
-			Short: "Shows stored results by state, pending tasks, the loops and the store",
-			Long: `
+// statusCommand is `caddy pingback status`.
+func statusCommand() *cobra.Command {
+	return adminCommand(&cobra.Command{
+		Use:   "status",
+		Short: "Shows stored results by state, pending tasks, the loops and the store",
+		Long: `
 Shows the overview of GET /pingback/status: per provider the stored results
 by delivery state, the tracked tasks still pending and the age of the
 oldest, and when the last live pingback was stored; then when the replay
 and poll loops last ran, and the store.`,
-			Args: cobra.NoArgs,
-			RunE: cliRun(cliStatus),
-		}
-		adminFlags(cmd)
-		return cmd
-	})
+		Args: cobra.NoArgs,
+	}, runStatus)
 }
 
-func cliStatus(c *cliClient) error {
-	var s statusAnswer
+func runStatus(c *client, _ []string) error {
+	var s adminapi.StatusAnswer
 	raw, err := c.call(http.MethodGet, "/pingback/status", nil, &s)
 	if err != nil {
 		return err
@@ -41,7 +37,7 @@ func cliStatus(c *cliClient) error {
 		return nil
 	}
 	out := c.cmd.OutOrStdout()
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	w := c.table()
 	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS\tOLDEST PENDING\tLAST PINGBACK")
 	now := time.Now()
 	var provs []string

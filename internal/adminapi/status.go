@@ -1,0 +1,62 @@
+package adminapi
+
+import (
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// StatusAnswer is the body of GET /pingback/status.
+type StatusAnswer struct {
+	// Records is provider → state → stored results.
+	Records map[string]map[store.State]int64 `json:"records"`
+	// Tasks is provider → tracked tasks.
+	Tasks map[string]TaskStatus `json:"tasks"`
+	// OldestUndeliveredAgeSeconds is provider → age of the oldest result
+	// in state failed or forwarding (0: none), as the gauge.
+	OldestUndeliveredAgeSeconds map[string]float64 `json:"oldest_undelivered_age_seconds"`
+	// LastCallbackAt is provider → when the last live pingback was stored,
+	// from the store (it survives restarts; database-wide on PostgreSQL).
+	LastCallbackAt map[string]time.Time `json:"last_callback_at"`
+	// Budget is provider → the poller's res.php and getTaskResult budget.
+	Budget map[string]BudgetStatus `json:"budget"`
+	// Loops is replay and poll: when each last ran a round in this
+	// process, and when it runs next at the latest.
+	Loops map[string]LoopStatus `json:"loops"`
+	Store StoreStatus           `json:"store"`
+}
+
+// TaskStatus is one provider's tracked tasks in StatusAnswer.
+type TaskStatus struct {
+	Pending int64 `json:"pending"`
+	// OldestPendingAgeSeconds is the age of the oldest pending task
+	// (since its submission); 0 when none is pending.
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+}
+
+// BudgetStatus is one provider's res.php/getTaskResult budget in
+// StatusAnswer: requests made, and requests left before the poller slows
+// down (10 per tracked task plus the poller's allowance).
+type BudgetStatus struct {
+	Used int64 `json:"used"`
+	Left int64 `json:"left"`
+}
+
+// LoopStatus is one loop (replay or poll) in StatusAnswer; a time is
+// absent while the loop has not run in this process.
+type LoopStatus struct {
+	LastRunAt time.Time `json:"last_run_at,omitzero"`
+	NextRunAt time.Time `json:"next_run_at,omitzero"`
+}
+
+// StoreStatus is the store in StatusAnswer.
+type StoreStatus struct {
+	// Kind is the store module's name: badger or postgres.
+	Kind string `json:"kind"`
+	// Location is the Badger directory, or host:port/database.
+	Location  string `json:"location"`
+	Available bool   `json:"available"`
+	// FreeBytes is the free space of the Badger directory's filesystem;
+	// null for PostgreSQL (the database server's disk is not visible).
+	FreeBytes *int64 `json:"free_bytes"`
+}
