@@ -1,19 +1,19 @@
 package pingback
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-pingback/pingback/internal/adminapi"
-	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 func init() {
@@ -77,117 +77,6 @@ func (adminAPI) Routes() []caddy.AdminRoute {
 	}
 }
 
-func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
-	if r.Method == http.MethodGet {
-		return handleListTasks(w, r)
-	}
-	if r.Method != http.MethodPost {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST (or GET to list)", r.Method)}
-	}
-	var reg adminapi.TaskRegistration
-	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&reg); err != nil {
-		return badInput("decoding JSON body: %v", err)
-	}
-	switch {
-	case reg.Provider == "":
-		return badInput("provider is required")
-	case reg.ID == "":
-		return badInput("id is required")
-	case reg.PingbackURL == "":
-		return badInput("pingback_url is required")
-	}
-	a, err := activeApp()
-	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
-	}
-	submitted := a.now()
-	if reg.SubmittedAt != "" {
-		submitted, err = time.Parse(time.RFC3339, reg.SubmittedAt)
-		if err != nil {
-			return badInput("submitted_at must be an RFC 3339 time: %v", err)
-		}
-		if err := checkSubmittedAt(submitted, a.now(), a.giveUpFor(reg.Provider)); err != nil {
-			return badInput("%v", err)
-		}
-	}
-	api := protocol.API(reg.API)
-	if p, err := lookupProvider(reg.Provider); api == "" && err == nil && !p.Has(protocol.Legacy) {
-		api = protocol.JSON
-	}
-	if api != "" && api != protocol.Legacy && api != protocol.JSON {
-		return badInput("api must be legacy or json, got %q", reg.API)
-	}
-	task, created, err := a.trackTask(r.Context(), trackSpec{
-		provider: reg.Provider, id: reg.ID, api: api, method: reg.Method,
-		pingbackURL: reg.PingbackURL, submittedAt: submitted,
-	}, true)
-	var bad *badRequest
-	if errors.As(err, &bad) {
-		return badInput("%s", bad.reason)
-	}
-	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
-	}
-	status := http.StatusOK
-	if created {
-		status = http.StatusCreated
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	return json.NewEncoder(w).Encode(publicTask(task))
-}
-
-// handleRecord serves /pingback/records/<provider>/<id> (GET),
-// /pingback/records/<provider>/<id>/replay (POST) and
-// /pingback/records/<provider>/<id>/release (POST).
-func handleRecord(w http.ResponseWriter, r *http.Request) error {
-	parts := pathSegments(r, "/pingback/records/")
-	switch {
-	case len(parts) == 2 && parts[0] != "" && parts[1] != "" && r.Method == http.MethodDelete:
-		return handlePurgeRecord(w, r, canonicalKey(parts[0], parts[1]))
-	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
-		return handleGetRecord(w, r, canonicalKey(parts[0], parts[1]))
-	case len(parts) != 3 || (parts[2] != "replay" && parts[2] != "release") || parts[0] == "" || parts[1] == "":
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("not found: use GET /pingback/records/<provider>/<id> or POST /pingback/records/<provider>/<id>/replay (or /release)")}
-	}
-	if r.Method != http.MethodPost {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
-	}
-	key := canonicalKey(parts[0], parts[1])
-	if parts[2] == "release" {
-		return handleRelease(w, r, key)
-	}
-	force := false
-	if v := r.URL.Query().Get("force"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return badInput("force must be true or false, got %q", v)
-		}
-		force = b
-	}
-	a, err := activeApp()
-	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
-	}
-	rec, err := a.redrive(r.Context(), key, force, store.SourceManual)
-	switch {
-	case errors.Is(err, store.ErrPurged):
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s was purged: it cannot be replayed", key)}
-	case errors.Is(err, store.ErrNotFound):
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
-	case errors.Is(err, errDelivered):
-		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
-	case errors.Is(err, errInFlight), errors.Is(err, errQuarantined):
-		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, err)}
-	case err != nil:
-		return storeAPIError(err)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(publicRecord(rec))
-}
-
 // storeAPIError is the admin API's answer to a store operation that
 // failed: 503 while the store is away (closed, unavailable, not open yet),
 // 500 otherwise.
@@ -209,6 +98,85 @@ func activeApp() (*App, error) {
 
 func badInput(format string, args ...any) error {
 	return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf(format, args...)}
+}
+
+// pathSegments splits the admin request's path after prefix into its
+// segments, on the escaped path (url.URL.EscapedPath), and unescapes each
+// one: "%2F" inside a segment is part of it, not a separator, so
+// /pingback/records/2captcha/a%2Fb names the id "a/b". A segment that does
+// not unescape is returned as it is (no stored key has it).
+func pathSegments(r *http.Request, prefix string) []string {
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix)
+	if !ok {
+		return nil
+	}
+	parts := strings.Split(rest, "/")
+	for i, p := range parts {
+		if u, err := url.PathUnescape(p); err == nil {
+			parts[i] = u
+		}
+	}
+	return parts
+}
+
+// adminStore returns the running app's store, or a 503 API error.
+func adminStore() (store.Store, error) {
+	a, err := activeApp()
+	if err != nil {
+		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	st := a.store(time.Second)
+	if st == nil {
+		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStoreUnavailable}
+	}
+	return st, nil
+}
+
+// writeJSON answers v as JSON with status 200.
+func writeJSON(w http.ResponseWriter, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(v)
+}
+
+// listLimit reads limit: default 100, 1 to 10000.
+func listLimit(q url.Values) (int, error) {
+	v := q.Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 10000 {
+		return 0, badInput("limit must be a whole number from 1 to 10000, got %q", v)
+	}
+	return n, nil
+}
+
+// errBadCursor is the reason of a cursor this API did not give.
+var errBadCursor = errors.New("cursor is not a next_cursor this API gave")
+
+func encodeCursor(at time.Time, k store.Key) string {
+	var ns int64
+	if !at.IsZero() {
+		ns = at.UnixNano()
+	}
+	b, _ := json.Marshal([]any{ns, k.Provider, k.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(s string) (time.Time, store.Key, error) {
+	var parts []json.RawMessage
+	var ns int64
+	var k store.Key
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || json.Unmarshal(b, &parts) != nil || len(parts) != 3 ||
+		json.Unmarshal(parts[0], &ns) != nil || json.Unmarshal(parts[1], &k.Provider) != nil || json.Unmarshal(parts[2], &k.ID) != nil ||
+		k.Provider == "" || k.ID == "" || ns < 0 {
+		return time.Time{}, store.Key{}, errBadCursor
+	}
+	if ns == 0 {
+		return time.Time{}, k, nil
+	}
+	return time.Unix(0, ns).UTC(), k, nil
 }
 
 // Interface guards
