@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/providerclient"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -61,12 +62,12 @@ func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, er
 	var err error
 	if t.API == string(protocol.JSON) {
 		prov, _ := lookupProvider(name)
-		c := &taskResultClient{prov: prov, endpoint: pc.apiEndpoint, key: pc.key, http: a.httpClient}
-		ans, err = c.get(rctx, t.ID)
+		c := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: pc.key, HTTP: a.httpClient}
+		ans, err = c.Get(rctx, t.ID)
 	} else {
-		c := &resClient{endpoint: pc.endpoint, key: pc.key, http: a.httpClient}
+		c := &providerclient.ResPHP{Endpoint: pc.endpoint, Key: pc.key, HTTP: a.httpClient}
 		var answers []protocol.Answer
-		if answers, err = c.get(rctx, []string{t.ID}); err == nil && len(answers) != 1 {
+		if answers, err = c.Get(rctx, []string{t.ID}); err == nil && len(answers) != 1 {
 			err = errors.New("unexpected answer")
 		}
 		if err == nil {

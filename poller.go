@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/providerclient"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -356,7 +357,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	for _, t := range single {
 		groups = append(groups, []*store.Task{t})
 	}
-	client := &resClient{endpoint: pc.endpoint, key: pc.key, method: pc.resMethod, http: a.httpClient}
+	client := &providerclient.ResPHP{Endpoint: pc.endpoint, Key: pc.key, Method: pc.resMethod, HTTP: a.httpClient}
 	for _, g := range groups {
 		// A newer config took over the store's loops (reload): leave the
 		// rest of the round to it.
@@ -369,7 +370,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 
 // pollGroup asks res.php once for the tasks of g and acts on the answers.
 // It reports whether polling this provider may go on in this round.
-func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store.Task, now time.Time) bool {
+func (a *App) pollGroup(name string, ps *providerState, c *providerclient.ResPHP, g []*store.Task, now time.Time) bool {
 	if ok, _, _ := a.takePoll(name, ps); !ok {
 		return false
 	}
@@ -393,7 +394,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 	// Not cut short by Stop (a reload would then ask again): Stop waits
 	// for at most one request in flight.
 	ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
-	answers, err := c.get(ctx, ids)
+	answers, err := c.Get(ctx, ids)
 	cancel()
 	if err != nil {
 		a.metrics.resphp.WithLabelValues(name, "error").Inc()
@@ -426,7 +427,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *resClient, g []*store
 
 // pollSingleNow asks res.php for one already claimed task (the bulk
 // fallback), waiting for the rate limiter.
-func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *store.Task, now time.Time) bool {
+func (a *App) pollSingleNow(name string, ps *providerState, c *providerclient.ResPHP, t *store.Task, now time.Time) bool {
 	if !a.waitPoll(name, ps) {
 		return false
 	}
@@ -435,7 +436,7 @@ func (a *App) pollSingleNow(name string, ps *providerState, c *resClient, t *sto
 	ps.mu.Unlock()
 	_, _ = a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
 	ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
-	answers, err := c.get(ctx, []string{t.ID})
+	answers, err := c.Get(ctx, []string{t.ID})
 	cancel()
 	if err != nil || len(answers) != 1 {
 		a.metrics.resphp.WithLabelValues(name, "error").Inc()
@@ -499,6 +500,15 @@ func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans
 	a.logger.Warn("provider unavailable for polling; backing off",
 		zap.String("provider", name), zap.String("answer", truncate(ans.Code, 120)),
 		zap.Int("consecutive", n), zap.Duration("wait", wait))
+}
+
+// truncate cuts s to its first n bytes and marks the cut with "…", for
+// logging a provider's answer.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // reschedule moves a pending task's next poll to next; with claim, it also

@@ -53,44 +53,25 @@ func (pc *ProviderConfig) provision(name string, globalGiveUp time.Duration) err
 	if pc.APIKey != "" && pc.key == "" {
 		pc.keyErr = fmt.Errorf("provider %s: api_key %q resolves to an empty key (is the environment variable set?)", name, pc.APIKey)
 	}
-	switch strings.ToLower(pc.CallbackMethod) {
-	case "":
-		pc.method = http.MethodPost
-		if prov.LegacyCallback == protocol.FormGET {
-			pc.method = http.MethodGet
-		}
-	case "get":
-		pc.method = http.MethodGet
-	case "post":
-		pc.method = http.MethodPost
-	default:
-		return fmt.Errorf("provider %s: callback_method must be get or post, got %q", name, pc.CallbackMethod)
+	callbackDefault := http.MethodPost
+	if prov.LegacyCallback == protocol.FormGET {
+		callbackDefault = http.MethodGet
 	}
-	switch strings.ToLower(pc.ResultMethod) {
-	case "":
-		pc.resMethod = http.MethodGet
-		if prov.ResultPOST {
-			pc.resMethod = http.MethodPost
-		}
-	case "get":
-		pc.resMethod = http.MethodGet
-	case "post":
-		pc.resMethod = http.MethodPost
-	default:
-		return fmt.Errorf("provider %s: result_method must be get or post, got %q", name, pc.ResultMethod)
+	if pc.method, err = oneOf(name, "callback_method", pc.CallbackMethod, callbackDefault, methodWords); err != nil {
+		return err
+	}
+	resDefault := http.MethodGet
+	if prov.ResultPOST {
+		resDefault = http.MethodPost
+	}
+	if pc.resMethod, err = oneOf(name, "result_method", pc.ResultMethod, resDefault, methodWords); err != nil {
+		return err
 	}
 	if pc.ResultMethod != "" && !prov.Has(protocol.Legacy) {
 		return fmt.Errorf("provider %s: result_method applies to res.php, and the plugin knows no in.php/res.php API of this provider", name)
 	}
-	switch strings.ToLower(pc.CallbackFormat) {
-	case "":
-		pc.format = prov.JSONCallback
-	case "form":
-		pc.format = protocol.FormPOST
-	case "json":
-		pc.format = protocol.JSONPOST
-	default:
-		return fmt.Errorf("provider %s: callback_format must be form or json, got %q", name, pc.CallbackFormat)
+	if pc.format, err = oneOf(name, "callback_format", pc.CallbackFormat, prov.JSONCallback, formatWords); err != nil {
+		return err
 	}
 	if pc.CallbackFormat != "" && !prov.Has(protocol.JSON) {
 		return fmt.Errorf("provider %s: callback_format applies to createTask tasks, and the plugin knows no JSON API of this provider", name)
@@ -106,6 +87,37 @@ func (pc *ProviderConfig) provision(name string, globalGiveUp time.Duration) err
 		pc.giveUp = min(pc.giveUp, prov.Retention)
 	}
 	return nil
+}
+
+// A word of a provider option and what it resolves to.
+type word[T any] struct {
+	text  string // lower case
+	value T
+}
+
+// The words of callback_method and result_method, and of callback_format.
+var (
+	methodWords = []word[string]{{"get", http.MethodGet}, {"post", http.MethodPost}}
+	formatWords = []word[protocol.CallbackFormat]{{"form", protocol.FormPOST}, {"json", protocol.JSONPOST}}
+)
+
+// oneOf resolves the provider option named option, given as given: def
+// when empty, else the value of the word it spells in any case. Another
+// value is an error naming the provider, the option and its words.
+func oneOf[T any](provider, option, given string, def T, words []word[T]) (T, error) {
+	if given == "" {
+		return def, nil
+	}
+	lower := strings.ToLower(given)
+	texts := make([]string, len(words))
+	for i, w := range words {
+		if lower == w.text {
+			return w.value, nil
+		}
+		texts[i] = w.text
+	}
+	var zero T
+	return zero, fmt.Errorf("provider %s: %s must be %s, got %q", provider, option, strings.Join(texts, " or "), given)
 }
 
 // validate checks the provider block against the poll settings: its

@@ -1,42 +1,15 @@
 package pingback
 
 import (
-	"bytes"
 	"context"
-	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/providerclient"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
-
-// taskResultClient asks a provider's JSON API for one task's result.
-type taskResultClient struct {
-	prov     provider
-	endpoint string // base URL, without /getTaskResult
-	key      string
-	http     *http.Client
-}
-
-// get POSTs getTaskResult {"clientKey":...,"taskId":...} and classifies
-// the answer (protocol.ParseTaskResult). A transport error, a non-200
-// status or a body that is not the protocol's JSON is an error.
-func (c *taskResultClient) get(ctx context.Context, id string) (protocol.Answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint+"/getTaskResult",
-		bytes.NewReader(c.prov.GetTaskResultRequest(c.key, id)))
-	if err != nil {
-		return protocol.Answer{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	body, err := doAPI(c.http, req, c.key, "getTaskResult")
-	if err != nil {
-		return protocol.Answer{}, err
-	}
-	return protocol.ParseTaskResult(body)
-}
 
 // pollJSONTasks asks getTaskResult for each due createTask task, one task
 // per request, within the provider's rate limit and budget (takePoll, as
@@ -56,7 +29,7 @@ func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, 
 		}
 		return
 	}
-	client := &taskResultClient{prov: prov, endpoint: pc.apiEndpoint, key: pc.key, http: a.httpClient}
+	client := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: pc.key, HTTP: a.httpClient}
 	interval := time.Duration(a.Poll.Interval)
 	for _, t := range tasks {
 		if !a.handle.owns(a) {
@@ -86,7 +59,7 @@ func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, 
 		ps.polls++
 		ps.mu.Unlock()
 		ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
-		ans, err := client.get(ctx, ct.ID)
+		ans, err := client.Get(ctx, ct.ID)
 		cancel()
 		if err != nil {
 			a.metrics.resphp.WithLabelValues(name, "error").Inc()
