@@ -5,9 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/caddy-pingback/pingback/internal/store"
+	"go.uber.org/zap"
 )
 
 // delayQueueSize bounds the submit-to-pingback delays waiting to be
@@ -122,4 +121,57 @@ func (h *storeHandle) stopDelays() {
 	if h.delays != nil {
 		h.delays.stop()
 	}
+}
+
+// sharedAfterTTL is how long an instance uses the shared "after" estimate
+// before reading the delays again.
+const sharedAfterTTL = 10 * time.Second
+
+// observeDelay records one submit-to-pingback delay of the provider, for
+// the automatic "after": in memory, and in the store if it is shared,
+// through the handle's one delay writer (queued without waiting; dropped
+// and counted when the queue is full: delayWriter).
+func (h *storeHandle) observeDelay(name string, d time.Duration, logger *zap.Logger) {
+	h.provider(name).latencies.observe(d)
+	if w := h.delayWriterOf(logger); w != nil {
+		w.observe(name, d)
+	}
+}
+
+// autoAfter is the automatic overdue delay of the provider: from the
+// delays every instance observed if the store is shared (read again every
+// sharedAfterTTL), else from this process's.
+func (a *App) autoAfter(name string) time.Duration {
+	ps := a.handle.provider(name)
+	sp := a.handle.sharedPolling()
+	if sp == nil {
+		return ps.latencies.after()
+	}
+	ps.mu.Lock()
+	cached, at := ps.sharedAfter, ps.sharedAfterAt
+	ps.mu.Unlock()
+	if !at.IsZero() && time.Since(at) < sharedAfterTTL {
+		return cached
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
+	defer cancel()
+	delays, err := sp.RecentDelays(ctx, name, autoAfterSamples)
+	if err != nil {
+		if at.IsZero() {
+			return ps.latencies.after()
+		}
+		return cached
+	}
+	l := latencies{ring: delays}
+	after := l.after()
+	ps.mu.Lock()
+	ps.sharedAfter, ps.sharedAfterAt = after, time.Now()
+	ps.mu.Unlock()
+	return after
+}
+
+// observeDelay records one submit-to-pingback delay of provider, for the
+// poller's automatic "after" (storeHandle.observeDelay).
+func (a *App) observeDelay(provider string, d time.Duration, logger *zap.Logger) {
+	a.handle.observeDelay(provider, d, logger)
 }

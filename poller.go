@@ -5,206 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/url"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"go.uber.org/zap"
-	"golang.org/x/time/rate"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/providerclient"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"go.uber.org/zap"
+
+	"golang.org/x/time/rate"
 )
-
-// Defaults of the poll configuration.
-const (
-	DefaultPollInterval = 10 * time.Second
-	MinPollInterval     = 5 * time.Second
-	DefaultGiveUp       = 15 * time.Minute
-	DefaultPollBatch    = 50
-	DefaultPollRate     = 5.0
-
-	// The poller's res.php budget per provider and process: at most 10
-	// requests per task tracked since start plus pollAllowance, half of
-	// 2captcha's rule R > 20·C + 1200 (ERROR: 1005,
-	// https://2captcha.com/2captcha-api#limits), so the account stays well
-	// under it.
-	pollAllowance = 600
-
-	// resTimeout bounds one res.php request.
-	resTimeout = 15 * time.Second
-)
-
-// ProviderConfig is what the poller needs to ask one provider for results:
-// res.php for tasks submitted with in.php, getTaskResult for tasks
-// submitted with createTask.
-type ProviderConfig struct {
-	// Base URL of the provider's legacy in.php and res.php. Default per
-	// provider: https://ocr.captchaai.com, https://2captcha.com,
-	// https://rucaptcha.com; none for the JSON-only providers.
-	Endpoint string `json:"endpoint,omitempty"`
-
-	// Base URL of the provider's JSON API (createTask, getTaskResult).
-	// Default per provider: https://api.2captcha.com,
-	// https://api.rucaptcha.com, https://api.anti-captcha.com,
-	// https://api.capmonster.cloud, https://api.capsolver.com; none for
-	// captchaai.
-	APIEndpoint string `json:"api_endpoint,omitempty"`
-
-	// The account's API key, sent to res.php as key and to getTaskResult
-	// as clientKey. Placeholders such as {env.CAPTCHAAI_KEY} are resolved
-	// at provision; a key that is given but resolves empty fails the app's
-	// start (not `caddy validate`). Required for polling; never logged.
-	APIKey string `json:"api_key,omitempty"`
-
-	// How polled results of in.php tasks are delivered to the pingback
-	// URL, in the provider's own pingback format: "get" (query id, code)
-	// or "post" (form id, code). Default: get for captchaai, post for
-	// 2captcha and rucaptcha (docs/protocols.md).
-	CallbackMethod string `json:"callback_method,omitempty"`
-
-	// How polled results of createTask tasks are delivered to the
-	// callback URL: "form" (POST form id, code) or "json" (POST the
-	// getTaskResult answer with taskId). Default: form for 2captcha and
-	// rucaptcha, json for anticaptcha, capmonster and capsolver.
-	CallbackFormat string `json:"callback_format,omitempty"`
-
-	// Time after submission at which this provider's tasks without a
-	// result expire. The effective value is the smallest of this, the
-	// global poll give_up and the provider's documented result retention
-	// (capmonster: 5m; 15m for 2captcha, rucaptcha and captchaai).
-	// Default: the global poll give_up.
-	GiveUp caddy.Duration `json:"give_up,omitempty"`
-
-	// How the poller sends its res.php requests: "post" (a form body, so
-	// the API key is in no URL: not in the provider's or a proxy's access
-	// logs, not in Go's transport errors) or "get" (the key in the query).
-	// Default: post for 2captcha and rucaptcha (the 2captcha API v1
-	// documentation shows res.php requests as POST bodies, and rucaptcha
-	// serves the same API), get for captchaai (its documentation shows
-	// only GET; whether it takes POST is not documented). getTaskResult is
-	// always a JSON POST.
-	ResultMethod string `json:"result_method,omitempty"`
-
-	endpoint    string                  // resolved, without trailing slash
-	apiEndpoint string                  // resolved, without trailing slash
-	key         string                  // resolved
-	keyErr      error                   // a key given that resolved empty: fails Start
-	method      string                  // resolved, http.MethodGet or http.MethodPost
-	resMethod   string                  // resolved result_method, http.MethodGet or http.MethodPost
-	format      protocol.CallbackFormat // resolved, for createTask tasks
-	giveUp      time.Duration           // effective
-}
-
-// PollConfig configures the fallback poller, which asks res.php for the
-// results of tracked tasks whose pingback is overdue.
-type PollConfig struct {
-	// How long after submission a pingback counts as overdue. Zero or
-	// absent means auto: 1.5 × the 95th percentile of the recently observed
-	// submit-to-pingback delays, clamped to [20s, 120s] (120s until 20 delays
-	// have been observed).
-	After caddy.Duration `json:"after,omitempty"`
-
-	// Time between two polls of one task. Default: 10s; never below 5s,
-	// the least gap 2captcha and anti-captcha ask for
-	// (https://2captcha.com/2captcha-api#solving_captchas,
-	// https://anti-captcha.com/apidoc/methods/getTaskResult).
-	Interval caddy.Duration `json:"interval,omitempty"`
-
-	// Time after submission at which a task without a result is marked
-	// expired and no longer polled; legacy providers forget results after
-	// about 15 minutes (docs/protocols.md). It must be longer than the
-	// first poll time (after; auto: 120s until delays are observed).
-	// Per provider, the smaller of this and the provider's retention
-	// applies (see ProviderConfig.GiveUp). Default: 15m.
-	GiveUp caddy.Duration `json:"give_up,omitempty"`
-
-	// Most task ids asked in one bulk request (res.php?ids=a,b,c); only
-	// token-type methods (userrecaptcha, hcaptcha, turnstile) are asked in
-	// bulk. Default: 50.
-	Batch int `json:"batch,omitempty"`
-
-	// Most res.php requests per second per provider. Default: 5.
-	Rate float64 `json:"rate,omitempty"`
-}
-
-// provisionPolling sets the poller's defaults and resolves the providers.
-func (a *App) provisionPolling() error {
-	if a.Poll == nil {
-		a.Poll = new(PollConfig)
-	}
-	p := a.Poll
-	if p.Interval == 0 {
-		p.Interval = caddy.Duration(DefaultPollInterval)
-	}
-	if p.GiveUp == 0 {
-		p.GiveUp = caddy.Duration(DefaultGiveUp)
-	}
-	if p.Batch == 0 {
-		p.Batch = DefaultPollBatch
-	}
-	if p.Rate == 0 {
-		p.Rate = DefaultPollRate
-	}
-	for name, pc := range a.Providers {
-		if pc == nil {
-			pc = new(ProviderConfig)
-			a.Providers[name] = pc
-		}
-		if err := pc.provision(name, time.Duration(p.GiveUp)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// firstPoll is the longest time from submission to a task's first poll:
-// after, or with auto the most it can be (autoAfterMax, what it is until
-// delays are observed).
-func (p *PollConfig) firstPoll() time.Duration {
-	if p.After > 0 {
-		return time.Duration(p.After)
-	}
-	return autoAfterHigh()
-}
-
-// validate checks the poll settings' ranges.
-func (p *PollConfig) validate() error {
-	switch {
-	case time.Duration(p.Interval) < minPollInterval():
-		return fmt.Errorf("poll interval must be at least %s, got %s", minPollInterval(), time.Duration(p.Interval))
-	case p.After < 0:
-		return fmt.Errorf("poll after must be positive, got %s", time.Duration(p.After))
-	case time.Duration(p.GiveUp) <= p.firstPoll():
-		return fmt.Errorf("poll give_up (%s) must be longer than the first poll time (%s): every task would expire unpolled", time.Duration(p.GiveUp), afterText(p))
-	case p.Batch < 1:
-		return fmt.Errorf("poll batch must be at least 1, got %d", p.Batch)
-	case p.Rate <= 0 || p.Rate > 1000 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate):
-		return fmt.Errorf("poll rate must be a number of requests per second in (0, 1000], got %v", p.Rate)
-	}
-	return nil
-}
-
-// providerConfig returns the resolved configuration of a provider; a
-// provider without a block gets the defaults (and no API key).
-func (a *App) providerConfig(name string) *ProviderConfig {
-	if pc := a.Providers[name]; pc != nil {
-		return pc
-	}
-	pc := new(ProviderConfig)
-	_ = pc.provision(name, time.Duration(a.Poll.GiveUp))
-	return pc
-}
-
-// pollAfter is the overdue delay for a task of the provider.
-func (a *App) pollAfter(provider string) time.Duration {
-	if a.Poll.After > 0 {
-		return time.Duration(a.Poll.After)
-	}
-	return a.autoAfter(provider)
-}
 
 // providerState is the poller's process-wide state for one provider, kept
 // in the pooled store handle so it survives config reloads.
@@ -556,5 +370,231 @@ func (a *App) expireTask(t *store.Task, why string) {
 	default:
 		a.metrics.tasks.WithLabelValues(t.Provider, "expired").Inc()
 		a.logger.Info("task expired without a result", zap.String("key", t.Key().String()), zap.String("reason", why))
+	}
+}
+
+// deliverPolled stores a polled result like a pingback (durable, deduplicated:
+// if the pingback was stored first this is a duplicate and stops here),
+// queued for its first forward, and wakes the replay loop, which delivers it
+// to the task's pingback URL in-process, in the provider's pingback format,
+// with X-Pingback-Source: poll, as soon as a forward slot is free.
+func (a *App) deliverPolled(t *store.Task, ans protocol.Answer) {
+	now := a.now().UTC()
+	rec, err := a.polledRecord(t, ans, now)
+	if err != nil {
+		a.logger.Error("cannot deliver polled result", zap.String("key", t.Key().String()), zap.Error(err))
+		a.expireTask(t, err.Error())
+		return
+	}
+	// Not loopCtx: a result fetched while the config stops is stored all
+	// the same (else it would cost another request to the provider).
+	res, err := a.handle.store.Insert(context.Background(), rec)
+	switch {
+	case err != nil:
+		// The task stays pending: polled again next interval.
+		a.logger.Error("storing polled result failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
+		return
+	case res.Existing != nil:
+		a.polledExisting(t, ans, res.Existing, rec)
+		return
+	}
+	a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
+	a.metrics.tasks.WithLabelValues(t.Provider, "recovered").Inc()
+	a.logger.Info("result recovered by polling", zap.String("key", t.Key().String()))
+	a.handle.wake()
+}
+
+// polledRecord builds the record of a polled result: the request is the
+// pingback the provider would have sent to the task's pingback URL, in the
+// provider's callback format:
+//   - an in.php task: GET with id and code appended to the URL's own query,
+//     kept exactly as given (callback_method get), or POST form id=&code=
+//     (callback_method post); extra members of a res.php JSON answer
+//     (Turnstile's useragent) follow as fields of the same names;
+//   - a createTask task: POST application/json, the getTaskResult answer
+//     with taskId (callback_format json), or POST form id and code, the
+//     solution's token (callback_format form).
+//
+// The record keeps code and the provider's whole answer.
+func (a *App) polledRecord(t *store.Task, ans protocol.Answer, now time.Time) (*store.Record, error) {
+	u, err := url.Parse(t.PingbackURL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("task pingback URL %q is not an absolute URL", t.PingbackURL)
+	}
+	srv := t.Server
+	if srv == "" { // tracked before tasks named their server
+		if srv, err = a.serverForURL(context.Background(), u, a.callbackMethodFor(t.Provider, protocol.API(t.API))); err != nil {
+			return nil, err
+		}
+	}
+	pc := a.providerConfig(t.Provider)
+	prov, _ := lookupProvider(t.Provider)
+	req := store.Request{
+		Method:     http.MethodPost,
+		Host:       u.Host,
+		Proto:      "HTTP/1.1",
+		RemoteAddr: "127.0.0.1:0",
+		LocalAddr:  ":" + strconv.FormatUint(uint64(urlPort(u)), 10),
+		TLS:        u.Scheme == "https",
+		Header:     http.Header{"User-Agent": {"caddy-pingback poller"}},
+	}
+	uri := u.EscapedPath()
+	if uri == "" {
+		uri = "/"
+	}
+	req.URI = uri
+	if u.RawQuery != "" {
+		req.URI += "?" + u.RawQuery
+	}
+	switch {
+	case t.API == string(protocol.JSON) && pc.format == protocol.JSONPOST:
+		req.Body = prov.JSONCallbackBody(t.ID, ans.Raw)
+		if req.Body == nil {
+			return nil, fmt.Errorf("the provider's answer for task %s is not a JSON object", t.ID)
+		}
+		req.Header.Set("Content-Type", "application/json")
+	case t.API == string(protocol.JSON):
+		code := ans.Code
+		if ans.Kind == protocol.Result {
+			code = protocol.FormCode(protocol.Solution(ans.Raw))
+		}
+		req.Body = protocol.LegacyCallbackForm(t.ID, code, nil)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	case pc.method == http.MethodGet:
+		req.Method = http.MethodGet
+		req.URI = uri + "?" + protocol.LegacyCallbackQuery(u.RawQuery, t.ID, ans.Code, protocol.ExtraFields(ans.Raw))
+	default:
+		req.Body = protocol.LegacyCallbackForm(t.ID, ans.Code, protocol.ExtraFields(ans.Raw))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	return &store.Record{
+		Provider:   t.Provider,
+		ID:         t.ID,
+		Code:       ans.Code,
+		Answer:     ans.Raw,
+		Source:     store.SourcePoll,
+		ReceivedAt: now,
+		Server:     srv,
+		Request:    req,
+		Delivery:   store.Delivery{State: store.StateQueued, DueAt: now, UpdatedAt: now},
+		ExpiresAt:  now.Add(time.Duration(a.Retention)),
+		// Read from the provider's result API: the provider's own answer.
+		Verified: VerifyResPHP,
+		Tracked:  true,
+	}, nil
+}
+
+// callbackMethodFor is the HTTP method polled results of a task of the
+// provider and API family are delivered with (for the pingback URL probe).
+func (a *App) callbackMethodFor(provider string, api protocol.API) string {
+	if api == protocol.JSON {
+		return http.MethodPost
+	}
+	return a.providerConfig(provider).method
+}
+
+// polledExisting settles a polled result whose key already holds a
+// record. The polled answer is the provider's own: a quarantined record
+// is superseded by it (delivered, the quarantined code kept as
+// other_code); a record with another code is corrected (delivered again
+// as a correction if the app had the wrong one); either way the task is
+// done, since the result is now known. The same code is a duplicate.
+func (a *App) polledExisting(t *store.Task, ans protocol.Answer, existing, rec *store.Record) {
+	st := a.handle.store
+	ctx := context.Background()
+	switch {
+	case existing.State == store.StateQuarantined:
+		if _, err := a.supersede(ctx, st, t.Key(), rec); err != nil {
+			if !errors.Is(err, store.ErrSkip) {
+				a.logger.Error("storing polled result over a quarantined one failed; will poll again", zap.String("key", t.Key().String()), zap.Error(err))
+			}
+			return
+		}
+		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
+		a.logger.Info("result recovered by polling; a quarantined pingback of it is kept as other_code", zap.String("key", t.Key().String()))
+		a.handle.wake()
+		return
+	case !sameResult(existing.Code, ans):
+		a.correct(ctx, st, t, ans, true, a.logger)
+	default:
+		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
+	}
+	a.finishTask(t, existing.ReceivedAt)
+}
+
+// finishTask marks a pending task done: its result is known.
+func (a *App) finishTask(t *store.Task, resultAt time.Time) {
+	now := a.now().UTC()
+	_, err := a.handle.store.UpdateTask(context.Background(), t.Key(), func(t *store.Task) error {
+		if t.State != store.TaskPending {
+			return store.ErrSkip
+		}
+		t.State, t.NextPollAt, t.UpdatedAt, t.ResultAt = store.TaskDone, time.Time{}, now, resultAt
+		return nil
+	})
+	if err != nil && !errors.Is(err, store.ErrSkip) {
+		a.logger.Warn("marking a task done failed; it is polled again", zap.String("key", t.Key().String()), zap.Error(err))
+	}
+}
+
+// pollJSONTasks asks getTaskResult for each due createTask task, one task
+// per request, within the provider's rate limit and budget (takePoll, as
+// res.php: the store's if it is shared), honouring the provider's per-task
+// limits: at most MaxResultCalls calls per task counting the app's own
+// passed-through calls (CapMonster: 120), and no poll of a task the app
+// polled itself within the last interval (its answer, passed through
+// pingback_track, gives the plugin the result anyway).
+func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, tasks []*store.Task, now time.Time) {
+	if len(tasks) == 0 {
+		return
+	}
+	prov, _ := lookupProvider(name)
+	if pc.apiEndpoint == "" {
+		for _, t := range tasks {
+			a.expireTask(t, "the provider has no JSON API the plugin can poll")
+		}
+		return
+	}
+	client := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: pc.key, HTTP: a.httpClient}
+	interval := time.Duration(a.Poll.Interval)
+	for _, t := range tasks {
+		if !a.handle.owns(a) {
+			return
+		}
+		if prov.MaxResultCalls > 0 && t.Polls+t.AppPolls >= prov.MaxResultCalls {
+			a.logger.Warn("task reached the provider's limit of result calls; not polled again",
+				zap.String("key", t.Key().String()), zap.Int("limit", prov.MaxResultCalls),
+				zap.Int("polls", t.Polls), zap.Int("app_polls", t.AppPolls))
+			a.expireTask(t, "the provider's limit of getTaskResult calls per task was reached")
+			continue
+		}
+		if !t.AppPolledAt.IsZero() && now.Sub(t.AppPolledAt) < interval {
+			a.reschedule(t, t.AppPolledAt.Add(interval), false)
+			continue
+		}
+		// The same rate and budget as res.php (shared by every instance
+		// when the store is: two instances never poll twice as hard).
+		if ok, _, _ := a.takePoll(name, ps); !ok {
+			return
+		}
+		ct := a.reschedule(t, now.Add(max(interval, prov.MinResultGap)), true)
+		if ct == nil {
+			continue
+		}
+		ps.mu.Lock()
+		ps.polls++
+		ps.mu.Unlock()
+		ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
+		ans, err := client.Get(ctx, ct.ID)
+		cancel()
+		if err != nil {
+			a.metrics.resphp.WithLabelValues(name, "error").Inc()
+			a.backoffProvider(name, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: err.Error()})
+			return
+		}
+		a.metrics.resphp.WithLabelValues(name, "ok").Inc()
+		if !a.onAnswer(name, ps, ct, ans, now) {
+			return
+		}
 	}
 }

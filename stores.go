@@ -265,12 +265,6 @@ func (a *App) logStoreError(provider string) bool {
 	return a.handle.storeErrors.allow(provider)
 }
 
-// observeDelay records one submit-to-pingback delay of provider, for the
-// poller's automatic "after" (storeHandle.observeDelay).
-func (a *App) observeDelay(provider string, d time.Duration, logger *zap.Logger) {
-	a.handle.observeDelay(provider, d, logger)
-}
-
 func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {
 	s, err := mod.OpenStore(logger, minFree)
 	if err != nil {

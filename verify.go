@@ -77,54 +77,6 @@ var confirmAfter = func(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// trackersMu guards App.trackers: which providers have a pingback_track
-// in a config (the static defaults).
-var trackersMu sync.Mutex
-
-// noteTracker records that the config has a pingback_track for provider.
-func (a *App) noteTracker(provider string) {
-	trackersMu.Lock()
-	defer trackersMu.Unlock()
-	if a.trackers == nil {
-		a.trackers = map[string]bool{}
-	}
-	a.trackers[provider] = true
-}
-
-// hasTracker reports whether the config has a pingback_track for provider.
-func (a *App) hasTracker(provider string) bool {
-	trackersMu.Lock()
-	defer trackersMu.Unlock()
-	return a.trackers[provider]
-}
-
-// submissions counts, per provider, the submissions pingback_track has
-// passed to the provider whose task is not yet committed: a pingback for
-// an unknown id meanwhile may be theirs, so it is held (quarantined and
-// re-checked when the task commits) rather than rejected.
-var submissions = struct {
-	sync.Mutex
-	n map[string]int
-}{n: map[string]int{}}
-
-func submissionStarted(provider string) {
-	submissions.Lock()
-	submissions.n[provider]++
-	submissions.Unlock()
-}
-
-func submissionEnded(provider string) {
-	submissions.Lock()
-	submissions.n[provider]--
-	submissions.Unlock()
-}
-
-func submissionsInFlight(provider string) bool {
-	submissions.Lock()
-	defer submissions.Unlock()
-	return submissions.n[provider] > 0
-}
-
 // provisionVerify checks the handler's verify and unknown_ids settings.
 func (h *Handler) provisionVerify() error {
 	h.resolved = new(handlerModes)

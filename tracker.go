@@ -13,14 +13,15 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"go.uber.org/zap"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 func init() {
@@ -391,6 +392,225 @@ func decodedBody(h http.Header, b []byte, limit int64) []byte {
 		return b
 	}
 	return out
+}
+
+// tokenSubmission adds a new pingback token to an in.php submission's
+// pingback URL (the app's own, or pingback_url added where it has none):
+// protocol.TokenPingback and protocol.AddToken, every other byte of the
+// submission unchanged. It returns the new body, the pingback URL as the
+// app will see it (without the token; "" for none) and the token, "" when
+// none was added: a GET submission (the pingback in the query) whose
+// pingback URL already has a query gets none, since 2captcha keeps only
+// the first field of such a URL (docs/protocols.md, "Pingback tokens").
+func (t *Tracker) tokenSubmission(r *http.Request, body []byte, pingback string) (newBody []byte, pingbackURL, token string) {
+	tok := protocol.NewToken()
+	if pingback != "" {
+		q, nb, pb, ok := protocol.TokenPingback(r.URL.RawQuery, r.Header.Get("Content-Type"), body, tok)
+		if !ok {
+			return body, pingback, ""
+		}
+		if q != r.URL.RawQuery {
+			r.URL.RawQuery = q
+			r.RequestURI = r.URL.RequestURI()
+		}
+		return nb, pb, tok
+	}
+	if t.PingbackURL == "" {
+		return body, "", ""
+	}
+	u, token := t.PingbackURL, ""
+	if withToken, ok := protocol.AddToken(u, tok); ok && !(len(body) == 0 && strings.Contains(u, "?")) {
+		u, token = withToken, tok
+	}
+	nb, ok := addPingback(r, body, u)
+	if !ok {
+		t.logger.Warn("could not add the pingback URL to this submission; forwarded unchanged")
+		return body, "", ""
+	}
+	return nb, t.PingbackURL, token
+}
+
+// tokenCreateTask adds a new pingback token to a createTask request's
+// callbackUrl (the app's own, or pingback_url added where it has none):
+// protocol.TokenCallbackURL and protocol.AddCallbackURL. It returns the
+// new body, the callback URL without the token ("" for none) and the
+// token ("" when none was added).
+func (t *Tracker) tokenCreateTask(body []byte, callback string) (newBody []byte, callbackURL, token string) {
+	tok := protocol.NewToken()
+	if callback != "" {
+		nb, cb, ok := protocol.TokenCallbackURL(body, tok)
+		if !ok {
+			return body, callback, ""
+		}
+		return nb, cb, tok
+	}
+	if t.PingbackURL == "" {
+		return body, "", ""
+	}
+	u, token := t.PingbackURL, ""
+	if withToken, ok := protocol.AddToken(u, tok); ok {
+		u, token = withToken, tok
+	}
+	nb, ok := protocol.AddCallbackURL(body, u)
+	if !ok {
+		t.logger.Warn("could not add callbackUrl to this createTask request; forwarded unchanged")
+		return body, "", ""
+	}
+	return nb, t.PingbackURL, token
+}
+
+// trackSpec is a submitted task to track.
+type trackSpec struct {
+	provider string
+	id       string
+	api      protocol.API // protocol.Legacy or protocol.JSON
+	method   string       // in.php's method or createTask's task type
+	// pingbackURL is where polled results are delivered: the pingback (or
+	// callbackUrl) the submission carried, or the one the plugin added.
+	pingbackURL string
+	submittedAt time.Time
+	// token is the pingback token pingback_track added to the
+	// submission's pingback URL (not part of pingbackURL), or "".
+	token string
+}
+
+// trackTask durably records a submitted task as pending, so the poller can
+// recover its result if the pingback never comes. The first poll is due
+// `after` past submittedAt. It returns the stored task and whether it was
+// new; a task already known is returned unchanged (and, for a submission
+// seen by pingback_track, a reused id is logged at warn level). A pingback
+// URL must be an absolute http(s) URL. With strict (the admin API), the
+// provider must be pollable for the task's API family (an api_key
+// configured) and the URL must be served by a pingback handler of this
+// Caddy, else polled results could not be delivered.
+func (a *App) trackTask(ctx context.Context, ts trackSpec, strict bool) (*store.Task, bool, error) {
+	p, err := lookupProvider(ts.provider)
+	if err != nil {
+		return nil, false, inputError("%v", err)
+	}
+	if ts.api == "" {
+		ts.api = protocol.Legacy
+	}
+	if !p.Has(ts.api) {
+		return nil, false, inputError("provider %s has no %s API (it has: %v)", ts.provider, ts.api, p.APIs())
+	}
+	if !p.ValidID(ts.id) {
+		return nil, false, inputError("malformed task id %q: want %s", ts.id, p.IDRule())
+	}
+	ts.id = p.CanonicalID(ts.id)
+	u, err := url.Parse(ts.pingbackURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, false, inputError("pingback_url %q is not an absolute http(s) URL", ts.pingbackURL)
+	}
+	if strict {
+		if err := a.pollable(ts.provider, ts.api); err != nil {
+			return nil, false, inputError("%v", err)
+		}
+	}
+	server, err := a.probePingbackURL(ctx, u, a.callbackMethodFor(ts.provider, ts.api))
+	if err != nil {
+		if strict {
+			return nil, false, inputError("pingback_url refused: %v", err)
+		}
+		a.logger.Warn("tracking a task whose pingback URL this Caddy does not serve; polled results for it cannot be delivered",
+			zap.String("provider", ts.provider), zap.String("id", ts.id), zap.Error(err))
+	}
+	st := a.store(time.Second)
+	if st == nil {
+		return nil, false, errStoreUnavailable
+	}
+	now := a.now().UTC()
+	submittedAt := ts.submittedAt.UTC()
+	api := string(ts.api)
+	if ts.api == protocol.Legacy {
+		api = "" // as stored before the JSON API existed
+	}
+	t := &store.Task{
+		Provider:    ts.provider,
+		ID:          ts.id,
+		Method:      ts.method,
+		API:         api,
+		SubmittedAt: submittedAt,
+		PingbackURL: ts.pingbackURL,
+		Server:      server,
+		State:       store.TaskPending,
+		NextPollAt:  submittedAt.Add(a.pollAfter(ts.provider)),
+		UpdatedAt:   now,
+		ExpiresAt:   submittedAt.Add(max(time.Duration(a.Retention), time.Duration(a.Poll.GiveUp))),
+		Token:       ts.token,
+	}
+	existing, err := st.AddTask(ctx, t)
+	if err != nil {
+		return nil, false, fmt.Errorf("storing task: %w", err)
+	}
+	if existing != nil {
+		if !strict {
+			a.logger.Warn("submission answered with a task id the store already holds (a reused id): not tracked again",
+				zap.String("provider", ts.provider), zap.String("id", ts.id),
+				zap.Time("first_submitted_at", existing.SubmittedAt), zap.String("state", string(existing.State)))
+		}
+		return existing, false, nil
+	}
+	a.countTracked(ts.provider, a.handle.provider(ts.provider))
+	a.metrics.tasks.WithLabelValues(ts.provider, "tracked").Inc()
+	// A pingback that came while the submission was in flight was held
+	// in quarantine as an unknown id: check it now.
+	a.recheckHeld(ctx, st, t)
+	return t, true, nil
+}
+
+// inputError is a trackTask error caused by the caller's input (the admin
+// API answers it with 400).
+func inputError(format string, args ...any) error {
+	return &badRequest{status: 400, reason: fmt.Sprintf(format, args...)}
+}
+
+// trackersMu guards App.trackers: which providers have a pingback_track
+// in a config (the static defaults).
+var trackersMu sync.Mutex
+
+// noteTracker records that the config has a pingback_track for provider.
+func (a *App) noteTracker(provider string) {
+	trackersMu.Lock()
+	defer trackersMu.Unlock()
+	if a.trackers == nil {
+		a.trackers = map[string]bool{}
+	}
+	a.trackers[provider] = true
+}
+
+// hasTracker reports whether the config has a pingback_track for provider.
+func (a *App) hasTracker(provider string) bool {
+	trackersMu.Lock()
+	defer trackersMu.Unlock()
+	return a.trackers[provider]
+}
+
+// submissions counts, per provider, the submissions pingback_track has
+// passed to the provider whose task is not yet committed: a pingback for
+// an unknown id meanwhile may be theirs, so it is held (quarantined and
+// re-checked when the task commits) rather than rejected.
+var submissions = struct {
+	sync.Mutex
+	n map[string]int
+}{n: map[string]int{}}
+
+func submissionStarted(provider string) {
+	submissions.Lock()
+	submissions.n[provider]++
+	submissions.Unlock()
+}
+
+func submissionEnded(provider string) {
+	submissions.Lock()
+	submissions.n[provider]--
+	submissions.Unlock()
+}
+
+func submissionsInFlight(provider string) bool {
+	submissions.Lock()
+	defer submissions.Unlock()
+	return submissions.n[provider] > 0
 }
 
 // Interface guards
