@@ -23,15 +23,15 @@ func init() {
 // adminAPI adds the plugin's routes to Caddy's admin endpoint:
 //
 //	POST /pingback/tasks                             register a submitted task for fallback polling
-//	GET  /pingback/tasks?provider=&state=&limit=&cursor=  list tracked tasks by pages (admin_get.go)
+//	GET  /pingback/tasks?provider=&state=&limit=&cursor=  list tracked tasks by pages (admin_tasks.go)
 //	GET  /pingback/records?state=&provider=&received_after=&received_before=&limit=&cursor=
-//	                                                 list stored results by pages (admin_list.go; the dead-letter queue: state=failed, rejected or parked)
+//	                                                 list stored results by pages (admin_records.go; the dead-letter queue: state=failed, rejected or parked)
 //	GET  /pingback/records/<provider>/<id>           one stored result
 //	DELETE /pingback/records/<provider>/<id>         purge one result (admin_purge.go)
 //	POST /pingback/purges                            purge the results a filter matches (admin_purge.go)
 //	POST /pingback/records/<provider>/<id>/replay     replay one result now, by hand (?force=true for a delivered one)
 //	POST /pingback/records/<provider>/<id>/release    deliver one quarantined result now, by hand
-//	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_get.go)
+//	GET  /pingback/tasks/<provider>/<id>             one tracked task (admin_tasks.go)
 //	GET  /pingback/status                            the overview (admin_status.go)
 //	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (admin_replays.go)
 //

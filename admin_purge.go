@@ -14,26 +14,6 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// Purge (the right to erasure) on the admin API:
-//
-//	DELETE /pingback/records/<provider>/<id>   erase one stored result
-//	POST   /pingback/purges                    erase every result a JSON filter matches
-//
-// Both are synchronous and answer {"purged": n} (200). DELETE of a result
-// that is not stored (or already purged) answers 404. The filter of POST
-// is {"provider", "state", "received_after", "received_before"} (RFC 3339
-// times, both exclusive), with no default state and at least one field,
-// else 400.
-//
-// A purged result is erased with its task whatever its state, a forward
-// in flight included (that forward ends and finds nothing to record). A
-// key-only tombstone stays until the result's retention ends: a re-sent
-// pingback or a late poll of it is a duplicate (answered 200, not
-// forwarded), GET and replay answer 404 saying it was purged, and it is
-// never listed again. On Badger the bytes are gone from the store's files
-// when the answer comes; on PostgreSQL the row is deleted and its bytes
-// remain in dead tuples until VACUUM (see the store's Purge).
-
 // handlePurgeRecord answers DELETE /pingback/records/<provider>/<id>.
 func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) error {
 	st, err := adminStore()
@@ -58,6 +38,26 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 }
 
 // handlePurges answers POST /pingback/purges.
+//
+// Purge (the right to erasure) on the admin API:
+//
+//	DELETE /pingback/records/<provider>/<id>   erase one stored result
+//	POST   /pingback/purges                    erase every result a JSON filter matches
+//
+// Both are synchronous and answer {"purged": n} (200). DELETE of a result
+// that is not stored (or already purged) answers 404. The filter of POST
+// is {"provider", "state", "received_after", "received_before"} (RFC 3339
+// times, both exclusive), with no default state and at least one field,
+// else 400.
+//
+// A purged result is erased with its task whatever its state, a forward
+// in flight included (that forward ends and finds nothing to record). A
+// key-only tombstone stays until the result's retention ends: a re-sent
+// pingback or a late poll of it is a duplicate (answered 200, not
+// forwarded), GET and replay answer 404 saying it was purged, and it is
+// never listed again. On Badger the bytes are gone from the store's files
+// when the answer comes; on PostgreSQL the row is deleted and its bytes
+// remain in dead tuples until VACUUM (see the store's Purge).
 func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}

@@ -104,7 +104,7 @@ type App struct {
 	// and polled results together) to Replay.Concurrency.
 	inflight chan struct{}
 	// slotMu is held while slots of inflight are counted and taken, by
-	// the replay loop and by bulk replays (replays.go); slotFreed is
+	// the replay loop and by bulk replays (admin_replays.go); slotFreed is
 	// signalled when a slot is given back.
 	slotMu     *sync.Mutex
 	slotFreed  chan struct{}
@@ -113,7 +113,7 @@ type App struct {
 	metrics    *metrics
 
 	// trackers are the providers that have a pingback_track in this
-	// config, guarded by trackersMu (verify.go).
+	// config, guarded by trackersMu (tracker.go).
 	trackers map[string]bool
 
 	// now and jitter are the clock and random source of the replay loop;

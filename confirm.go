@@ -15,14 +15,6 @@ import (
 	"github.com/caddy-pingback/pingback/internal/providerclient"
 )
 
-// Confirmation with the provider (verify res_php, tasks without a token,
-// and conflicts in any mode): one result request (res.php or
-// getTaskResult) through the poller's clients, within its rate limit and
-// res.php budget; a "not ready" answer is asked again confirmTries times
-// confirmGap apart. It runs in the background: the provider's pingback is
-// answered 200 once the record is durably stored, and the record is then
-// delivered, or not, through the replay loop (the one delivery path).
-
 // errNotConfirmed is the answer of askResult when the provider gave no
 // final answer (not ready, an error, the budget spent).
 var errNotConfirmed = errors.New("the provider gave no final answer")
@@ -36,6 +28,14 @@ var errBudgetSpent = fmt.Errorf("%w: the result request budget is spent", errNot
 var errContradicted = errors.New("the provider's answer differs from the pingback's code")
 
 // askResult asks the provider once for task's result, as the poller does.
+//
+// Confirmation with the provider (verify res_php, tasks without a token,
+// and conflicts in any mode): one result request (res.php or
+// getTaskResult) through the poller's clients, within its rate limit and
+// res.php budget; a "not ready" answer is asked again confirmTries times
+// confirmGap apart. It runs in the background: the provider's pingback is
+// answered 200 once the record is durably stored, and the record is then
+// delivered, or not, through the replay loop (the one delivery path).
 func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, error) {
 	name := t.Provider
 	h := a.readyHandle()

@@ -12,14 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 )
 
-// The console's API is the admin API itself: <mount>/api/<route> is served
-// by the handler of the admin route /pingback/<route>, in-process, with the
-// same request (method, query, body) and the same answer, so every route
-// the admin API has (or gains) works from the console, with credential
-// headers and pingback tokens of stored requests redacted as the admin
-// API redacts them (publicRecord), and tasks without their token
-// (publicTask). Only the console's guard (console_guard.go) comes first.
-
 // consoleRoutes maps admin route patterns to their handlers, matched the
 // way Caddy's admin endpoint matches them (an http.ServeMux).
 var consoleRoutes = sync.OnceValues(func() (*http.ServeMux, map[string]caddy.AdminHandler) {
@@ -33,6 +25,14 @@ var consoleRoutes = sync.OnceValues(func() (*http.ServeMux, map[string]caddy.Adm
 })
 
 // serveAPI answers <mount>/api/<rest> with the admin route /pingback/<rest>.
+//
+// The console's API is the admin API itself: <mount>/api/<route> is served
+// by the handler of the admin route /pingback/<route>, in-process, with the
+// same request (method, query, body) and the same answer, so every route
+// the admin API has (or gains) works from the console, with credential
+// headers and pingback tokens of stored requests redacted as the admin
+// API redacts them (publicRecord), and tasks without their token
+// (publicTask). Only the console's guard (checkConsoleRequest) comes first.
 func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) error {
 	w.Header().Set("Cache-Control", "no-store")
 	if err := checkConsoleRequest(r); err != nil {

@@ -14,12 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// Every forward of a result to the app, live or from the loops, is one
-// call of deliver: the record is leased to this process (by the insert of a
-// live callback, or by a claim), the forward runs under forward_timeout and
-// is cut 2 s after its config begins to stop, the lease is renewed while it
-// runs if the store wants renewals, and the outcome is recorded and counted.
-
 const (
 	// leaseGrace is how much longer than forward_timeout a lease that is
 	// never renewed lasts: the forward has surely ended by then, so a lease
@@ -52,6 +46,12 @@ type delivery struct {
 
 // deliver forwards d.rec once and records the outcome; it returns the
 // outcome as soon as the forward has ended.
+//
+// Every forward of a result to the app, live or from the loops, is one
+// call of deliver: the record is leased to this process (by the insert of a
+// live callback, or by a claim), the forward runs under forward_timeout and
+// is cut 2 s after its config begins to stop, the lease is renewed while it
+// runs if the store wants renewals, and the outcome is recorded and counted.
 func (a *App) deliver(ctx context.Context, d delivery) outcome {
 	attempt := d.rec.Attempts
 	fctx, cancel := context.WithCancelCause(ctx)

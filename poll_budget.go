@@ -12,16 +12,16 @@ import (
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 )
 
+// sharedTimeout bounds one call for the shared state.
+const sharedTimeout = 5 * time.Second
+
+// sharedPolling returns the store's shared poll state, or nil.
+//
 // The poller's per-provider state shared through the store: with a store
 // that several instances share (store.SharedPolling: PostgreSQL), the
 // res.php budget, the rate limit and the delays behind the automatic
 // "after" are the database's, so two instances never poll twice as hard.
 // With a single-node store they stay in memory (providerState).
-
-// sharedTimeout bounds one call for the shared state.
-const sharedTimeout = 5 * time.Second
-
-// sharedPolling returns the store's shared poll state, or nil.
 func (h *storeHandle) sharedPolling() store.SharedPolling {
 	sp, _ := h.store.(store.SharedPolling)
 	return sp

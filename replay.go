@@ -11,13 +11,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// The dead-letter queue is the set of records in state failed (retried
-// here with backoff), rejected or parked (kept, visible, not retried), plus
-// records whose forward was cut (a crash, a reload: replayed here at once)
-// and polled results waiting for their first forward (queued). Every
-// replay reaches the app through deliver and dispatch: the same server,
-// route and next handler as a live callback.
-
 // housekeepingEvery is the period of the replay loop's slow chores: the
 // expiry sweep and the aggregate log lines.
 const housekeepingEvery = time.Minute
@@ -25,6 +18,13 @@ const housekeepingEvery = time.Minute
 // replayLoop claims and forwards due records while this app owns the
 // store's loops: at start (a forward cut by a crash is replayed at once),
 // every tick, and whenever a forward ends or a polled result is queued.
+//
+// The dead-letter queue is the set of records in state failed (retried
+// here with backoff), rejected or parked (kept, visible, not retried), plus
+// records whose forward was cut (a crash, a reload: replayed here at once)
+// and polled results waiting for their first forward (queued). Every
+// replay reaches the app through deliver and dispatch: the same server,
+// route and next handler as a live callback.
 func (a *App) replayLoop() {
 	defer close(a.loopDone)
 	tick := min(max(time.Duration(a.Replay.BackoffMin)/4, 20*time.Millisecond), time.Second)
@@ -198,7 +198,7 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
 		Decide: func(d *store.Delivery, lapsed bool) {
 			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined {
-				return // quarantined: only a release (release.go) delivers it
+				return // quarantined: only a release (App.release) delivers it
 			}
 			if lapsed {
 				endInterrupted(d, now)

@@ -254,7 +254,7 @@ type storeHandle struct {
 	delaysOnce sync.Once
 	delays     *delayWriter
 
-	// confirms bounds the confirmations in flight (confirm_queue.go).
+	// confirms bounds the confirmations in flight (confirm.go).
 	confirms confirmQueue
 }
 

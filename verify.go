@@ -15,6 +15,8 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
+// The verify modes and unknown_ids policies.
+//
 // Verification of pingbacks. Providers do not sign pingbacks and task ids
 // are nearly sequential, so anyone who can reach the pingback route could
 // otherwise hand the app a result. The pingback handler decides, before
@@ -30,8 +32,6 @@ import (
 // reject. Defaults are static per config: token and quarantine for a
 // provider that has a pingback_track in the config, none and accept
 // otherwise.
-
-// The verify modes and unknown_ids policies.
 const (
 	VerifyToken  = store.VerifiedToken
 	VerifyResPHP = store.VerifiedResPHP
