@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,7 +32,8 @@ import (
 
 // The tests in this file read the configs shown in the documentation at test
 // time: every fenced ```caddyfile and ```json block of the repository's
-// markdown files, Caddyfile.example and Caddyfile.postgres.example. A block is marked, if at all, by an
+// markdown files (README.md and the other root pages, and docs/*.md),
+// Caddyfile.example and Caddyfile.postgres.example. A block is marked, if at all, by an
 // HTML comment (invisible on GitHub) on the line before its fence:
 //
 //	<!-- syntax -->              a syntax reference with placeholders: not adapted
@@ -94,18 +96,29 @@ func markdownBlocks(t *testing.T, file string) []docBlock {
 	return blocks
 }
 
+// docFiles returns the documentation's markdown files: those of the
+// repository's root (README.md, xcaddy.md, ...) and of docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for _, pattern := range []string{"*.md", filepath.Join("docs", "*.md")} {
+		matched, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, matched...)
+	}
+	if !slices.Contains(files, "README.md") || !slices.Contains(files, filepath.Join("docs", "configuration.md")) {
+		t.Fatalf("the documentation's markdown files are not where they should be: %q", files)
+	}
+	return files
+}
+
 // docBlocks returns every config shown in the documentation.
 func docBlocks(t *testing.T) []docBlock {
 	t.Helper()
-	files, err := filepath.Glob("*.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no markdown files")
-	}
 	var blocks []docBlock
-	for _, f := range files {
+	for _, f := range docFiles(t) {
 		blocks = append(blocks, markdownBlocks(t, f)...)
 	}
 	for _, name := range []string{"Caddyfile.example", "Caddyfile.postgres.example"} {
@@ -165,10 +178,16 @@ func TestDocConfigsAdapt(t *testing.T) {
 		})
 	}
 	// Guards against an extractor that silently finds nothing: README.md
-	// shows the Caddyfile reference (skipped) and the JSON example with its
-	// Caddyfile form, and Caddyfile.example is always there.
+	// shows the Caddyfile reference (skipped), docs/configuration.md the
+	// JSON example with its Caddyfile form, and Caddyfile.example is always
+	// there.
 	if adapted < 3 || skipped < 1 {
 		t.Errorf("adapted %d and skipped %d documentation configs; want at least 3 and 1", adapted, skipped)
+	}
+	for _, file := range []string{"README.md", filepath.Join("docs", "configuration.md"), filepath.Join("docs", "storage.md")} {
+		if !slices.ContainsFunc(blocks, func(b docBlock) bool { return b.file == file }) {
+			t.Errorf("%s shows no config: the extractor missed it, or its configs moved", file)
+		}
 	}
 }
 
@@ -682,4 +701,112 @@ func readAccessLog(t *testing.T, file string) []accessEntry {
 		out = append(out, accessEntry{Warn: strings.Contains(fields[1], "WARN"), Host: e.Request.Host, URI: e.Request.URI, Raw: line})
 	}
 	return out
+}
+
+// TestDocPageSizes: README.md is the front door (what and why, install, the
+// quick start, one Caddyfile block per directive, links) and stays short;
+// the rest lives in docs/ by topic. The benchmark page keeps the current
+// figures, not their history.
+func TestDocPageSizes(t *testing.T) {
+	for _, tc := range []struct {
+		file     string
+		maxLines int
+	}{
+		{"README.md", 320},
+		{filepath.Join("docs", "benchmarks.md"), 320},
+	} {
+		data, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(data), "\n"); n > tc.maxLines {
+			t.Errorf("%s has %d lines, want at most %d: move the detail to a page of docs/", tc.file, n, tc.maxLines)
+		}
+	}
+	if _, err := os.Stat("BENCHMARKS.md"); err == nil {
+		t.Error("BENCHMARKS.md is back: the benchmarks live in docs/benchmarks.md")
+	}
+}
+
+var (
+	mdLink    = regexp.MustCompile(`\]\(([^()\s]+)\)`)
+	mdHeading = regexp.MustCompile(`^(#{1,6})\s+(.*?)\s*#*\s*$`)
+	slugDrop  = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+)
+
+// markdownAnchors returns the anchors GitHub gives the headings of a
+// markdown file (fenced blocks skipped): lower case, punctuation dropped,
+// spaces turned into hyphens, "-1", "-2" appended to repeats.
+func markdownAnchors(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	inFence := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inFence = !inFence
+			continue
+		}
+		m := mdHeading.FindStringSubmatch(line)
+		if inFence || m == nil {
+			continue
+		}
+		slug := strings.ReplaceAll(slugDrop.ReplaceAllString(strings.ToLower(m[2]), ""), " ", "-")
+		if n := seen[slug]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", slug, n)] = true
+		} else {
+			anchors[slug] = true
+		}
+		seen[slug]++
+	}
+	return anchors
+}
+
+// TestDocLinks: every relative link of README.md and docs/*.md names a
+// file of the repository and, after a #, a heading of that file, so that
+// the text that moved between pages is still where its links say.
+func TestDocLinks(t *testing.T) {
+	var checked int
+	for _, file := range docFiles(t) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inFence := false
+		for i, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				inFence = !inFence
+				continue
+			}
+			if inFence {
+				continue
+			}
+			for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, anchor, _ := strings.Cut(target, "#")
+				dest := file
+				if path != "" {
+					dest = filepath.Join(filepath.Dir(file), filepath.FromSlash(path))
+				}
+				checked++
+				if _, err := os.Stat(dest); err != nil {
+					t.Errorf("%s:%d: link %q: %s does not exist", file, i+1, target, dest)
+					continue
+				}
+				if anchor != "" && !markdownAnchors(t, dest)[anchor] {
+					t.Errorf("%s:%d: link %q: %s has no heading with the anchor #%s", file, i+1, target, dest, anchor)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("checked %d links; the documentation has more", checked)
+	}
 }

@@ -3,6 +3,7 @@ package pingback
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,16 +11,22 @@ import (
 	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
-// TestReadmeVerificationFacts: the README states verification's facts
-// once (the Verification subsection; Security links to it) and with the
-// code's values: the token's name, res_php's retries, the quarantine's
-// default caps and metric, the release endpoint and the correction key.
+// TestReadmeVerificationFacts: the documentation (README.md and docs/*.md)
+// states verification's facts once (the Verification section of
+// docs/security.md; its security sections link to it) and with the code's
+// values: the token's name, res_php's retries, the quarantine's default caps
+// and metric, the release endpoint and the correction key.
 func TestReadmeVerificationFacts(t *testing.T) {
-	b, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
+	var all strings.Builder
+	for _, f := range docFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+		all.WriteString("\n")
 	}
-	readme := strings.Join(strings.Fields(string(b)), " ") // line breaks do not matter
+	docs := strings.Join(strings.Fields(all.String()), " ") // line breaks do not matter
 	for _, tc := range []struct {
 		fact string
 		want int // occurrences: 1 for "said once", -1 for "at least once"
@@ -36,13 +43,24 @@ func TestReadmeVerificationFacts(t *testing.T) {
 		{"over about 15 s", 0}, // the old, wrong wording
 		{"](#verification-tokens-quarantine-corrections)", -1},
 	} {
-		n := strings.Count(readme, tc.fact)
+		n := strings.Count(docs, tc.fact)
 		if (tc.want < 0 && n == 0) || (tc.want >= 0 && n != tc.want) {
-			t.Errorf("README says %q %d times, want %d (-1: at least once)", tc.fact, n, tc.want)
+			t.Errorf("the documentation says %q %d times, want %d (-1: at least once)", tc.fact, n, tc.want)
 		}
 	}
-	sec := readme[strings.Index(readme, "## Security"):strings.Index(readme, "## Rehearse before production")]
-	if !strings.Contains(sec, "[Verification](#verification-tokens-quarantine-corrections)") {
-		t.Error("the Security section does not link to Verification")
+	b, err := os.ReadFile(filepath.Join("docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := strings.Join(strings.Fields(string(b)), " ")
+	if !strings.Contains(page, "## Verification: tokens, quarantine, corrections") {
+		t.Fatal("docs/security.md has no Verification section")
+	}
+	start := strings.Index(page, "## Who can reach what")
+	if start < 0 {
+		t.Fatal("docs/security.md has no security sections (## Who can reach what)")
+	}
+	if sec := page[start:]; !strings.Contains(sec, "[Verification](#verification-tokens-quarantine-corrections)") {
+		t.Error("the security sections of docs/security.md do not link to Verification")
 	}
 }

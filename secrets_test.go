@@ -307,13 +307,13 @@ func TestTrackMaxAnswerStreams(t *testing.T) {
 	}
 }
 
-// TestNoKeyInDebugLogs runs Caddy at debug level, with the README's access
-// log filter, through a provider outage: the app's POST submissions and
-// result requests (key and clientKey in the bodies) and the poller's own
+// TestNoKeyInDebugLogs runs Caddy at debug level, with the access log
+// filter of docs/security.md, through a provider outage: the app's POST
+// submissions and result requests (key and clientKey in the bodies) and the poller's own
 // res.php requests all fail, and no log line (the plugin's, Caddy's error
 // log, reverse_proxy's debug lines, the access log) holds the key. The
 // plugin's own line for each failure is there, redacted. A GET submission
-// afterwards (the key in the app's own URL) shows where the README says
+// afterwards (the key in the app's own URL) shows where docs/security.md says
 // the key still appears: reverse_proxy's debug lines only.
 func TestNoKeyInDebugLogs(t *testing.T) {
 	const key = "f00dfeedf00dfeedf00dfeedf00dfeed"

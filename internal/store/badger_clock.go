@@ -12,7 +12,7 @@ import (
 // two watermark goroutines, and each write transaction waits until the
 // watermark has caught up with the one before it: three or four channel
 // hand-offs per group commit and two per read, each of which waits for a
-// free P (BENCHMARKS.md, "The tail: goroutines waiting for a P"). Here one
+// free P (docs/benchmarks.md, "The tail: goroutines waiting for a P"). Here one
 // writer at a time (the committer, or the open before it starts) commits,
 // so a mutex and two counters do the same work in the caller's goroutine.
 //
