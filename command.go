@@ -3,6 +3,8 @@ package pingback
 import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/caddy-pingback/pingback/internal/drill"
 )
 
 // subcommands build the subcommands of `caddy pingback`, one per file
@@ -29,5 +31,17 @@ Run 'caddy pingback help <command>' for a command's flags.`,
 				cmd.AddCommand(build())
 			}
 		},
+	})
+}
+
+// `caddy pingback drill` reads configs against the plugin's own defaults.
+func init() {
+	addSubcommand(func() *cobra.Command {
+		return drill.Command(drill.Defaults{
+			AckTimeout: DefaultAckTimeout, BackoffMin: DefaultBackoffMin, BackoffMax: DefaultBackoffMax,
+			PollInterval: DefaultPollInterval, GiveUp: DefaultGiveUp,
+			AutoAfterMin: autoAfterMin, AutoAfterMax: autoAfterMax,
+			VerifyToken: VerifyToken, VerifyNone: VerifyNone, UnknownAccept: UnknownAccept,
+		})
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/drill"
 )
 
 // drillScaleEnv is the environment variable through which `caddy pingback
@@ -13,7 +15,7 @@ import (
 // the plugin's fixed timers (the poll loop's tick, the automatic "after"
 // bounds, the provider back-off floor) by the same factor, so a scaled
 // config still validates. A config alone can never lower a minimum.
-const drillScaleEnv = "PINGBACK_INTERNAL_DRILL_TIMER_SCALE"
+const drillScaleEnv = drill.ScaleEnv
 
 // drillTimerScale returns the timer scale of the drill's child, or 1.
 func drillTimerScale() float64 {
@@ -31,11 +33,7 @@ func drillTimerScale() float64 {
 // drillScaled scales d by the drill's timer scale, never below floor (nor
 // above d).
 func drillScaled(d, floor time.Duration) time.Duration {
-	s := drillTimerScale()
-	if s == 1 {
-		return d
-	}
-	return min(d, max(time.Duration(float64(d)*s), floor))
+	return drill.Scaled(drillTimerScale(), d, floor)
 }
 
 // Timers of the plugin as the drill's child scales them; each is the
