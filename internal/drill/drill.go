@@ -32,7 +32,7 @@ import (
 // Defaults are the plugin's config defaults and fixed bounds the drill
 // reads a config against: what a field the config leaves out means, and
 // the values it sets in the sandbox. The root package fills them in from
-// its own exported constants, which stay the one definition.
+// its own constants, which stay the one definition.
 type Defaults struct {
 	// AckTimeout is a pingback handler's ack_timeout when the config
 	// sets none (anticaptcha and capmonster routes use 1s).
@@ -48,7 +48,8 @@ type Defaults struct {
 	// sets no after.
 	AutoAfterMin, AutoAfterMax time.Duration
 	// VerifyToken and VerifyNone are the handler's verify values: the
-	// default mode ("token") and the one that checks nothing ("none").
+	// mode a route defaults to when its provider has a pingback_track
+	// ("token"), and the one that checks nothing ("none").
 	VerifyToken, VerifyNone string
 	// UnknownAccept is the handler's unknown_ids value that accepts a
 	// pingback for an id no submission registered ("accept").
