@@ -5,28 +5,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/caddy-pingback/pingback/internal/cli"
+	"github.com/caddy-pingback/pingback/internal/drill"
 )
-
-// subcommands build the subcommands of `caddy pingback` that live in the
-// root package (the drill), added after those of internal/cli. They are
-// called when Caddy builds its command line, after every init has run.
-var subcommands []func() *cobra.Command
-
-// addSubcommand adds a subcommand of `caddy pingback`; call it from init.
-func addSubcommand(build func() *cobra.Command) {
-	subcommands = append(subcommands, build)
-}
-
-// pingbackCommands builds every subcommand of `caddy pingback`: those
-// that talk to the admin endpoint (internal/cli), then those added with
-// addSubcommand.
-func pingbackCommands() []*cobra.Command {
-	cmds := cli.Commands()
-	for _, build := range subcommands {
-		cmds = append(cmds, build())
-	}
-	return cmds
-}
 
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
@@ -41,4 +21,22 @@ Run 'caddy pingback help <command>' for a command's flags.`,
 			cmd.AddCommand(pingbackCommands()...)
 		},
 	})
+}
+
+// pingbackCommands builds every subcommand of `caddy pingback`: those
+// that talk to the admin endpoint (internal/cli), then the drill
+// (internal/drill), which reads configs against this package's defaults.
+func pingbackCommands() []*cobra.Command {
+	return append(cli.Commands(), drill.Command(drill.Defaults{
+		AckTimeout:    DefaultAckTimeout,
+		BackoffMin:    DefaultBackoffMin,
+		BackoffMax:    DefaultBackoffMax,
+		PollInterval:  DefaultPollInterval,
+		GiveUp:        DefaultGiveUp,
+		AutoAfterMin:  autoAfterMin,
+		AutoAfterMax:  autoAfterMax,
+		VerifyToken:   VerifyToken,
+		VerifyNone:    VerifyNone,
+		UnknownAccept: UnknownAccept,
+	}))
 }

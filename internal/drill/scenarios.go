@@ -1,4 +1,4 @@
-package pingback
+package drill
 
 import (
 	"context"
@@ -326,7 +326,7 @@ func (d *drillRun) appDown(r *drillRoute, id string, mode standinMode, what stri
 		statuses[s]++
 		keys = append(keys, key(r.Provider, tid))
 	}
-	down := max(time.Second, 4*time.Duration(float64(DefaultBackoffMin)*d.sb.Scale))
+	down := max(time.Second, 4*time.Duration(float64(d.sb.defaults.BackoffMin)*d.sb.Scale))
 	d.pause(down)
 	_ = d.app.setMode(standinUp, 0)
 	back := time.Now()
@@ -477,17 +477,8 @@ func (d *drillRun) submit(p *drillPolled) (string, error) {
 // pollWindow is the configured window from submission to a polled
 // delivery: after plus interval, plus a poll tick and a second of slack.
 func (d *drillRun) pollWindow() time.Duration {
-	tick := scaledWith(d.sb.Scale, time.Second, 100*time.Millisecond)
+	tick := Scaled(d.sb.Scale, time.Second, 100*time.Millisecond)
 	return d.sb.FirstPoll + d.sb.Interval + tick + time.Second
-}
-
-// scaledWith is drillScaled with an explicit scale (the parent's view of
-// what the child does).
-func scaledWith(scale float64, dur, floor time.Duration) time.Duration {
-	if scale >= 1 {
-		return dur
-	}
-	return min(dur, max(time.Duration(float64(dur)*scale), floor))
 }
 
 // providerScenarios runs dropped_pingback, provider_outage and race for a
@@ -545,7 +536,7 @@ func (d *drillRun) dropped(p *drillPolled) {
 
 func (d *drillRun) outage(p *drillPolled) {
 	sim := d.sims[p.Provider]
-	floor := scaledWith(d.sb.Scale, 5*time.Second, time.Second)
+	floor := Scaled(d.sb.Scale, 5*time.Second, time.Second)
 	window := 3 * floor
 	bound := 1 + int(window/floor)
 	res := drillResult{ID: scProviderOutage, Route: p.Route.Name(), Provider: p.Provider, Measures: "outage end to delivery",

@@ -1,4 +1,4 @@
-package pingback
+package drill
 
 import (
 	"net"

@@ -1,4 +1,4 @@
-package pingback
+package drill
 
 import (
 	"context"
@@ -53,8 +53,9 @@ type pingbackDelays struct {
 // measureProviders times the free balance request to every provider
 // endpoint of the config (legacy res.php?action=getbalance, JSON
 // getBalance), samples times each, and reads the pingback delays of a
-// running instance when address is given.
-func measureProviders(ctx context.Context, cfg map[string]any, samples int, address string, progress io.Writer) *drillMeasure {
+// running instance when address is given (its suggested after within
+// def's `after auto` bounds).
+func measureProviders(ctx context.Context, cfg map[string]any, samples int, address string, def Defaults, progress io.Writer) *drillMeasure {
 	m := &drillMeasure{}
 	provs := obj(obj(obj(cfg, "apps", false), "pingback", false), "providers", false)
 	names := make([]string, 0, len(provs))
@@ -101,7 +102,7 @@ func measureProviders(ctx context.Context, cfg map[string]any, samples int, addr
 		}
 	}
 	if address != "" {
-		m.Delays = readDelays(ctx, client, address)
+		m.Delays = readDelays(ctx, client, address, def)
 	}
 	return m
 }
@@ -136,8 +137,9 @@ func balanceCall(ctx context.Context, c *http.Client, api protocol.API, base, ke
 
 // readDelays reads GET /pingback/tasks of a running instance (the
 // operations API: {"tasks": [...], "next_cursor": ...}, each task with
-// submitted_at and result_at) and summarises the pingback delays.
-func readDelays(ctx context.Context, c *http.Client, address string) *pingbackDelays {
+// submitted_at and result_at) and summarises the pingback delays; the
+// suggested after is clamped to def's `after auto` bounds.
+func readDelays(ctx context.Context, c *http.Client, address string, def Defaults) *pingbackDelays {
 	out := &pingbackDelays{Address: address}
 	base := address
 	if !strings.Contains(base, "://") {
@@ -191,7 +193,7 @@ func readDelays(ctx context.Context, c *http.Client, address string) *pingbackDe
 	out.P50, out.P95 = pct(delays, 50), pct(delays, 95)
 	out.Max = slices.Max(delays).Seconds()
 	p95 := time.Duration(out.P95 * float64(time.Second))
-	out.SuggestedAfter = min(max(p95*3/2, autoAfterMin), autoAfterMax).Round(time.Second).String()
+	out.SuggestedAfter = min(max(p95*3/2, def.AutoAfterMin), def.AutoAfterMax).Round(time.Second).String()
 	return out
 }
 

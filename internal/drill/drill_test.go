@@ -1,6 +1,7 @@
-package pingback
+package drill
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -29,12 +30,16 @@ type drillOutput struct {
 	stderr string
 }
 
+// exampleConfig is the repository's example Caddyfile, which the drill
+// rehearses as a user would.
+const exampleConfig = "../../Caddyfile.example"
+
 // runDrillChild runs the built caddy binary's drill on config (a path
-// relative to the repository) from an empty working directory, with a HOME
+// relative to this package) from an empty working directory, with a HOME
 // of its own, and checks the drill left both untouched.
 func runDrillChild(t *testing.T, config string, extra ...string) drillOutput {
 	t.Helper()
-	bin := childCaddyBinary(t)
+	bin := caddyBinary(t)
 	abs, err := filepath.Abs(config)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +145,7 @@ func checkDrillPassed(t *testing.T, out drillOutput, routes, providers, tracked 
 
 func TestDrillExample(t *testing.T) {
 	t.Parallel()
-	out := runDrillChild(t, "Caddyfile.example")
+	out := runDrillChild(t, exampleConfig)
 	checkDrillPassed(t, out,
 		[]string{"localhost/pingback/captchaai", "localhost/pingback/2captcha", "localhost/pingback/anticaptcha"},
 		[]string{"2captcha", "anticaptcha"}, []string{"2captcha", "anticaptcha"})
@@ -148,7 +153,7 @@ func TestDrillExample(t *testing.T) {
 
 func TestDrillTwoProvidersTwoRoutes(t *testing.T) {
 	t.Parallel()
-	out := runDrillChild(t, "testdata/drill/two-providers.Caddyfile")
+	out := runDrillChild(t, "testdata/two-providers.Caddyfile")
 	checkDrillPassed(t, out,
 		[]string{"pingbacks.example.com/pingback/rucaptcha", "pingbacks.example.com/pingback/capsolver/drill"},
 		[]string{"rucaptcha", "capsolver"}, nil)
@@ -160,9 +165,9 @@ func TestDrillTwoProvidersTwoRoutes(t *testing.T) {
 func TestDrillCannotSandbox(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ config, want string }{
-		{"testdata/drill/no-route.Caddyfile", "no pingback route"},
-		{"testdata/drill/unknown-provider.json", `unknown provider "foocaptcha"`},
-		{"testdata/drill/does-not-exist.Caddyfile", "reading config"},
+		{"testdata/no-route.Caddyfile", "no pingback route"},
+		{"testdata/unknown-provider.json", `unknown provider "foocaptcha"`},
+		{"testdata/does-not-exist.Caddyfile", "reading config"},
 	} {
 		t.Run(filepath.Base(tc.config), func(t *testing.T) {
 			out := runDrillChild(t, tc.config)
@@ -180,9 +185,9 @@ func TestDrillBrokenSetups(t *testing.T) {
 		extra        []string
 		want         []string
 	}{
-		{"respond before pingback", "testdata/drill/respond-first.Caddyfile", nil,
+		{"respond before pingback", "testdata/respond-first.Caddyfile", nil,
 			[]string{"route localhost/pingback/2captcha", "never stored", "a handler before pingback answers it", "static_response"}},
-		{"stand-in drops requests", "testdata/drill/one-route.Caddyfile", []string{"--standin-drop"},
+		{"stand-in drops requests", "testdata/one-route.Caddyfile", []string{"--standin-drop"},
 			[]string{"route localhost/pingback/captchaai", "the app accepted no delivery"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -271,7 +276,7 @@ func TestDrillEndsItsProcesses(t *testing.T) {
 	if left := drillChildren(t); len(left) > 0 {
 		t.Fatalf("drill children running before the test: %v", left)
 	}
-	out := runDrillChild(t, "Caddyfile.example", "--timeout", "4s")
+	out := runDrillChild(t, exampleConfig, "--timeout", "4s")
 	if out.code != 2 || !strings.Contains(out.errMsg, "drill stopped") {
 		t.Fatalf("exit %d, error %q: want 2, drill stopped", out.code, out.errMsg)
 	}
@@ -279,32 +284,58 @@ func TestDrillEndsItsProcesses(t *testing.T) {
 		t.Fatalf("after the timeout, still running: %v", left)
 	}
 
-	bin := childCaddyBinary(t)
-	cmd := exec.Command(bin, "pingback", "drill", "--json", "--config", "Caddyfile.example")
+	bin := caddyBinary(t)
+	cmd := exec.Command(bin, "pingback", "drill", "--json", "--config", exampleConfig)
 	cmd.Dir = t.TempDir()
-	cmd.Args[len(cmd.Args)-1], _ = filepath.Abs("Caddyfile.example")
+	cmd.Args[len(cmd.Args)-1], _ = filepath.Abs(exampleConfig)
 	home := t.TempDir()
 	cmd.Env = append(drillChildEnv(os.Environ()), "HOME="+home)
 	var stdout bytes.Buffer
-	stderr := new(syncBuffer)
-	cmd.Stdout, cmd.Stderr = &stdout, stderr
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = &stdout
+	stderr, w, err := os.Pipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The first scenario's progress line: the sandbox Caddy runs.
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(stderr.String(), "drill: [1/") {
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("no progress line within a minute:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	defer stderr.Close()
+	cmd.Stderr = w
+	err = cmd.Start()
+	_ = w.Close() // the drill holds its own copy
+	if err != nil {
+		t.Fatal(err)
 	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for sc := bufio.NewScanner(stderr); sc.Scan(); {
+			lines <- sc.Text()
+		}
+	}()
+	// The first scenario's progress line: the sandbox Caddy runs.
+	var before []string
+	deadline := time.After(time.Minute)
+	for progress := false; !progress; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				_ = cmd.Process.Kill()
+				t.Fatalf("the drill's stderr ended before a progress line:\n%s", strings.Join(before, "\n"))
+			}
+			progress = strings.Contains(l, "drill: [1/")
+			before = append(before, l)
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			t.Fatalf("no progress line within a minute:\n%s", strings.Join(before, "\n"))
+		}
+	}
+	go func() {
+		for range lines { // the rest of stderr, unread
+		}
+	}()
 	if len(drillChildren(t)) != 1 {
 		t.Errorf("sandbox Caddy not found while the drill runs")
 	}
 	_ = cmd.Process.Signal(os.Interrupt)
-	err := cmd.Wait()
+	err = cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stdout.String(), "drill stopped") {
 		t.Fatalf("after SIGINT: %v, stdout %q", err, stdout.String())

@@ -1,4 +1,4 @@
-package pingback
+package drill
 
 import (
 	"encoding/json"
@@ -81,6 +81,7 @@ type sandbox struct {
 	Notes      []string // what was changed that the user should know
 	Upstreams  []string // with --app: the app's own upstreams, by drillUpstreamHeader
 	ownPorts   map[string]bool
+	defaults   Defaults
 }
 
 // drillError is a config the drill cannot rehearse (exit status 2).
@@ -223,7 +224,8 @@ func configPorts(cfg map[string]any) map[string]bool {
 // drillOptions are the command's choices that shape the sandbox.
 type drillOptions struct {
 	realTimers bool
-	app        bool // keep the real upstreams
+	app        bool     // keep the real upstreams
+	defaults   Defaults // what the config's unset fields mean
 }
 
 // newSandbox rewrites cfg for the drill: servers on free loopback ports
@@ -232,7 +234,7 @@ type drillOptions struct {
 // simulator (simURL per provider), the pingback routes' upstreams at the
 // stand-in app (standin), timers scaled unless realTimers.
 func newSandbox(source string, cfg map[string]any, opt drillOptions, standin string, simURL func(provider string) string) (*sandbox, error) {
-	sb := &sandbox{Source: source, JSON: cfg, Scale: 1, ownPorts: configPorts(cfg)}
+	sb := &sandbox{Source: source, JSON: cfg, Scale: 1, ownPorts: configPorts(cfg), defaults: opt.defaults}
 	apps := obj(cfg, "apps", true)
 	httpApp := obj(apps, "http", false)
 	servers := obj(httpApp, "servers", false)
@@ -407,15 +409,16 @@ func (sb *sandbox) scaleTimers(pb map[string]any, real bool) {
 	poll := obj(pb, "poll", true)
 	replay := obj(pb, "replay", true)
 	after, hasAfter := jsonDuration(poll["after"])
-	first := autoAfterMax
+	def := sb.defaults
+	first := def.AutoAfterMax
 	if hasAfter && after > 0 {
 		first = after
 	}
-	interval := DefaultPollInterval
+	interval := def.PollInterval
 	if d, ok := jsonDuration(poll["interval"]); ok && d > 0 {
 		interval = d
 	}
-	backoffMin, backoffMax := DefaultBackoffMin, DefaultBackoffMax
+	backoffMin, backoffMax := def.BackoffMin, def.BackoffMax
 	if d, ok := jsonDuration(replay["backoff_min"]); ok && d > 0 {
 		backoffMin = d
 		backoffMax = max(backoffMax, d)
@@ -423,7 +426,7 @@ func (sb *sandbox) scaleTimers(pb map[string]any, real bool) {
 	if d, ok := jsonDuration(replay["backoff_max"]); ok && d > 0 {
 		backoffMax = d
 	}
-	giveUp := DefaultGiveUp
+	giveUp := def.GiveUp
 	if d, ok := jsonDuration(poll["give_up"]); ok && d > 0 {
 		giveUp = d
 	}
@@ -497,7 +500,7 @@ func (w *routeWalker) walk(v any, host, path, track string) error {
 			switch name {
 			case "pingback":
 				prov, _ := hd["provider"].(string)
-				ack := DefaultAckTimeout
+				ack := w.sb.defaults.AckTimeout
 				if prov == "anticaptcha" || prov == "capmonster" {
 					ack = time.Second
 				}
@@ -608,15 +611,16 @@ func samplePath(p string) string {
 // none): their tasks have no tokens.
 func (sb *sandbox) sandboxVerify(r *drillRoute) {
 	tracked := slices.ContainsFunc(sb.Tracks, func(t *drillTrack) bool { return t.Provider == r.Provider })
-	r.handler["unknown_ids"] = UnknownAccept
+	def := sb.defaults
+	r.handler["unknown_ids"] = def.UnknownAccept
 	if !tracked {
-		r.handler["verify"], r.Verify = VerifyNone, VerifyNone
+		r.handler["verify"], r.Verify = def.VerifyNone, def.VerifyNone
 		sb.Notes = append(sb.Notes, fmt.Sprintf("route %s: verification off in the sandbox (verify none, unknown_ids accept): its provider has no pingback_track, so the drill's pingbacks carry no tokens", r.Name()))
 		return
 	}
 	r.Verify, _ = r.handler["verify"].(string)
 	if r.Verify == "" {
-		r.Verify = VerifyToken
+		r.Verify = def.VerifyToken
 	}
 	sb.Notes = append(sb.Notes, fmt.Sprintf("route %s: verify %s as configured, unknown_ids accept in the sandbox (the drill's other pingbacks are for made-up ids)", r.Name(), r.Verify))
 }

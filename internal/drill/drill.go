@@ -1,4 +1,15 @@
-package pingback
+// Package drill is `caddy pingback drill`: it rehearses failures on a
+// sandboxed copy of a config. It adapts the config to JSON, rewrites it
+// (free loopback ports, a temporary Badger store, the providers' endpoints
+// at a built-in simulator, the app upstreams at a stand-in the drill
+// controls, timers scaled down), runs it in a child Caddy (the same binary,
+// `caddy run`) and plays the scenarios against it over HTTP and the admin
+// API, then reports one row per scenario.
+//
+// The package imports no part of the plugin's core: the root package
+// registers the command (Command) and passes in the plugin's defaults
+// (Defaults); the child Caddy learns the timer scale from ScaleEnv.
+package drill
 
 import (
 	"context"
@@ -18,8 +29,48 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() {
-	addSubcommand(drillCommand)
+// Defaults are the plugin's config defaults and fixed bounds the drill
+// reads a config against: what a field the config leaves out means, and
+// the values it sets in the sandbox. The root package fills them in from
+// its own constants, which stay the one definition.
+type Defaults struct {
+	// AckTimeout is a pingback handler's ack_timeout when the config
+	// sets none (anticaptcha and capmonster routes use 1s).
+	AckTimeout time.Duration
+	// BackoffMin and BackoffMax are the replay block's backoff_min and
+	// backoff_max when unset.
+	BackoffMin, BackoffMax time.Duration
+	// PollInterval and GiveUp are the poll block's interval and give_up
+	// when unset.
+	PollInterval, GiveUp time.Duration
+	// AutoAfterMin and AutoAfterMax bound the poll delay `after auto`
+	// picks; AutoAfterMax is also the first poll's delay when the config
+	// sets no after.
+	AutoAfterMin, AutoAfterMax time.Duration
+	// VerifyToken and VerifyNone are the handler's verify values: the
+	// mode a route defaults to when its provider has a pingback_track
+	// ("token"), and the one that checks nothing ("none").
+	VerifyToken, VerifyNone string
+	// UnknownAccept is the handler's unknown_ids value that accepts a
+	// pingback for an id no submission registered ("accept").
+	UnknownAccept string
+}
+
+// ScaleEnv is the environment variable through which the drill tells the
+// child Caddy it starts that the config's timers were scaled down by this
+// factor (a decimal number in (0, 1)). Only that child honours it: the
+// root package reads it to lower its validated minimums and fixed timers by
+// the same factor, so a scaled config still validates.
+const ScaleEnv = "PINGBACK_INTERNAL_DRILL_TIMER_SCALE"
+
+// Scaled is d scaled by scale (in (0, 1]; 1 and above leave d as it is),
+// never below floor nor above d: how the drill's child scales the plugin's
+// fixed timers, and how the drill predicts them.
+func Scaled(scale float64, d, floor time.Duration) time.Duration {
+	if scale >= 1 {
+		return d
+	}
+	return min(d, max(time.Duration(float64(d)*scale), floor))
 }
 
 // drillFlags are the flags of `caddy pingback drill`.
@@ -30,10 +81,14 @@ type drillFlags struct {
 	samples                  int
 	timeout                  time.Duration
 	standinDrop              bool // hidden: a stand-in app that drops every request (the drill's own tests)
+	defaults                 Defaults
 }
 
-func drillCommand() *cobra.Command {
-	var f drillFlags
+// Command builds `caddy pingback drill`, which reads configs against
+// defaults. It exits the process with status 1 when a scenario failed and
+// 2 when the config cannot be rehearsed.
+func Command(defaults Defaults) *cobra.Command {
+	f := drillFlags{defaults: defaults}
 	cmd := &cobra.Command{
 		Use:   "drill --config <file> [--adapter caddyfile] [--json] [--app] [--real-timers] [--measure-provider [--address <admin>]]",
 		Short: "Rehearses failures on a sandboxed copy of a config",
@@ -115,7 +170,7 @@ func runDrill(parent context.Context, f drillFlags, stdout, stderr io.Writer) in
 	}
 	var measure *drillMeasure
 	if f.measure {
-		measure = measureProviders(ctx, cfg, f.samples, f.address, stderr)
+		measure = measureProviders(ctx, cfg, f.samples, f.address, f.defaults, stderr)
 	}
 	app, err := newStandin(f.standinDrop)
 	if err != nil {
@@ -140,7 +195,7 @@ func runDrill(parent context.Context, f drillFlags, stdout, stderr io.Writer) in
 		}
 		return s.url
 	}
-	sb, err := newSandbox(f.config, cfg, drillOptions{realTimers: f.realTimers, app: f.app}, app.addr, simURL)
+	sb, err := newSandbox(f.config, cfg, drillOptions{realTimers: f.realTimers, app: f.app, defaults: f.defaults}, app.addr, simURL)
 	if err == nil && simErr != nil {
 		err = simErr
 	}

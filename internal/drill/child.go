@@ -1,4 +1,4 @@
-package pingback
+package drill
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 // home, data and config directories under the sandbox's temporary one.
 type drillChild struct {
 	sb   *sandbox
+	exe  string // the caddy binary; "" is this process's own (the drill runs in caddy)
 	cmd  *exec.Cmd
 	done chan struct{}
 	runs int
@@ -31,9 +32,12 @@ type drillChild struct {
 // start writes the config and starts the child, then waits until its
 // admin endpoint answers and the pingback app has started.
 func (c *drillChild) start(ctx context.Context) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
+	exe := c.exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	cfgPath := filepath.Join(c.sb.Dir, "drill.json")
 	body, err := json.MarshalIndent(c.sb.JSON, "", "\t")
@@ -59,7 +63,7 @@ func (c *drillChild) start(ctx context.Context) error {
 		"HOME="+home, "XDG_DATA_HOME="+filepath.Join(home, "data"), "XDG_CONFIG_HOME="+filepath.Join(home, "config"),
 		"XDG_CACHE_HOME="+filepath.Join(home, "cache"), "APPDATA="+filepath.Join(home, "data"))
 	if c.sb.Scale < 1 {
-		cmd.Env = append(cmd.Env, drillScaleEnv+"="+strconv.FormatFloat(c.sb.Scale, 'g', -1, 64))
+		cmd.Env = append(cmd.Env, ScaleEnv+"="+strconv.FormatFloat(c.sb.Scale, 'g', -1, 64))
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: a SIGINT at the terminal reaches the drill,
@@ -99,7 +103,7 @@ func drillChildEnv(env []string) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "APPDATA", drillScaleEnv:
+		case "HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "APPDATA", ScaleEnv:
 			continue
 		}
 		out = append(out, kv)
