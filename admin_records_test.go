@@ -1,13 +1,19 @@
 package pingback
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -127,5 +133,268 @@ func TestAdminReplayRefusedInFlight(t *testing.T) {
 	waitFor(t, 5*time.Second, "the app to hold the forward", func() bool { return app.count("2captcha:91") == 1 })
 	if status, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/91/replay"); status != http.StatusConflict {
 		t.Errorf("replay in flight: %d %s, want 409", status, body)
+	}
+}
+
+// TestAdminGetRecordAndTask checks GET of one record and of one task
+// (with result_at once its result arrived), good and bad input.
+func TestAdminGetRecordAndTask(t *testing.T) {
+	startAdminCaddy(t)
+	status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "73000000001", "pingback_url": trkCallbackURL,
+	}))
+	if status != http.StatusCreated {
+		t.Fatalf("register: %d %s", status, answer)
+	}
+	var task store.Task
+	status, body := adminRequest(t, http.MethodGet, "/pingback/tasks/2captcha/73000000001")
+	if status != http.StatusOK || json.Unmarshal(body, &task) != nil || task.State != store.TaskPending || !task.ResultAt.IsZero() {
+		t.Fatalf("task before its result: %d %s, want 200, pending, no result_at", status, body)
+	}
+	if strings.Contains(string(body), "result_at") {
+		t.Errorf("task JSON before its result carries result_at: %s", body)
+	}
+	if status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "73000000002", "pingback_url": trkCallbackURL,
+	})); status != http.StatusCreated {
+		t.Fatalf("register: %d %s", status, answer)
+	}
+	before := time.Now()
+	if status, body := postForm(t, testBase+"/cb", "id=73000000001&code=TOKEN"); status != http.StatusOK {
+		t.Fatalf("pingback: %d %s", status, body)
+	}
+	status, body = adminRequest(t, http.MethodGet, "/pingback/tasks/2captcha/73000000001")
+	if status != http.StatusOK || json.Unmarshal(body, &task) != nil || task.State != store.TaskDone {
+		t.Fatalf("task after its result: %d %s, want 200 and done", status, body)
+	}
+	rec := getRecord(t, "2captcha", "73000000001")
+	if !task.ResultAt.Equal(rec.ReceivedAt) || task.ResultAt.Before(before.Add(-time.Second)) {
+		t.Errorf("result_at %s, want the result's received_at %s", task.ResultAt, rec.ReceivedAt)
+	}
+	var got store.Record
+	status, body = adminRequest(t, http.MethodGet, "/pingback/records/2captcha/73000000001")
+	if status != http.StatusOK || json.Unmarshal(body, &got) != nil || got.Code != "TOKEN" || got.Key() != rec.Key() {
+		t.Errorf("GET record: %d %s, want 200 and the record", status, body)
+	}
+
+	// The task list, by state.
+	var list struct {
+		Tasks []store.Task `json:"tasks"`
+	}
+	for _, tc := range []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"73000000001", "73000000002"}},
+		{"?state=done", []string{"73000000001"}},
+		{"?state=pending&provider=2captcha", []string{"73000000002"}},
+		{"?state=expired", nil},
+		{"?limit=1", []string{"73000000001"}},
+	} {
+		status, body := adminRequest(t, http.MethodGet, "/pingback/tasks"+tc.query)
+		if status != http.StatusOK || json.Unmarshal(body, &list) != nil {
+			t.Fatalf("GET /pingback/tasks%s: %d %s", tc.query, status, body)
+		}
+		var ids []string
+		for _, tk := range list.Tasks {
+			ids = append(ids, tk.ID)
+		}
+		if !slices.Equal(ids, tc.want) {
+			t.Errorf("GET /pingback/tasks%s = %v, want %v", tc.query, ids, tc.want)
+		}
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodGet, "/pingback/tasks?state=stopped", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/tasks?provider=deathbycaptcha", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/tasks?limit=100000", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/records/2captcha/404", http.StatusNotFound},
+		{http.MethodGet, "/pingback/records/2captcha/", http.StatusNotFound},
+		{http.MethodGet, "/pingback/records/2captcha/1/2/3", http.StatusNotFound},
+		{http.MethodDelete, "/pingback/records/2captcha/73000000001/replay", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/pingback/records/2captcha/73000000001/replay?force=maybe", http.StatusBadRequest},
+		{http.MethodGet, "/pingback/tasks/2captcha/404", http.StatusNotFound},
+		{http.MethodGet, "/pingback/tasks/2captcha", http.StatusNotFound},
+		{http.MethodGet, "/pingback/tasks//1", http.StatusNotFound},
+		{http.MethodPost, "/pingback/tasks/2captcha/73000000001", http.StatusMethodNotAllowed},
+	} {
+		if status, body := adminRequest(t, tc.method, tc.path); status != tc.status || !strings.Contains(string(body), `"error"`) {
+			t.Errorf("%s %s: %d %s, want %d with an error", tc.method, tc.path, status, body, tc.status)
+		}
+	}
+}
+
+// TestAdminReplayDeliveredNeedsForce checks that a replay by hand of a
+// delivered result is refused with 409 (nothing forwarded, nothing
+// changed) unless force=true.
+func TestAdminReplayDeliveredNeedsForce(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("2captcha", "", app))
+	if status, body := postForm(t, testBase+"/cb", "id=95&code=T"); status != http.StatusOK {
+		t.Fatalf("pingback: %d %s", status, body)
+	}
+	waitForState(t, "2captcha", "95", store.StateDelivered)
+	before := getRecord(t, "2captcha", "95")
+	for _, path := range []string{"/pingback/records/2captcha/95/replay", "/pingback/records/2captcha/95/replay?force=false"} {
+		status, body := adminRequest(t, http.MethodPost, path)
+		if status != http.StatusConflict || !strings.Contains(string(body), "force=true") {
+			t.Errorf("POST %s: %d %s, want 409 naming force=true", path, status, body)
+		}
+	}
+	if after := getRecord(t, "2captcha", "95"); after.Attempts != before.Attempts || after.State != store.StateDelivered || app.count("2captcha:95") != 1 {
+		t.Errorf("refused replay changed the record (%+v) or forwarded (%d)", after.Delivery, app.count("2captcha:95"))
+	}
+	status, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/95/replay?force=true")
+	var rec store.Record
+	if status != http.StatusOK || json.Unmarshal(body, &rec) != nil || rec.State != store.StateDelivered || rec.Attempts != before.Attempts+1 {
+		t.Fatalf("forced replay: %d %s, want 200, delivered again at the next attempt", status, body)
+	}
+	if n := app.count("2captcha:95"); n != 2 {
+		t.Errorf("app saw 2captcha:95 %d times, want 2", n)
+	}
+}
+
+// listPages pages through GET /pingback/records with q (limit set) and
+// returns the keys in the order given; every page but the last is full.
+func listPages(t *testing.T, q url.Values) []string {
+	t.Helper()
+	var keys []string
+	for pages := 0; ; pages++ {
+		if pages > 200 {
+			t.Fatalf("%v: more than 200 pages", q)
+		}
+		status, body := adminRequest(t, http.MethodGet, "/pingback/records?"+q.Encode())
+		var page adminapi.RecordsPage
+		if status != http.StatusOK || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("list %v: %d %s", q, status, body)
+		}
+		for _, r := range page.Records {
+			keys = append(keys, r.Key().String())
+		}
+		if page.NextCursor == "" {
+			if strings.Contains(string(body), "next_cursor") {
+				t.Fatalf("last page carries next_cursor: %s", body)
+			}
+			return keys
+		}
+		if q.Get("limit") != fmt.Sprint(len(page.Records)) {
+			t.Fatalf("list %v: a page of %d with a next_cursor", q, len(page.Records))
+		}
+		q.Set("cursor", page.NextCursor)
+	}
+}
+
+// TestAdminListRecordsPages stores 240 results of two providers in four
+// states, received over two minutes, and pages through them with each
+// filter, alone and together: every page is in received-time order, then
+// key, and the pages together are exactly what the filter matches.
+func TestAdminListRecordsPages(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("captchaai", "", app))
+	st := runningApp(t).store(time.Second)
+	t0 := time.Now().UTC().Truncate(time.Second).Add(-time.Hour)
+	states := []store.State{store.StateDelivered, store.StateParked, store.StateRejected, store.StateFailed}
+	var all []*store.Record
+	for i := range 240 {
+		rec := storedCallback(t, fmt.Sprintf("%04d", 7000+(i*37)%240), states[i%len(states)], 1, t0.Add(time.Hour))
+		if i%3 == 0 {
+			rec.Provider = "2captcha"
+		}
+		rec.ReceivedAt = t0.Add(time.Duration(i/2) * time.Second) // two a second: ties broken by key
+		rec.ExpiresAt = t0.Add(24 * time.Hour)
+		if res, err := st.Insert(context.Background(), rec); err != nil || res.Existing != nil {
+			t.Fatalf("insert %s: %v %v", rec.Key(), res, err)
+		}
+		all = append(all, rec)
+	}
+	slices.SortFunc(all, func(a, b *store.Record) int { return store.ComparePosition(store.PositionOf(a), store.PositionOf(b)) })
+	after, before := t0.Add(30*time.Second), t0.Add(90*time.Second)
+	rfc := func(tm time.Time) string { return tm.Format(time.RFC3339) }
+	for _, tc := range []struct {
+		name  string
+		query string
+		keep  func(r *store.Record) bool
+	}{
+		{"all", "", func(*store.Record) bool { return true }},
+		{"provider", "provider=2captcha", func(r *store.Record) bool { return r.Provider == "2captcha" }},
+		{"state", "state=parked", func(r *store.Record) bool { return r.State == store.StateParked }},
+		{"received_after", "received_after=" + rfc(after), func(r *store.Record) bool { return r.ReceivedAt.After(after) }},
+		{"received_before", "received_before=" + rfc(before), func(r *store.Record) bool { return r.ReceivedAt.Before(before) }},
+		{"all filters", "provider=captchaai&state=delivered&received_after=" + rfc(after) + "&received_before=" + rfc(before),
+			func(r *store.Record) bool {
+				return r.Provider == "captchaai" && r.State == store.StateDelivered && r.ReceivedAt.After(after) && r.ReceivedAt.Before(before)
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var want []string
+			for _, r := range all {
+				if tc.keep(r) {
+					want = append(want, r.Key().String())
+				}
+			}
+			if len(want) < 8 {
+				t.Fatalf("the filter keeps %d: not more than a page", len(want))
+			}
+			q, err := url.ParseQuery(tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Set("limit", "7")
+			if got := listPages(t, q); !slices.Equal(got, want) {
+				t.Errorf("pages of %q:\n got %v\nwant %v", tc.query, got, want)
+			}
+		})
+	}
+
+	cursor := func(v any) string {
+		b, _ := json.Marshal(v)
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		reason       string
+	}{
+		{http.MethodGet, "/pingback/records?cursor=%21%21", http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/records?cursor=" + base64.RawURLEncoding.EncodeToString([]byte("not json")), http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/records?cursor=" + cursor([]any{1, "captchaai"}), http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/records?cursor=" + cursor([]any{"x", "captchaai", "1"}), http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/records?cursor=" + cursor([]any{-1, "captchaai", "1"}), http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/records?received_after=yesterday", http.StatusBadRequest, "received_after"},
+		{http.MethodGet, "/pingback/records?received_before=2026-13-01T00:00:00Z", http.StatusBadRequest, "received_before"},
+		{http.MethodGet, "/pingback/records?limit=10001", http.StatusBadRequest, "limit"},
+		{http.MethodGet, "/pingback/records?limit=x", http.StatusBadRequest, "limit"},
+		{http.MethodGet, "/pingback/records?state=lost", http.StatusBadRequest, "unknown state"},
+		{http.MethodGet, "/pingback/records?provider=deathbycaptcha", http.StatusBadRequest, "deathbycaptcha"},
+		{http.MethodDelete, "/pingback/records", http.StatusMethodNotAllowed, "GET"},
+		{http.MethodGet, "/pingback/tasks?cursor=abc", http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/tasks?cursor=" + cursor([]string{"captchaai"}), http.StatusBadRequest, "cursor"},
+		// A cursor of the task order before (by provider and id).
+		{http.MethodGet, "/pingback/tasks?cursor=" + cursor([]string{"captchaai", "100"}), http.StatusBadRequest, "cursor"},
+		{http.MethodGet, "/pingback/tasks?limit=0", http.StatusBadRequest, "limit"},
+	} {
+		status, body := adminRequest(t, tc.method, tc.path)
+		var e struct {
+			Error string `json:"error"`
+		}
+		if status != tc.status || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, tc.reason) {
+			t.Errorf("%s %s: %d %s, want %d with an error about %q", tc.method, tc.path, status, body, tc.status, tc.reason)
+		}
+	}
+
+	// A cursor from the first page of one query, on a page of 1.
+	status, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1")
+	var first adminapi.RecordsPage
+	if status != http.StatusOK || json.Unmarshal(body, &first) != nil || first.NextCursor == "" || len(first.Records) != 1 ||
+		first.Records[0].Key().String() != all[0].Key().String() {
+		t.Fatalf("first page of one: %d %s, want %s and a next_cursor", status, body, all[0].Key())
+	}
+	status, body = adminRequest(t, http.MethodGet, "/pingback/records?limit=1&cursor="+first.NextCursor)
+	var second adminapi.RecordsPage
+	if status != http.StatusOK || json.Unmarshal(body, &second) != nil || len(second.Records) != 1 || second.Records[0].Key().String() != all[1].Key().String() {
+		t.Errorf("second page of one: %d %s, want %s", status, body, all[1].Key())
 	}
 }

@@ -3,16 +3,19 @@ package pingback
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
@@ -459,6 +462,72 @@ func assertErrHas(t *testing.T, err error, want ...string) {
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q does not contain %q", err, w)
+		}
+	}
+}
+
+// TestSecretsOptionsCaddyfile parses keep_headers (pingback), max_answer
+// (pingback_track) and result_method (a provider block), and refuses
+// their mistakes with the line.
+func TestSecretsOptionsCaddyfile(t *testing.T) {
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("pingback {\n\tprovider 2captcha\n\tkeep_headers X-Tenant x-api-key\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h.KeepHeaders, []string{"X-Tenant", "x-api-key"}) {
+		t.Errorf("keep_headers = %q", h.KeepHeaders)
+	}
+	if got, err := canonicalHeaderNames(h.KeepHeaders); err != nil || !slices.Equal(got, []string{"X-Tenant", "X-Api-Key"}) {
+		t.Errorf("canonical keep_headers = %q, %v", got, err)
+	}
+	for _, bad := range []string{"", "X Tenant", "X-Tenant:", "Ä"} {
+		if _, err := canonicalHeaderNames([]string{bad}); err == nil {
+			t.Errorf("keep_headers %q accepted", bad)
+		}
+	}
+	var tr Tracker
+	if err := tr.UnmarshalCaddyfile(caddyfile.NewTestDispenser("pingback_track {\n\tprovider 2captcha\n\tmax_answer 2MiB\n}")); err != nil {
+		t.Fatal(err)
+	}
+	if tr.MaxAnswer != 2<<20 {
+		t.Errorf("max_answer = %d, want 2 MiB", tr.MaxAnswer)
+	}
+	if err := (&Tracker{MaxBody: 1, MaxAnswer: -1}).Validate(); err == nil || !strings.Contains(err.Error(), "max_answer") {
+		t.Errorf("negative max_answer: %v", err)
+	}
+	for input, want := range map[string]string{
+		"pingback {\n\tprovider 2captcha\n\tkeep_headers\n}":                             "Testfile:3",
+		"pingback_track {\n\tprovider 2captcha\n\tmax_answer lots\n}":                    "invalid max_answer 'lots'",
+		"pingback_track {\n\tprovider 2captcha\n\tmax_answer 1KiB\n\tmax_answer 2KiB\n}": "max_answer specified more than once",
+	} {
+		d := caddyfile.NewTestDispenser(input)
+		var err error
+		if strings.HasPrefix(input, "pingback_track") {
+			err = new(Tracker).UnmarshalCaddyfile(d)
+		} else {
+			err = new(Handler).UnmarshalCaddyfile(d)
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error with %q", input, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		provider, method, want string
+	}{
+		{"2captcha", "", http.MethodPost}, {"rucaptcha", "", http.MethodPost}, {"captchaai", "", http.MethodGet},
+		{"captchaai", "post", http.MethodPost}, {"2captcha", "GET", http.MethodGet},
+	} {
+		pc := &ProviderConfig{ResultMethod: tc.method}
+		if err := pc.provision(tc.provider, DefaultGiveUp); err != nil {
+			t.Fatalf("%s result_method %q: %v", tc.provider, tc.method, err)
+		}
+		if pc.resMethod != tc.want {
+			t.Errorf("%s result_method %q: %s, want %s", tc.provider, tc.method, pc.resMethod, tc.want)
+		}
+	}
+	for provider, method := range map[string]string{"2captcha": "put", "anticaptcha": "post"} {
+		if err := (&ProviderConfig{ResultMethod: method}).provision(provider, DefaultGiveUp); err == nil || !strings.Contains(err.Error(), "result_method") {
+			t.Errorf("%s result_method %q: %v, want an error", provider, method, err)
 		}
 	}
 }

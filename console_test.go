@@ -1,21 +1,30 @@
 package pingback
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
-	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // consoleHosts are the two sites of the console tests: the console at
@@ -393,6 +402,383 @@ func TestConsoleDirective(t *testing.T) {
 		err := new(Console).UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
 		if (err == nil) != tc.ok {
 			t.Errorf("%q: error %v, want ok=%v", tc.in, err, tc.ok)
+		}
+	}
+}
+
+// browserPath finds Chromium, or skips (fails under
+// PINGBACK_REQUIRE_BROWSER).
+func browserPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("PINGBACK_REQUIRE_BROWSER") != "" {
+		t.Fatal("PINGBACK_REQUIRE_BROWSER is set and no chromium is installed (apt-get install chromium)")
+	}
+	t.Skip("no chromium installed (apt-get install chromium); set PINGBACK_REQUIRE_BROWSER=1 to fail instead")
+	return ""
+}
+
+// browserTab is a tab of a fresh headless Chromium (its own profile), and
+// the uncaught JavaScript exceptions of its pages.
+type browserTab struct {
+	ctx context.Context
+
+	mu         sync.Mutex
+	exceptions []string
+}
+
+func newBrowserTab(t *testing.T) *browserTab {
+	t.Helper()
+	path := browserPath(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // root in CI
+		chromedp.Headless,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1100, 800),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	b := &browserTab{ctx: ctx}
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*runtime.EventExceptionThrown); ok {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			desc := e.ExceptionDetails.Text
+			if e.ExceptionDetails.Exception != nil {
+				desc += " " + e.ExceptionDetails.Exception.Description
+			}
+			b.exceptions = append(b.exceptions, desc)
+		}
+	}); err != nil {
+		t.Fatalf("starting chromium %s: %v", path, err)
+	}
+	t.Cleanup(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, e := range b.exceptions {
+			t.Errorf("uncaught JavaScript exception: %s", e)
+		}
+	})
+	return b
+}
+
+// do runs steps with a timeout.
+func (b *browserTab) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression.
+func evalJS[T any](t *testing.T, b *browserTab, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// until waits for a JavaScript expression to be truthy. Right after a
+// navigation, the tab may still name the old document's JavaScript context,
+// which the browser has just destroyed: the poll is then started again in
+// the new one.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(20*time.Second))
+	return func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		for {
+			v, err := poll(ctx, tgt)
+			if err == nil || !(strings.Contains(err.Error(), "Cannot find context with specified id") ||
+				strings.Contains(err.Error(), "Execution context was destroyed")) || ctx.Err() != nil {
+				return v, err
+			}
+			select { // pace the retries
+			case <-ctx.Done():
+				return v, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// screenshot saves a full-page PNG screenshot as name in the screenshot
+// directory.
+func (b *browserTab) screenshot(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("PINGBACK_CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "pingback-console-screenshots")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	img, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d bytes)", p, len(img))
+}
+
+// noHorizontalScroll checks that the page fits a 390 px wide phone.
+func noHorizontalScroll(t *testing.T, b *browserTab, page string) {
+	t.Helper()
+	if w := evalJS[int](t, b, `document.documentElement.scrollWidth`); w > 390 {
+		t.Errorf("%s: the page is %d px wide at a 390 px viewport: it scrolls sideways", page, w)
+	}
+}
+
+const consoleXSS = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>`
+
+// TestConsoleBrowser drives the console in Chromium, mounted at a site's
+// root and under handle_path: the overview and the dead-letter queue show
+// parked results; Replay delivers one and the page shows it delivered;
+// the record's detail renders attacker-supplied data as text and hides
+// credential headers; bulk replay shows its progress to the end; purge
+// appears only where the admin API has it; every view fits 390×844.
+//
+// The console's browser test drives a real headless Chromium (Debian's
+// chromium package; .ci/run installs it) with chromedp. It is skipped only
+// when no Chromium is installed and PINGBACK_REQUIRE_BROWSER is unset; CI
+// sets it, so the test can never be skipped there.
+//
+// Screenshots go to $PINGBACK_CONSOLE_SCREENSHOTS, default
+// <os.TempDir()>/pingback-console-screenshots (never the repository):
+// overview.png, record.png, quarantined.png (a release being confirmed),
+// record-phone.png; docs/console.png is a copy of overview.png from a run.
+func TestConsoleBrowser(t *testing.T) {
+	b := newBrowserTab(t)
+	app := newAppStub(t)
+	app.setStatus(http.StatusServiceUnavailable)
+	startCaddy(t, trkGlobal+"\n"+consoleParkGlobal, consoleSites(app))
+
+	postConsolePingback(t, "7500", consoleXSS, http.Header{
+		"Authorization": {"Bearer SECRET-AUTHORIZATION"},
+		"Cookie":        {"session=SECRET-COOKIE"},
+		"X-Api-Key":     {"SECRET-API-KEY"},
+		"X-Evil":        {consoleXSS},
+	})
+	const bulk = 5
+	for i := range bulk {
+		postConsolePingback(t, strconv.Itoa(7501+i), "TOKEN-"+strconv.Itoa(7501+i), nil)
+	}
+	// A pingback for an id no task has, on the route that quarantines them.
+	const quarantinedCode = "<b>QUARANTINED-7700</b>"
+	postConsolePingbackTo(t, "/cbq", "7700", quarantinedCode, nil)
+	for i := range bulk + 1 {
+		waitForState(t, "2captcha", strconv.Itoa(7500+i), store.StateParked)
+	}
+	waitForState(t, "2captcha", "7700", store.StateQuarantined)
+	if status, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "7600", "pingback_url": trkCallbackURL,
+	})); status != http.StatusCreated {
+		t.Fatalf("registering a task: %d %s", status, body)
+	}
+
+	// At the root of 127.0.0.1: the overview counts the parked and the
+	// quarantined results.
+	b.do(t, "overview", chromedp.Navigate(consoleRoot),
+		until(`(document.querySelector('[data-provider="2captcha"]')||{}).innerText?.includes('parked 6')`),
+		until(`document.querySelector('[data-provider="2captcha"]').innerText.includes('quarantined 1')`))
+	b.screenshot(t, "overview.png")
+
+	// The dead-letter queue, by a linkable filter.
+	b.do(t, "dead letters", chromedp.Navigate(consoleRoot+"?state=parked"),
+		until(`document.querySelectorAll('#records [data-key]').length === 6`))
+	app.setStatus(http.StatusOK)
+	b.do(t, "replay one", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7500"] [data-action="replay"]`)),
+		until(`document.querySelector('[data-key="2captcha:7500"] .state').textContent === 'delivered'`))
+	if rec := getRecord(t, "2captcha", "7500"); rec.State != store.StateDelivered || app.deliveries("2captcha:7500") != 1 {
+		t.Fatalf("after Replay: %s, %d deliveries; want delivered once", rec.State, app.deliveries("2captcha:7500"))
+	}
+	// Replay of a delivered result: refused (409), "Replay anyway" offered.
+	b.do(t, "replay a delivered one", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7500"] [data-action="replay"]`)),
+		until(`document.querySelector('[data-key="2captcha:7500"] [data-action="force-replay"]')`))
+	if n := app.count("2captcha:7500"); n != 3 {
+		t.Errorf("the app saw 2captcha:7500 %d times, want 3 (2 failed, 1 replay; the refused one not sent)", n)
+	}
+
+	// The record's detail: attacker-supplied data is text, credentials hidden.
+	b.do(t, "detail", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7500"] a`)),
+		until(`document.querySelector('#record #code')`))
+	if got := evalJS[string](t, b, `document.querySelector('#code').textContent`); got != consoleXSS {
+		t.Errorf("the result's code renders as %q, want the text %q", got, consoleXSS)
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('main img, main script').length`); n != 0 {
+		t.Errorf("the page has %d img or script elements from the record's data", n)
+	}
+	if v := evalJS[bool](t, b, `window.__xss !== undefined`); v {
+		t.Error("the record's data ran as script")
+	}
+	text := evalJS[string](t, b, `document.body.innerText`)
+	if strings.Contains(text, "SECRET-") || !strings.Contains(text, redactedValue) || !strings.Contains(text, consoleXSS) {
+		t.Errorf("detail text %q: want credentials hidden and X-Evil shown as text", text)
+	}
+	if strings.Contains(text, "[object") || strings.Contains(text, "undefined") {
+		t.Errorf("detail text %q: a value rendered as [object ...] or undefined", text)
+	}
+	// The attempt history, where the admin API answers it.
+	if _, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7500"); strings.Contains(string(body), `"history":[`) {
+		if rows := evalJS[int](t, b, `document.querySelectorAll('#history tbody tr').length`); rows != 3 {
+			t.Errorf("history shows %d attempts, want 3 (callback, replay, manual)", rows)
+		}
+		if got := evalJS[string](t, b, `document.querySelector('#history tbody tr:last-child').innerText`); !strings.Contains(got, "manual") || !strings.Contains(got, "delivered") {
+			t.Errorf("the last attempt reads %q, want a manual replay, delivered", got)
+		}
+	} else {
+		t.Log("the admin API answers no history: none shown")
+	}
+	b.screenshot(t, "record.png")
+
+	// The quarantine: listed with its reason and a Release button (no
+	// Replay, no bulk replay); released from its detail after a
+	// confirmation, it reaches the app once, as a release, and the page
+	// shows it delivered.
+	b.do(t, "quarantine", chromedp.Navigate(consoleRoot+"?state=quarantined"),
+		until(`document.querySelectorAll('#records [data-key]').length === 1`),
+		until(`document.querySelector('[data-key="2captcha:7700"]').innerText.includes('unknown_id')`))
+	if n := evalJS[int](t, b, `document.querySelectorAll('[data-key="2captcha:7700"] [data-action="release"]').length`); n != 1 {
+		t.Errorf("the quarantined result has %d Release buttons, want 1", n)
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('[data-key="2captcha:7700"] [data-action="replay"], #bulk-replay').length`); n != 0 {
+		t.Errorf("the quarantine offers %d replay buttons, want none (replay refuses quarantined results)", n)
+	}
+	b.do(t, "quarantined detail", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7700"] a`)),
+		until(`document.querySelector('#record [data-action="release"]')`))
+	qrec := getRecord(t, "2captcha", "7700")
+	text = evalJS[string](t, b, `document.querySelector('#record').innerText`)
+	for _, want := range []string{"quarantine", qrec.Quarantine, qrec.Verified} {
+		if !strings.Contains(text, want) {
+			t.Errorf("quarantined detail %q does not show %q", text, want)
+		}
+	}
+	if qrec.Quarantine != "unknown_id" {
+		t.Errorf("7700 quarantined as %q, want unknown_id", qrec.Quarantine)
+	}
+	if got := evalJS[string](t, b, `document.querySelector('#code').textContent`); got != quarantinedCode {
+		t.Errorf("the quarantined code renders as %q, want the text %q", got, quarantinedCode)
+	}
+	b.do(t, "release", chromedp.Click(chromedp.CSS(`#record [data-action="release"]`)),
+		until(`document.querySelector('#record [data-confirm="yes"]')`))
+	b.screenshot(t, "quarantined.png")
+	if n := app.count("2captcha:7700"); n != 0 {
+		t.Fatalf("the app got 2captcha:7700 %d times before the release was confirmed", n)
+	}
+	b.do(t, "confirm the release", chromedp.Click(chromedp.CSS(`#record [data-confirm="yes"]`)),
+		until(`document.querySelector('#record .state').textContent === 'delivered'`),
+		until(`document.querySelector('#record').innerText.includes('Released: delivered.')`))
+	wantDelivery(t, app, "2captcha:7700", quarantinedCode, "/cbq", store.VerifiedNone, "false", "replay")
+	if rec := getRecord(t, "2captcha", "7700"); rec.State != store.StateDelivered {
+		t.Errorf("7700 after the release: %s, want delivered", rec.State)
+	}
+
+	// Under handle_path /console/* of localhost: bulk replay of the rest,
+	// with its progress to the end.
+	b.do(t, "dead letters under /console/", chromedp.Navigate(consoleSub+"?state=parked&provider=2captcha"),
+		until(`document.querySelectorAll('#records [data-key]').length === 5`),
+		chromedp.Click(chromedp.CSS(`#bulk-replay`)),
+		chromedp.Click(chromedp.CSS(`#bulk [data-confirm="yes"]`)),
+		until(`(document.querySelector('#bulk-progress')||{}).dataset?.status === 'done'`))
+	if got := evalJS[string](t, b, `document.querySelector('#bulk-progress').textContent`); !strings.Contains(got, fmt.Sprintf("done, %d/%d done, %d delivered, 0 failed", bulk, bulk, bulk)) {
+		t.Errorf("bulk progress %q, want %d/%d done and delivered", got, bulk, bulk)
+	}
+	b.do(t, "list after the bulk replay", until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
+	for i := range bulk {
+		key := "2captcha:" + strconv.Itoa(7501+i)
+		if rec := getRecord(t, "2captcha", strconv.Itoa(7501+i)); rec.State != store.StateDelivered || app.deliveries(key) != 1 {
+			t.Errorf("%s after the bulk replay: %s, %d deliveries; want delivered once", key, rec.State, app.deliveries(key))
+		}
+	}
+
+	// The received-time filter: shown where the list applies it.
+	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	b.do(t, "received-time filter", chromedp.Navigate(consoleSub+"?view=records&state=delivered&received_after="+future),
+		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
+	if _, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1"); strings.HasPrefix(string(body), "{") {
+		if hidden := evalJS[bool](t, b, `document.querySelector('label.range').hidden`); hidden {
+			t.Error("the list filters by received time, yet the page hides the filter")
+		}
+	} else if text := evalJS[string](t, b, `document.querySelector('#records').innerText`); !strings.Contains(text, "without the received-time filter") {
+		t.Errorf("the list ignores received_after, and the page does not say so: %q", text)
+	}
+
+	// The tasks.
+	b.do(t, "tasks", chromedp.Navigate(consoleSub+"?view=tasks&state=pending"),
+		until(`document.querySelector('#tasks [data-key="2captcha:7600"]')`))
+
+	// A phone: 390×844, every view without horizontal scrolling.
+	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)))
+	for _, v := range []struct{ name, url, ready string }{
+		{"overview", consoleRoot, `document.querySelector('[data-provider="2captcha"]')`},
+		{"dead letters", consoleRoot + "?view=records&provider=2captcha", `document.querySelectorAll('#records [data-key]').length > 0`},
+		{"record", consoleRoot + "?view=record&provider=2captcha&id=7500", `document.querySelector('#record #code')`},
+		{"tasks", consoleSub + "?view=tasks", `document.querySelector('#tasks [data-key]')`},
+	} {
+		b.do(t, "phone "+v.name, chromedp.Navigate(v.url), until(v.ready))
+		noHorizontalScroll(t, b, v.name)
+		if v.name == "record" {
+			b.screenshot(t, "record-phone.png")
+		}
+	}
+
+	// Purge: offered only where the admin API has it, one result and all
+	// matching, each after a confirmation.
+	b.do(t, "purge probe", chromedp.Navigate(consoleSub+"?view=record&provider=2captcha&id=7501"),
+		until(`document.querySelector('#record') && document.body.dataset.purge`))
+	if status, _ := adminRequest(t, http.MethodPost, "/pingback/purges"); status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
+		t.Log("the admin API has no purge: checking that the page offers none")
+		if n := evalJS[int](t, b, `document.querySelectorAll('[data-action="purge"], #bulk-purge').length`); n != 0 ||
+			evalJS[string](t, b, `document.body.dataset.purge`) != "no" {
+			t.Errorf("the admin API has no purge, yet the page shows %d purge buttons", n)
+		}
+		return
+	}
+	t.Log("the admin API has purge: purging through the page")
+	b.do(t, "purge one", chromedp.Click(chromedp.CSS(`[data-action="purge"]`)),
+		until(`document.querySelector('#record [data-confirm="yes"]')`))
+	if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusOK {
+		t.Fatalf("7501 gone before the purge was confirmed: %d", status)
+	}
+	b.do(t, "confirm the purge", chromedp.Click(chromedp.CSS(`#record [data-confirm="yes"]`)),
+		until(`document.querySelector('#record').innerText.includes('Purged.')`))
+	if status, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusNotFound {
+		t.Errorf("after purge: %d %s, want 404", status, body)
+	}
+	b.do(t, "purge all delivered", chromedp.Navigate(consoleSub+"?state=delivered&provider=2captcha"),
+		until(`document.querySelectorAll('#records [data-key]').length === 6`),
+		chromedp.Click(chromedp.CSS(`#bulk-purge`)),
+		chromedp.Click(chromedp.CSS(`#bulk [data-confirm="yes"]`)),
+		until(`document.querySelector('#bulk').innerText.includes('Purged 6 results.')`),
+		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
+	for _, id := range []string{"7500", "7501", "7502", "7503", "7504", "7505", "7700"} {
+		if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id); status != http.StatusNotFound {
+			t.Errorf("2captcha:%s after the bulk purge: %d, want 404", id, status)
 		}
 	}
 }

@@ -2,21 +2,28 @@ package pingback
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
 	"go.uber.org/zap"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testfs"
 )
 
@@ -125,32 +132,6 @@ func TestForwardTimeoutIsAFailure(t *testing.T) {
 	got := testutil.ToFloat64(runningApp(t).metrics.forwards.WithLabelValues("captchaai", "callback", "timeout"))
 	if got < 1 {
 		t.Errorf("forwards_total{source=callback,outcome=timeout} = %v, want at least 1", got)
-	}
-}
-
-// TestReplayWaitingForSlotCountsNoAttempt: replays that wait for a free
-// forward slot are claimed only when one is free, so every counted attempt
-// is a request the app received.
-func TestReplayWaitingForSlotCountsNoAttempt(t *testing.T) {
-	app := newAppStub(t)
-	app.tune(func() { app.delay = 150 * time.Millisecond })
-	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 1\n\tforward_timeout 1s\n}", pingbackSite("captchaai", "", app))
-
-	const n = 8
-	for i := range n {
-		insertRecord(t, storedCallback(t, fmt.Sprint(33000+i), store.StateFailed, 1, time.Now().Add(-time.Second)))
-	}
-	runningApp(t).handle.wake()
-	for i := range n {
-		id := fmt.Sprint(33000 + i)
-		rec := waitForStateWithin(t, 10*time.Second, "captchaai", id, store.StateDelivered)
-		if got := app.count("captchaai:" + id); rec.Attempts != 1+got || rec.Failures != 1 {
-			t.Errorf("%s: %d attempts counted (1 before the test), %d failures, the app received %d; want every attempt a request",
-				id, rec.Attempts, rec.Failures, got)
-		}
-	}
-	if peak := app.peakInflight(); peak != 1 {
-		t.Errorf("peak replays in flight %d, want 1", peak)
 	}
 }
 
@@ -442,5 +423,307 @@ func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 		if _, err := runningApp(t).store(time.Second).Get(context.Background(), store.Key{Provider: "captchaai", ID: id}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s after failed commits: %v, want not stored", id, err)
 		}
+	}
+}
+
+// TestLeaseRenewal: on a store whose leases must be renewed (as a shared
+// store's are), a forward renews its lease every third of the term while it
+// runs; once the lease is lost (another owner claimed the record after it
+// lapsed) the renewal fails and the forward is cut at once, so two owners
+// never forward the same record at the same time.
+func TestLeaseRenewal(t *testing.T) {
+	const term = 300 * time.Millisecond
+	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir(), LeaseTerm: term})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	a := &App{logger: zap.NewNop(), now: time.Now}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	rec := &store.Record{
+		Provider: "captchaai", ID: "40001", Code: "TOKEN", Source: store.SourceCallback, ReceivedAt: now,
+		Request:   store.Request{Method: http.MethodGet, URI: "/cb?id=40001&code=TOKEN", Host: "localhost"},
+		Delivery:  store.Delivery{State: store.StateForwarding, Attempts: 1, Lease: store.Lease{Until: now.Add(term)}, UpdatedAt: now},
+		ExpiresAt: now.Add(time.Hour),
+	}
+	if _, err := st.Insert(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	leaseUntil := func() time.Time {
+		t.Helper()
+		got, err := st.Get(ctx, rec.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Lease.Until
+	}
+
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := a.renewWhileRunning(fctx, cancel, st, rec.Key(), 1, term)
+	defer stop()
+	first := leaseUntil()
+	waitFor(t, 5*time.Second, "two renewals", func() bool { return leaseUntil().After(first.Add(term / 2)) })
+	if fctx.Err() != nil {
+		t.Fatalf("the forward was cut while its renewals succeeded: %v", context.Cause(fctx))
+	}
+
+	// Another owner takes the record over: the next renewal fails.
+	if _, err := st.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
+		d.Attempts++
+		d.Lease.Owner = "another instance"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forward went on after its lease was lost")
+	}
+	if cause := context.Cause(fctx); !errors.Is(cause, errLeaseLost) {
+		t.Errorf("the forward was cut with %v, want errLeaseLost", cause)
+	}
+	if out := cutShort(outcome{class: retryable, status: http.StatusBadGateway}, context.Cause(fctx)); out.class != interrupted {
+		t.Errorf("a forward cut by a lost lease is recorded as %s, want interrupted", out.class)
+	}
+}
+
+// attemptWant is what one history entry must say.
+type attemptWant struct {
+	source  store.Source
+	status  int
+	outcome string
+	err     string // "" for none
+}
+
+// checkHistory checks a record's history against want, entry by entry:
+// numbered 1, 2, ... with their source, the app's status, outcome and
+// error, each started no earlier than the one before and ended after it
+// started.
+func checkHistory(t *testing.T, got []store.Attempt, want []attemptWant) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("history has %d attempts, want %d: %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Attempt != i+1 || g.Source != w.source || g.Status != w.status || g.Outcome != w.outcome || g.Error != w.err {
+			t.Errorf("attempt %d = {%d %s status %d %s %q}, want {%d %s status %d %s %q}", i+1,
+				g.Attempt, g.Source, g.Status, g.Outcome, g.Error, i+1, w.source, w.status, w.outcome, w.err)
+		}
+		if g.StartedAt.IsZero() || g.EndedAt.Before(g.StartedAt) || (i > 0 && g.StartedAt.Before(got[i-1].StartedAt)) {
+			t.Errorf("attempt %d: started %v, ended %v (the one before started %v)", i+1, g.StartedAt, g.EndedAt, got[max(i-1, 0)].StartedAt)
+		}
+	}
+}
+
+// TestAttemptHistory follows the history of a record through the paths
+// that forward it: the live callback, the replay loop's retry, a replay
+// by hand (manual) and a bulk replay job (bulk), through
+// GET /pingback/records/<provider>/<id>; the app sees replay for the last
+// two.
+func TestAttemptHistory(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
+	record := func(id string) *store.Record {
+		t.Helper()
+		code, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id)
+		var rec store.Record
+		if code != http.StatusOK || json.Unmarshal(body, &rec) != nil {
+			t.Fatalf("GET record %s: %d %s", id, code, body)
+		}
+		return &rec
+	}
+	const replayed = `caddy_pingback_forwards_total{outcome="delivered",provider="2captcha",source="replay"}`
+	replayed0, _ := scrapeMetric(t, replayed) // the counter is the process's
+	failed := attemptWant{store.SourceReplay, http.StatusServiceUnavailable, "failed", "app answered 503"}
+
+	// 601: the live forward fails, the replay loop's retry delivers.
+	app.setStatus(http.StatusServiceUnavailable)
+	if code, _ := postForm(t, testBase+"/cb", "id=601&code=A"); code != http.StatusOK {
+		t.Fatal("pingback refused")
+	}
+	waitForState(t, "2captcha", "601", store.StateFailed)
+	app.setStatus(http.StatusOK)
+	waitForState(t, "2captcha", "601", store.StateDelivered)
+	// 602 and 603: parked after two failures.
+	app.setStatus(http.StatusServiceUnavailable)
+	for _, id := range []string{"602", "603"} {
+		if code, _ := postForm(t, testBase+"/cb", "id="+id+"&code=B"); code != http.StatusOK {
+			t.Fatal("pingback refused")
+		}
+		waitForState(t, "2captcha", id, store.StateParked)
+	}
+	app.setStatus(http.StatusOK)
+	// 602 replayed by hand; then 603 by a bulk job (602 is delivered by
+	// then, so the job matches 603 alone).
+	if code, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/602/replay"); code != http.StatusOK {
+		t.Fatalf("replay 602: %d %s", code, body)
+	}
+	if code, _, body := adminJSON(t, http.MethodPost, "/pingback/replays", `{"state": "parked"}`); code != http.StatusAccepted {
+		t.Fatalf("bulk replay: %d %s", code, body)
+	}
+	waitForState(t, "2captcha", "603", store.StateDelivered)
+
+	live := func(status int, outcome, err string) attemptWant {
+		return attemptWant{store.SourceCallback, status, outcome, err}
+	}
+	for _, tc := range []struct {
+		id   string
+		want []attemptWant
+	}{
+		{"601", []attemptWant{live(503, "failed", "app answered 503"), {store.SourceReplay, 200, "delivered", ""}}},
+		{"602", []attemptWant{live(503, "failed", "app answered 503"), failed, {store.SourceManual, 200, "delivered", ""}}},
+		{"603", []attemptWant{live(503, "failed", "app answered 503"), failed, {store.SourceBulk, 200, "delivered", ""}}},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			rec := record(tc.id)
+			if rec.Attempts != len(tc.want) {
+				t.Errorf("attempts %d, want %d", rec.Attempts, len(tc.want))
+			}
+			checkHistory(t, rec.History, tc.want)
+			// Each forward's header said what the metric label says:
+			// callback for the live one, replay for every other.
+			n := 0
+			for _, r := range app.requests() {
+				if r.Header.Get(HeaderIdempotencyKey) != "2captcha:"+tc.id {
+					continue
+				}
+				n++
+				want := "replay"
+				if n == 1 {
+					want = "callback"
+				}
+				if src := r.Header.Get(HeaderSource); src != want {
+					t.Errorf("forward %d arrived with %s %q, want %q", n, HeaderSource, src, want)
+				}
+			}
+			if n != len(tc.want) {
+				t.Errorf("the app saw %d forwards, want %d", n, len(tc.want))
+			}
+		})
+	}
+	waitFor(t, 5*time.Second, "forwards_total with source replay for the retry and the manual and bulk replays", func() bool {
+		v, _ := scrapeMetric(t, replayed)
+		return v == replayed0+3
+	})
+}
+
+// wantHistorySources checks the sources of a stored record's attempts,
+// in order: the history names each forward as the app was sent it
+// (X-Pingback-Source), manual and bulk replays apart.
+func wantHistorySources(t *testing.T, provider, id string, want ...store.Source) {
+	t.Helper()
+	rec := getRecord(t, provider, id)
+	var got []store.Source
+	for _, a := range rec.History {
+		got = append(got, a.Source)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("history of %s:%s has sources %v, want %v", provider, id, got, want)
+	}
+}
+
+// TestBackoff checks the retry delays: the first retry waits min, each
+// later one doubles the cap, and with any jitter the delay stays within
+// [min, max].
+func TestBackoff(t *testing.T) {
+	top := func(n int64) int64 { return n - 1 } // the largest draw
+	bottom := func(n int64) int64 { return 0 }  // the smallest draw
+	tests := []struct {
+		name     string
+		min, max time.Duration
+		jitter   func(int64) int64
+		attempt  int
+		want     time.Duration
+	}{
+		{"attempt 1 is min", time.Second, time.Minute, top, 1, time.Second},
+		{"attempt 2 caps at 2·min", time.Second, time.Minute, top, 2, 2 * time.Second},
+		{"attempt 3 caps at 4·min", time.Second, time.Minute, top, 3, 4 * time.Second},
+		{"attempt 6 caps at 32·min", time.Second, time.Minute, top, 6, 32 * time.Second},
+		{"attempt 7 caps at max", time.Second, time.Minute, top, 7, time.Minute},
+		{"attempt 1000 caps at max", time.Second, time.Minute, top, 1000, time.Minute},
+		{"smallest draw is min", time.Second, time.Minute, bottom, 5, time.Second},
+		{"middle draw", time.Second, time.Minute, func(n int64) int64 { return n / 2 }, 3, 2500 * time.Millisecond},
+		{"min equals max", 5 * time.Second, 5 * time.Second, top, 10, 5 * time.Second},
+		{"defaults, attempt 19", DefaultBackoffMin, DefaultBackoffMax, top, 19, DefaultBackoffMax},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(tc.min), BackoffMax: caddy.Duration(tc.max)}}
+			a.jitter = func(n int64) int64 {
+				if n <= 0 {
+					t.Fatalf("jitter asked for a draw in [0, %d)", n)
+				}
+				return tc.jitter(n)
+			}
+			if got := a.backoff(tc.attempt); got != tc.want {
+				t.Errorf("backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
+			}
+		})
+	}
+
+	t.Run("random draws stay within min and max", func(t *testing.T) {
+		lo, hi := 20*time.Millisecond, 3*time.Second
+		a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(lo), BackoffMax: caddy.Duration(hi)}, jitter: rand.Int64N}
+		for attempt := 1; attempt <= 100; attempt++ {
+			for range 20 {
+				if d := a.backoff(attempt); d < lo || d > hi {
+					t.Fatalf("backoff(%d) = %s, outside [%s, %s]", attempt, d, lo, hi)
+				}
+			}
+		}
+	})
+}
+
+// TestClassify checks how the next handler's status and error decide a
+// forward's outcome.
+func TestClassify(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	tests := []struct {
+		name       string
+		status     int
+		err        error
+		class      outcomeClass
+		wantStatus int
+	}{
+		{"200", 200, nil, delivered, 200},
+		{"nothing written", 0, nil, delivered, 200},
+		{"204", 204, nil, delivered, 204},
+		{"302", 302, nil, delivered, 302},
+		{"304", 304, nil, delivered, 304},
+		{"500", 500, nil, retryable, 500},
+		{"502", 502, nil, retryable, 502},
+		{"503", 503, nil, retryable, 503},
+		{"408", 408, nil, retryable, 408},
+		{"429", 429, nil, retryable, 429},
+		{"400", 400, nil, rejected, 400},
+		{"401", 401, nil, rejected, 401},
+		{"404", 404, nil, rejected, 404},
+		{"409", 409, nil, rejected, 409},
+		{"422", 422, nil, rejected, 422},
+		{"handler error 502 (refused)", 0, caddyhttp.Error(502, refused), retryable, 502},
+		{"handler error 504 (timeout)", 0, caddyhttp.Error(504, context.DeadlineExceeded), retryable, 504},
+		{"handler error 499 (canceled)", 0, caddyhttp.Error(499, context.Canceled), retryable, 499},
+		{"wrapped handler error 504", 0, fmt.Errorf("proxying: %w", caddyhttp.Error(504, refused)), retryable, 504},
+		{"handler error without status", 0, caddyhttp.HandlerError{Err: refused}, retryable, 502},
+		{"plain error", 0, refused, retryable, 502},
+		{"plain error after a 200 was recorded", 200, refused, retryable, 502},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out := classify(tc.status, tc.err)
+			if out.class != tc.class || out.status != tc.wantStatus {
+				t.Errorf("classify(%d, %v) = %s %d, want %s %d", tc.status, tc.err, out.class, out.status, tc.class, tc.wantStatus)
+			}
+			if (out.err != nil) != (tc.err != nil) {
+				t.Errorf("classify(%d, %v) kept error %v", tc.status, tc.err, out.err)
+			}
+			if tc.class != delivered && out.errorText() == "" {
+				t.Errorf("a %s outcome needs an error text", out.class)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package pingback
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,9 +16,12 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/caddy-pingback/pingback/internal/captchasim"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // pbRoute is one pingback route of a test site: requests to path go through
@@ -598,5 +602,200 @@ func TestCommitFailure(t *testing.T) {
 		if rec, err := st.Get(context.Background(), store.Key{Provider: "rucaptcha", ID: tc.id}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("id %s: want ErrNotFound, got record %+v, error %v", tc.id, rec, err)
 		}
+	}
+}
+
+// TestReceiveLenientForms: pingbacks that Go's url.ParseQuery refuses but
+// PHP and Node accept (a ';' in a value, malformed '%' escapes, bytes that
+// are not UTF-8) are answered 200 "OK", stored with the code as PHP reads
+// it, and reach the app byte-identical: body and RequestURI as sent.
+func TestReceiveLenientForms(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", routesSite(
+		pbRoute{"/captchaai", "captchaai", "", app.hostPort()},
+		pbRoute{"/2captcha", "2captcha", "", app.hostPort()},
+	))
+	const form = "application/x-www-form-urlencoded"
+	mpType, mpBody := multipartBody(t, "id", "7105", "code", "x=1,y=2;x=3,y=4")
+
+	tests := []struct {
+		name        string
+		provider    string
+		method      string
+		target      string
+		contentType string
+		body        []byte
+		id, code    string
+	}{
+		{name: "semicolon in a POST body", provider: "2captcha", method: http.MethodPost,
+			target: "/2captcha", contentType: form,
+			body: []byte("id=7101&code=x=1,y=2;x=3,y=4"), id: "7101", code: "x=1,y=2;x=3,y=4"},
+		{name: "semicolon in a GET query", provider: "captchaai", method: http.MethodGet,
+			target: "/captchaai?id=7102&code=x=1,y=2;x=3,y=4", id: "7102", code: "x=1,y=2;x=3,y=4"},
+		{name: "semicolon in the query of a POST", provider: "2captcha", method: http.MethodPost,
+			target: "/2captcha?tag=a;b", contentType: form,
+			body: []byte("id=7103&code=a;b"), id: "7103", code: "a;b"},
+		{name: "plus, escapes and malformed escapes in a query", provider: "captchaai", method: http.MethodGet,
+			target: "/captchaai?id=7104&code=a+b%2B%3B%zz%4%", id: "7104", code: "a b+;%zz%4%"},
+		{name: "semicolon in the query of a multipart POST", provider: "2captcha", method: http.MethodPost,
+			target: "/2captcha?tag=a;b", contentType: mpType, body: mpBody, id: "7105", code: "x=1,y=2;x=3,y=4"},
+		{name: "raw and escaped bytes that are not UTF-8", provider: "2captcha", method: http.MethodPost,
+			target: "/2captcha", contentType: form,
+			body: []byte("id=7106&code=\xff\xfe;%FF%80\x00+%"), id: "7106", code: "\xff\xfe;\xff\x80\x00 %"},
+		{name: "raw bytes that are not UTF-8 in a query", provider: "captchaai", method: http.MethodGet,
+			target: "/captchaai?id=7107&code=\xff;x", id: "7107", code: "\xff;x"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newTestRequest(t, tc.method, tc.target, tc.contentType, tc.body)
+			status, body, _ := doRequest(t, req)
+			if status != http.StatusOK || body != "OK" {
+				t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
+			}
+			key := tc.provider + ":" + tc.id
+			waitFor(t, 5*time.Second, "the app to receive "+key, func() bool { return app.count(key) == 1 })
+			for _, seen := range app.requests() {
+				if seen.Header.Get(HeaderIdempotencyKey) != key {
+					continue
+				}
+				if seen.Method != tc.method || seen.URI != tc.target {
+					t.Errorf("app saw %s %q, want %s %q", seen.Method, seen.URI, tc.method, tc.target)
+				}
+				if seen.Body != string(tc.body) {
+					t.Errorf("app saw body %q, want %q", seen.Body, tc.body)
+				}
+			}
+			rec := waitState(t, tc.provider, tc.id)
+			if rec.State != store.StateDelivered || rec.Code != storedString(tc.code) {
+				t.Errorf("record: state %s, code %q; want delivered, %q", rec.State, rec.Code, storedString(tc.code))
+			}
+			if rec.Request.URI != storedString(tc.target) || string(rec.Request.Body) != string(tc.body) {
+				t.Errorf("stored request %q %q, want %q %q", rec.Request.URI, rec.Request.Body, storedString(tc.target), tc.body)
+			}
+		})
+	}
+}
+
+// storedString is s as the store gives it back in a string field of a
+// record (Code, Request.URI, header values).
+//
+// The store keeps string fields byte for byte (its binary encoding; the
+// JSON of format 2 coerced bytes that are not UTF-8 to U+FFFD), so the
+// stored code and URI are what arrived, and a replay sends the same URI.
+func storedString(s string) string { return s }
+
+func TestSmokeCallbackReachesApp(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("captchaai", "", app))
+	status, body := get(t, testBase+"/cb?id=42&code=TOKEN")
+	if status != http.StatusOK || body != "OK" {
+		t.Fatalf("got %d %q, want 200 OK", status, body)
+	}
+	waitFor(t, 5*time.Second, "the app to receive the callback", func() bool { return app.count("captchaai:42") == 1 })
+	waitFor(t, 5*time.Second, "delivered state", func() bool { return getRecord(t, "captchaai", "42").State == store.StateDelivered })
+}
+
+// TestJSONCallbacksReachTheApp: callbacks that do come (anti-captcha's JSON
+// with a numeric taskId, CapSolver's with a string one, 2captcha v2's form)
+// are stored and forwarded byte-identical, and the task is done (no poll).
+func TestJSONCallbacksReachTheApp(t *testing.T) {
+	for _, tc := range []struct{ provider, flavor string }{
+		{"anticaptcha", captchasim.FlavorAntiCaptcha},
+		{"capsolver", captchasim.FlavorCapSolver},
+		{"2captcha", captchasim.Flavor2Captcha},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			sim := newJSONSim(t, captchasim.Config{JSONFlavor: tc.flavor, SolveMin: 100 * time.Millisecond, SolveMax: 200 * time.Millisecond})
+			startJSONCaddy(t, tc.provider, pollBlock("after 30s"), sim, app, "")
+			id := createTask(t, tc.provider)
+			key := tc.provider + ":" + id
+			waitFor(t, 10*time.Second, "the callback", func() bool { return len(deliveriesOf(app, key)) == 1 })
+			d := deliveriesOf(app, key)[0]
+			if d.Header.Get(HeaderSource) != "callback" {
+				t.Errorf("source %q", d.Header.Get(HeaderSource))
+			}
+			rec := getRecord(t, tc.provider, id)
+			if string(rec.Request.Body) != d.Body {
+				t.Errorf("app got %q, the provider sent %q", d.Body, rec.Request.Body)
+			}
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: tc.provider, ID: id})
+			if err != nil || task.State != store.TaskDone {
+				t.Errorf("task %+v, %v; want done", task, err)
+			}
+			if tc.flavor == captchasim.Flavor2Captcha {
+				return // a form callback has no getTaskResult shape: passed through
+			}
+			// Local getTaskResult for a result that came by callback.
+			calls := sim.Stats().GetTaskResultCalls
+			idJSON, _ := json.Marshal(id)
+			if tc.flavor != captchasim.FlavorCapSolver {
+				idJSON = []byte(id)
+			}
+			local := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"`+captchasim.DefaultKey+`","taskId":`+string(idJSON)+`}`)
+			if string(local.body) != string(rec.Answer) || sim.Stats().GetTaskResultCalls != calls {
+				t.Errorf("local getTaskResult %q, want the callback's body %q without asking the provider", local.body, rec.Answer)
+			}
+		})
+	}
+}
+
+// TestAckTimeoutDefaults: with an app that does not answer, the provider's
+// callback is answered 200 at the provider's default ack_timeout: 1s for
+// the anti-captcha family, which closes the connection at 2 s, 2s for the
+// others.
+func TestAckTimeoutDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		provider, body, ctype string
+		want                  time.Duration
+	}{
+		{"anticaptcha", `{"taskId":7100,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", time.Second},
+		{"capmonster", `{"taskId":7101,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", time.Second},
+		{"capsolver", `{"taskId":"ab-7102","errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", 2 * time.Second},
+		{"2captcha", `id=7103&code=T`, "application/x-www-form-urlencoded", 2 * time.Second},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			release := make(chan struct{})
+			app.tune(func() { app.release = release })
+			defer close(release)
+			startJSONCaddy(t, tc.provider, "", &jsonSim{url: "http://127.0.0.1:1"}, app, "")
+			start := time.Now()
+			resp := trkDo(t, http.MethodPost, "/cb/"+tc.provider, tc.ctype, strings.NewReader(tc.body))
+			took := time.Since(start)
+			if resp.status != http.StatusOK || string(resp.body) != "OK" {
+				t.Fatalf("answered %d %q", resp.status, resp.body)
+			}
+			if took < tc.want || took > tc.want+900*time.Millisecond {
+				t.Errorf("answered after %s, want at the default ack_timeout %s", took, tc.want)
+			}
+		})
+	}
+}
+
+// TestInvalidUTF8CodeDuplicate sends a pingback whose code is not valid
+// UTF-8 twice: it is stored byte for byte and the second is a duplicate,
+// not a conflict.
+func TestInvalidUTF8CodeDuplicate(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("2captcha", "", app))
+	m := runningApp(t).metrics.callbacks
+	dup, conflict := testutil.ToFloat64(m.WithLabelValues("2captcha", "duplicate")), testutil.ToFloat64(m.WithLabelValues("2captcha", "conflict"))
+	for range 2 {
+		if s, b := postForm(t, testBase+"/cb", "id=5150&code=%FF%FE%C3%28ok%80"); s != 200 {
+			t.Fatalf("pingback: %d %s", s, b)
+		}
+	}
+	if got := getRecord(t, "2captcha", "5150").Code; got != "\xff\xfe\xc3\x28ok\x80" {
+		t.Errorf("stored code %q, want the bytes sent", got)
+	}
+	if d := testutil.ToFloat64(m.WithLabelValues("2captcha", "duplicate")) - dup; d != 1 {
+		t.Errorf("duplicates grew by %v, want 1", d)
+	}
+	if d := testutil.ToFloat64(m.WithLabelValues("2captcha", "conflict")) - conflict; d != 0 {
+		t.Errorf("conflicts grew by %v, want 0", d)
+	}
+	if n := app.count("2captcha:5150"); n != 1 {
+		t.Errorf("the app got it %d times, want once", n)
 	}
 }

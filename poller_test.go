@@ -23,6 +23,11 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/store"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
+	"go.uber.org/zap"
 )
 
 // The poller tests run a real in-process Caddy (Badger on disk) and the
@@ -1128,5 +1133,244 @@ func TestPollerOneLoopAcrossReloads(t *testing.T) {
 	handle.mu.Unlock()
 	if apps != 1 {
 		t.Errorf("%d configs share the store after the reloads, want 1", apps)
+	}
+}
+
+// TestBackoffProvider checks the provider backoff: at least 5s or the
+// block the answer documents, plus full jitter up to a cap that doubles
+// with consecutive failures (5s, 10s, ... up to 10m).
+func TestBackoffProvider(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name     string
+		failures int // consecutive failures before this one
+		ansWait  time.Duration
+		jitterOf func(n int64) int64
+		wantCap  time.Duration // the jitter bound asked for (exclusive bound n-1)
+		want     time.Duration
+	}{
+		{name: "first failure, no jitter", jitterOf: func(int64) int64 { return 0 },
+			wantCap: 5 * time.Second, want: 5 * time.Second},
+		{name: "first failure, most jitter", jitterOf: func(n int64) int64 { return n - 1 },
+			wantCap: 5 * time.Second, want: 10 * time.Second},
+		{name: "third failure, most jitter", failures: 2, jitterOf: func(n int64) int64 { return n - 1 },
+			wantCap: 20 * time.Second, want: 25 * time.Second},
+		{name: "documented block is the floor", ansWait: 5 * time.Minute, jitterOf: func(int64) int64 { return 0 },
+			wantCap: 5 * time.Second, want: 5 * time.Minute},
+		{name: "cap stops at 10m", failures: 30, jitterOf: func(n int64) int64 { return n - 1 },
+			wantCap: 10 * time.Minute, want: 10*time.Minute + 5*time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked int64
+			a := &App{logger: zap.NewNop(), jitter: func(n int64) int64 { asked = n; return tc.jitterOf(n) }}
+			ps := &providerState{failures: tc.failures}
+			a.backoffProvider("2captcha", ps, now, protocol.Answer{Kind: protocol.Backoff, Code: "x", Wait: tc.ansWait})
+			if got := ps.blockedUntil.Sub(now); got != tc.want {
+				t.Errorf("blocked for %s, want %s", got, tc.want)
+			}
+			if want := int64(tc.wantCap) + 1; asked != want {
+				t.Errorf("jitter drawn in [0, %s), want [0, %s)", time.Duration(asked), time.Duration(want))
+			}
+			if ps.failures != tc.failures+1 {
+				t.Errorf("failures = %d, want %d", ps.failures, tc.failures+1)
+			}
+		})
+	}
+}
+
+// The validated minimums move only with the drill's internal environment,
+// never with a config value.
+func TestDrillTimerScale(t *testing.T) {
+	for _, tc := range []struct {
+		env      string
+		interval time.Duration
+		ok       bool
+	}{
+		{"", 500 * time.Millisecond, false},
+		{"", 5 * time.Second, true},
+		{"0.1", 500 * time.Millisecond, true},
+		{"0.1", 400 * time.Millisecond, false},
+		{"1", 500 * time.Millisecond, false},   // not a scale down
+		{"7", 500 * time.Millisecond, false},   // out of range: ignored
+		{"abc", 500 * time.Millisecond, false}, // ignored
+		{"0.0001", 40 * time.Millisecond, false},
+		{"0.0001", 50 * time.Millisecond, true}, // floors
+	} {
+		t.Run(tc.env+"/"+tc.interval.String(), func(t *testing.T) {
+			t.Setenv(drillScaleEnv, tc.env)
+			p := &PollConfig{Interval: caddy.Duration(tc.interval), GiveUp: caddy.Duration(DefaultGiveUp), Batch: 1, Rate: 1}
+			if err := p.validate(); (err == nil) != tc.ok {
+				t.Fatalf("validate: %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+	t.Setenv(drillScaleEnv, "0.1")
+	if got := providerBackoffFloor(); got != time.Second {
+		t.Errorf("provider back-off floor %s with scale 0.1, want 1s (its own floor)", got)
+	}
+	if got := pollTick(); got != 100*time.Millisecond {
+		t.Errorf("poll tick %s, want 100ms", got)
+	}
+	if got := (&latencies{}).after(); got != 12*time.Second {
+		t.Errorf("auto after %s before samples, want 12s", got)
+	}
+	t.Setenv(drillScaleEnv, "")
+	if providerBackoffFloor() != 5*time.Second || pollTick() != time.Second || (&latencies{}).after() != autoAfterMax {
+		t.Error("timers changed without the drill's environment")
+	}
+}
+
+// TestPolledDeliveriesAreExact: a polled result reaches the app as the
+// provider's own pingback would, with everything the provider's answer
+// held: for a GET provider (captchaai) the pingback URL's own query kept
+// byte for byte (today's main sorted and re-encoded it) with id, code and
+// Turnstile's useragent appended; for a POST provider the form with
+// useragent after id and code (today's main dropped it).
+func TestPolledDeliveriesAreExact(t *testing.T) {
+	tests := []struct {
+		provider, query, id string
+		wantURI             func(id string) string
+		wantBody            func(id string) string
+	}{
+		{"captchaai", "z=1&a=%7e&token=S%2Fe+c", "71000000201",
+			func(id string) string {
+				return "/cb?z=1&a=%7e&token=S%2Fe+c&id=" + id + "&code=0.4uMMZZdSfsVM8...610cd090&useragent=" +
+					url.QueryEscape("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36")
+			},
+			func(string) string { return "" }},
+		{"2captcha", "t=B%2b", "71000000202",
+			func(string) string { return "/cb?t=B%2b" },
+			func(id string) string {
+				return "id=" + id + "&code=0.4uMMZZdSfsVM8...610cd090&useragent=" +
+					url.QueryEscape("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36")
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			prov := newTrkProvider(t)
+			prov.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(exactTurnstile)})
+			startExact(t, tc.provider, prov.URL, pollBlock("after 1s"), app)
+			reg := adminRegistration(t, map[string]string{"provider": tc.provider, "id": tc.id, "method": "turnstile",
+				"pingback_url": testBase + "/cb?" + tc.query})
+			if status, body := adminCall(t, http.MethodPost, reg); status != http.StatusCreated {
+				t.Fatalf("registering: %d %s", status, body)
+			}
+			key := tc.provider + ":" + tc.id
+			defer func() {
+				if t.Failed() {
+					t.Logf("record: %+v", getRecord(t, tc.provider, tc.id))
+				}
+			}()
+			waitFor(t, 10*time.Second, "the polled delivery", func() bool { return app.count(key) > 0 })
+			var got seenRequest
+			for _, r := range app.requests() {
+				if r.Header.Get(HeaderIdempotencyKey) == key {
+					got = r
+				}
+			}
+			if got.URI != tc.wantURI(tc.id) || got.Body != tc.wantBody(tc.id) || got.Header.Get(HeaderSource) != "poll" {
+				t.Errorf("app got %s %s body %q (source %s)\nwant URI %s body %q",
+					got.Method, got.URI, got.Body, got.Header.Get(HeaderSource), tc.wantURI(tc.id), tc.wantBody(tc.id))
+			}
+			if rec := getRecord(t, tc.provider, tc.id); string(rec.Answer) != exactTurnstile {
+				t.Errorf("stored answer %q, want the provider's whole answer", rec.Answer)
+			}
+			// The app asks res.php itself: answered locally, exactly.
+			local := trkDo(t, http.MethodGet, "/res.php?key="+trkKey+"&action=get&json=1&id="+tc.id, "", nil)
+			if string(local.body) != exactTurnstile {
+				t.Errorf("local answer %q, want %q", local.body, exactTurnstile)
+			}
+		})
+	}
+}
+
+// TestJSONProvidersRecoverLostCallbacks: for each JSON-API provider, an
+// app that submits with createTask through pingback_track (without a
+// callbackUrl, like the official clients) gets the plugin's callbackUrl
+// added; with every callback dropped, the plugin polls getTaskResult and
+// delivers the result once to the callback route in the provider's own
+// callback format (anti-captcha and CapMonster: JSON with a numeric taskId;
+// CapSolver: a string taskId; 2captcha API v2: the form id/code), marked
+// X-Pingback-Source: poll; the app's later getTaskResult is answered
+// locally, exactly as the provider answered.
+func TestJSONProvidersRecoverLostCallbacks(t *testing.T) {
+	for _, tc := range []struct {
+		provider, flavor string
+		form, stringID   bool
+	}{
+		{"anticaptcha", captchasim.FlavorAntiCaptcha, false, false},
+		{"capmonster", captchasim.FlavorAntiCaptcha, false, false},
+		{"capsolver", captchasim.FlavorCapSolver, false, true},
+		{"2captcha", captchasim.Flavor2Captcha, true, false},
+		{"rucaptcha", captchasim.Flavor2Captcha, true, false},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			app := newAppStub(t)
+			sim := newJSONSim(t, captchasim.Config{JSONFlavor: tc.flavor, DropRate: 1, SolveMin: 200 * time.Millisecond, SolveMax: 500 * time.Millisecond, Seed: 7})
+			startJSONCaddy(t, tc.provider, pollBlock("after 1s", "interval 5s"), sim, app, "")
+			id := createTask(t, tc.provider)
+			info, ok := sim.Task(id)
+			if pb, tok, _ := untokened(info.Pingback); !ok || pb != testBase+"/cb/"+tc.provider || tok == "" {
+				t.Fatalf("simulator's task %+v: want the callbackUrl the plugin added", info)
+			}
+			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: tc.provider, ID: id})
+			if err != nil || task.API != "json" || task.Method != "RecaptchaV2TaskProxyless" {
+				t.Fatalf("tracked task %+v, %v", task, err)
+			}
+			key := tc.provider + ":" + id
+			waitFor(t, 15*time.Second, "the polled delivery", func() bool {
+				rec, err := runningApp(t).store(time.Second).Get(t.Context(), store.Key{Provider: tc.provider, ID: id})
+				return err == nil && rec.State == store.StateDelivered
+			})
+			got := deliveriesOf(app, key)
+			if len(got) != 1 {
+				t.Fatalf("app got %d deliveries, want 1", len(got))
+			}
+			d := got[0]
+			if d.Method != http.MethodPost || d.URI != "/cb/"+tc.provider || d.Header.Get(HeaderSource) != "poll" {
+				t.Errorf("delivered as %s %s (source %s)", d.Method, d.URI, d.Header.Get(HeaderSource))
+			}
+			if tc.form {
+				form, _ := url.ParseQuery(d.Body)
+				if d.Header.Get("Content-Type") != "application/x-www-form-urlencoded" || form.Get("id") != id || form.Get("code") != info.Code {
+					t.Errorf("form delivery %s %q, want id %s code %.20s", d.Header.Get("Content-Type"), d.Body, id, info.Code)
+				}
+			} else {
+				var cb map[string]json.RawMessage
+				if d.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(d.Body), &cb) != nil {
+					t.Fatalf("JSON delivery %s %q", d.Header.Get("Content-Type"), d.Body)
+				}
+				wantID := id
+				if tc.stringID {
+					wantID = `"` + id + `"`
+				}
+				var sol struct{ GRecaptchaResponse string }
+				_ = json.Unmarshal(cb["solution"], &sol)
+				if string(cb["taskId"]) != wantID || string(cb["status"]) != `"ready"` || sol.GRecaptchaResponse != info.Code {
+					t.Errorf("JSON delivery %s, want taskId %s and the token", d.Body, wantID)
+				}
+			}
+			// The app polls by itself now: answered locally.
+			calls := sim.Stats().GetTaskResultCalls
+			idJSON := id
+			if tc.stringID {
+				idJSON = `"` + id + `"`
+			}
+			local := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"`+captchasim.DefaultKey+`","taskId":`+idJSON+`}`)
+			rec := getRecord(t, tc.provider, id)
+			if local.status != http.StatusOK || string(local.body) != string(rec.Answer) || local.header.Get("Content-Type") != "application/json" {
+				t.Errorf("local getTaskResult %d %s %q, want the kept answer %q", local.status, local.header.Get("Content-Type"), local.body, rec.Answer)
+			}
+			if n := sim.Stats().GetTaskResultCalls; n != calls {
+				t.Errorf("the local answer reached the provider (%d calls, was %d)", n, calls)
+			}
+			// A wrong key passes through: the provider judges it.
+			wrong := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"wrong","taskId":`+idJSON+`}`)
+			if !strings.Contains(string(wrong.body), "ERROR_KEY_DOES_NOT_EXIST") {
+				t.Errorf("wrong key answered %q", wrong.body)
+			}
+		})
 	}
 }

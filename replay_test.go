@@ -2,19 +2,16 @@ package pingback
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
-	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // fastReplay is a global pingback block whose replay loop retries within
@@ -318,104 +315,28 @@ func TestReplayConcurrency(t *testing.T) {
 	}
 }
 
-// TestBackoff checks the retry delays: the first retry waits min, each
-// later one doubles the cap, and with any jitter the delay stays within
-// [min, max].
-func TestBackoff(t *testing.T) {
-	top := func(n int64) int64 { return n - 1 } // the largest draw
-	bottom := func(n int64) int64 { return 0 }  // the smallest draw
-	tests := []struct {
-		name     string
-		min, max time.Duration
-		jitter   func(int64) int64
-		attempt  int
-		want     time.Duration
-	}{
-		{"attempt 1 is min", time.Second, time.Minute, top, 1, time.Second},
-		{"attempt 2 caps at 2·min", time.Second, time.Minute, top, 2, 2 * time.Second},
-		{"attempt 3 caps at 4·min", time.Second, time.Minute, top, 3, 4 * time.Second},
-		{"attempt 6 caps at 32·min", time.Second, time.Minute, top, 6, 32 * time.Second},
-		{"attempt 7 caps at max", time.Second, time.Minute, top, 7, time.Minute},
-		{"attempt 1000 caps at max", time.Second, time.Minute, top, 1000, time.Minute},
-		{"smallest draw is min", time.Second, time.Minute, bottom, 5, time.Second},
-		{"middle draw", time.Second, time.Minute, func(n int64) int64 { return n / 2 }, 3, 2500 * time.Millisecond},
-		{"min equals max", 5 * time.Second, 5 * time.Second, top, 10, 5 * time.Second},
-		{"defaults, attempt 19", DefaultBackoffMin, DefaultBackoffMax, top, 19, DefaultBackoffMax},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(tc.min), BackoffMax: caddy.Duration(tc.max)}}
-			a.jitter = func(n int64) int64 {
-				if n <= 0 {
-					t.Fatalf("jitter asked for a draw in [0, %d)", n)
-				}
-				return tc.jitter(n)
-			}
-			if got := a.backoff(tc.attempt); got != tc.want {
-				t.Errorf("backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
-			}
-		})
-	}
+// TestReplayWaitingForSlotCountsNoAttempt: replays that wait for a free
+// forward slot are claimed only when one is free, so every counted attempt
+// is a request the app received.
+func TestReplayWaitingForSlotCountsNoAttempt(t *testing.T) {
+	app := newAppStub(t)
+	app.tune(func() { app.delay = 150 * time.Millisecond })
+	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 1\n\tforward_timeout 1s\n}", pingbackSite("captchaai", "", app))
 
-	t.Run("random draws stay within min and max", func(t *testing.T) {
-		lo, hi := 20*time.Millisecond, 3*time.Second
-		a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(lo), BackoffMax: caddy.Duration(hi)}, jitter: rand.Int64N}
-		for attempt := 1; attempt <= 100; attempt++ {
-			for range 20 {
-				if d := a.backoff(attempt); d < lo || d > hi {
-					t.Fatalf("backoff(%d) = %s, outside [%s, %s]", attempt, d, lo, hi)
-				}
-			}
+	const n = 8
+	for i := range n {
+		insertRecord(t, storedCallback(t, fmt.Sprint(33000+i), store.StateFailed, 1, time.Now().Add(-time.Second)))
+	}
+	runningApp(t).handle.wake()
+	for i := range n {
+		id := fmt.Sprint(33000 + i)
+		rec := waitForStateWithin(t, 10*time.Second, "captchaai", id, store.StateDelivered)
+		if got := app.count("captchaai:" + id); rec.Attempts != 1+got || rec.Failures != 1 {
+			t.Errorf("%s: %d attempts counted (1 before the test), %d failures, the app received %d; want every attempt a request",
+				id, rec.Attempts, rec.Failures, got)
 		}
-	})
-}
-
-// TestClassify checks how the next handler's status and error decide a
-// forward's outcome.
-func TestClassify(t *testing.T) {
-	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
-	tests := []struct {
-		name       string
-		status     int
-		err        error
-		class      outcomeClass
-		wantStatus int
-	}{
-		{"200", 200, nil, delivered, 200},
-		{"nothing written", 0, nil, delivered, 200},
-		{"204", 204, nil, delivered, 204},
-		{"302", 302, nil, delivered, 302},
-		{"304", 304, nil, delivered, 304},
-		{"500", 500, nil, retryable, 500},
-		{"502", 502, nil, retryable, 502},
-		{"503", 503, nil, retryable, 503},
-		{"408", 408, nil, retryable, 408},
-		{"429", 429, nil, retryable, 429},
-		{"400", 400, nil, rejected, 400},
-		{"401", 401, nil, rejected, 401},
-		{"404", 404, nil, rejected, 404},
-		{"409", 409, nil, rejected, 409},
-		{"422", 422, nil, rejected, 422},
-		{"handler error 502 (refused)", 0, caddyhttp.Error(502, refused), retryable, 502},
-		{"handler error 504 (timeout)", 0, caddyhttp.Error(504, context.DeadlineExceeded), retryable, 504},
-		{"handler error 499 (canceled)", 0, caddyhttp.Error(499, context.Canceled), retryable, 499},
-		{"wrapped handler error 504", 0, fmt.Errorf("proxying: %w", caddyhttp.Error(504, refused)), retryable, 504},
-		{"handler error without status", 0, caddyhttp.HandlerError{Err: refused}, retryable, 502},
-		{"plain error", 0, refused, retryable, 502},
-		{"plain error after a 200 was recorded", 200, refused, retryable, 502},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			out := classify(tc.status, tc.err)
-			if out.class != tc.class || out.status != tc.wantStatus {
-				t.Errorf("classify(%d, %v) = %s %d, want %s %d", tc.status, tc.err, out.class, out.status, tc.class, tc.wantStatus)
-			}
-			if (out.err != nil) != (tc.err != nil) {
-				t.Errorf("classify(%d, %v) kept error %v", tc.status, tc.err, out.err)
-			}
-			if tc.class != delivered && out.errorText() == "" {
-				t.Errorf("a %s outcome needs an error text", out.class)
-			}
-		})
+	if peak := app.peakInflight(); peak != 1 {
+		t.Errorf("peak replays in flight %d, want 1", peak)
 	}
 }

@@ -16,11 +16,135 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
-	"github.com/caddy-pingback/pingback/internal/store"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
+
+// Answers from https://2captcha.com/2captcha-api: Turnstile in
+// challenge-page mode (a useragent beside the token) and Amazon WAF (an
+// object request).
+const (
+	exactTurnstile = `{"status":1,"request":"0.4uMMZZdSfsVM8...610cd090","useragent":"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36"}`
+	exactAmazonWAF = `{"status":1,"request":{"captcha_voucher":"eyJ0eXAiOiJKV1Qi...","existing_token":"f8ab5749-f916-..."}}`
+)
+
+// exactCaddyfile is a config with a Caddy log file, a provider block for
+// provider (endpoint the test's provider, the test key) plus extra global
+// lines, a pingback route /cb for provider and pingback_track for
+// everything else.
+func exactCaddyfile(dir, logFile, provider, endpoint, extra string, app *appStub) string {
+	return fmt.Sprintf(`{
+	admin %s
+	http_port %s
+	https_port 9443
+	grace_period 1ns
+	auto_https off
+	skip_install_trust
+	persist_config off
+	log {
+		output file %s
+		format json
+		level INFO
+	}
+	pingback {
+		storage_dir %s
+		provider %s {
+			endpoint %s
+			api_key %s
+		}
+		%s
+	}
+}
+http://localhost:%[2]s {
+	handle /cb {
+		pingback {
+			provider %[5]s
+		}
+		reverse_proxy %[9]s
+	}
+	handle {
+		pingback_track {
+			provider %[5]s
+		}
+		reverse_proxy %[6]s
+	}
+}
+`, testAdmin, testHTTPPort, logFile, dir, provider, endpoint, trkKey, extra, app.hostPort())
+}
+
+func startExact(t *testing.T, provider, endpoint, extra string, app *appStub) (logFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	logFile = filepath.Join(t.TempDir(), "caddy.log")
+	loadCaddyfile(t, exactCaddyfile(dir, logFile, provider, endpoint, extra, app))
+	t.Cleanup(func() {
+		unloadCaddy(t)
+		if t.Failed() {
+			logTail(t, logFile, 40)
+		}
+	})
+	return logFile
+}
+
+// TestConfigErrorsAtStart: mistakes that today's main accepted and only
+// met at the first poll (or never) fail when the config loads: an api_key
+// placeholder that resolves empty (but `caddy validate` still passes, for a
+// machine without the secret), a give_up that leaves no time for a first
+// poll (with after auto, 120 s until delays are observed), globally or per
+// provider.
+func TestConfigErrorsAtStart(t *testing.T) {
+	const unset = "PINGBACK_TEST_SURELY_UNSET_KEY"
+	os.Unsetenv(unset)
+	tests := []struct {
+		name, global string
+		validateOK   bool
+		want         []string
+	}{
+		{"empty api_key", "provider captchaai {\n\t\t\tapi_key {env." + unset + "}\n\t\t}", true,
+			[]string{"provider captchaai", "{env." + unset + "}", "empty"}},
+		{"give_up under auto after", "poll {\n\t\t\tgive_up 90s\n\t\t}", false,
+			[]string{"give_up (1m30s)", "first poll", "after auto: 2m0s"}},
+		{"give_up equal to after", "poll {\n\t\t\tafter 30s\n\t\t\tgive_up 30s\n\t\t}", false,
+			[]string{"give_up (30s)", "after 30s"}},
+		{"provider give_up under auto after", "provider anticaptcha {\n\t\t\tapi_key k\n\t\t\tgive_up 1m\n\t\t}", false,
+			[]string{"provider anticaptcha", "give_up (1m0s)", "first poll"}},
+		{"endpoint for a provider without that API", "provider capsolver {\n\t\t\tendpoint https://x.example\n\t\t}", false,
+			[]string{"provider capsolver", "endpoint", "no legacy"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cf := caddyfileFor("storage_dir "+dir+"\n\t\t"+tc.global, "")
+			cfgJSON, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
+			if err != nil {
+				t.Fatalf("adapting: %v", err)
+			}
+			var cfg caddy.Config
+			if err := caddy.StrictUnmarshalJSON(cfgJSON, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			verr := caddy.Validate(&cfg)
+			if tc.validateOK != (verr == nil) {
+				t.Errorf("caddy validate: %v; want ok %v", verr, tc.validateOK)
+			}
+			err = caddy.Load(cfgJSON, true)
+			t.Cleanup(func() { unloadCaddy(t) })
+			if err == nil {
+				t.Fatal("config loaded, want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
 
 // reloadCaddyfile is the config of TestReloadUnderTraffic: the test globals
 // plus a log file and a grace period, and a pingback route whose
@@ -376,5 +500,76 @@ func TestStorageDirLockedByAnotherProcess(t *testing.T) {
 	waitFor(t, 5*time.Second, "the child's app to receive the callback", func() bool { return childApp.count("captchaai:4") == 1 })
 	if n := len(app.requests()); n != 0 {
 		t.Errorf("the failed config's app received %d requests", n)
+	}
+}
+
+// TestStartupLine checks the start-up line: store and location, polled
+// providers, and the replay and poll settings in force.
+func TestStartupLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  StoreModule
+		kind string
+	}{
+		{"badger", &BadgerStore{}, "badger"},
+		{"postgres", &PostgresStore{}, "postgres"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zapcore.InfoLevel)
+			a := &App{
+				Providers: map[string]*ProviderConfig{"2captcha": {key: "k"}, "capsolver": {}, "anticaptcha": {key: "k2"}},
+				Replay: &ReplayConfig{BackoffMin: caddy.Duration(time.Second), BackoffMax: caddy.Duration(30 * time.Second),
+					MaxAttempts: 20, Concurrency: 4, ForwardTimeout: caddy.Duration(10 * time.Second)},
+				Poll:     &PollConfig{After: caddy.Duration(20 * time.Second), Interval: caddy.Duration(5 * time.Second), GiveUp: caddy.Duration(10 * time.Minute), Batch: 100, Rate: 10},
+				storeMod: tc.mod, name: "/data/pingback",
+				logger: zap.New(core),
+			}
+			a.logPlan()
+			got := logs.FilterMessage("pingback plugin started").All()
+			if len(got) != 1 {
+				t.Fatalf("start-up lines: %v", logs.All())
+			}
+			f := got[0].ContextMap()
+			want := map[string]any{
+				"store": tc.kind, "location": "/data/pingback", "replay_backoff": "1s to 30s",
+				"replay_max_attempts": int64(20), "replay_concurrency": int64(4), "forward_timeout": 10 * time.Second,
+				"poll": "after 20s", "poll_interval": 5 * time.Second, "poll_give_up": 10 * time.Minute,
+			}
+			for k, v := range want {
+				if f[k] != v {
+					t.Errorf("%s = %#v, want %#v", k, f[k], v)
+				}
+			}
+			if p, ok := f["providers_polled"].([]any); !ok || len(p) != 2 || p[0] != "2captcha" || p[1] != "anticaptcha" {
+				t.Errorf("providers_polled = %#v, want [2captcha anticaptcha]", f["providers_polled"])
+			}
+		})
+	}
+}
+
+// TestStartRefusesSharedStorageDir checks that Caddy does not start the
+// plugin on a storage_dir that holds a file that is not the store's: the
+// config load fails with an error naming the file, and the file and the
+// directory's mode stay as they were.
+func TestStartRefusesSharedStorageDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "app.sqlite"), []byte("the app's data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	app := newAppStub(t)
+	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfileFor("storage_dir "+dir, pingbackSite("2captcha", "", app))), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = caddy.Load(cfg, true)
+	t.Cleanup(func() { unloadCaddy(t) })
+	if err == nil || !strings.Contains(err.Error(), `"app.sqlite"`) || !strings.Contains(err.Error(), "not one of the store's files") {
+		t.Fatalf("load with a shared storage_dir: %v; want an error naming app.sqlite", err)
+	}
+	if info, _ := os.Stat(dir); info.Mode().Perm() != 0o755 {
+		t.Errorf("the refused directory's mode changed to %o", info.Mode().Perm())
 	}
 }

@@ -2,6 +2,7 @@ package pingback
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/store"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // fuzzMaxBody is the max_body the fuzzer runs with: small, so that the
@@ -369,4 +376,207 @@ func mustProvider(name string) provider {
 		panic(err)
 	}
 	return p
+}
+
+// FuzzReadJSONCallback: a JSON callback to a JSON-API provider is never
+// refused (4xx) when one of its id keys (taskId, id, task_id) holds a valid
+// task id and it carries a result (errorId absent or 0, and a non-null
+// solution or a non-empty string code); an errorId callback is either a
+// result (a task-final error) or a *protocol.NotResultError, never a
+// stored account error; what is accepted keeps the body byte for byte.
+func FuzzReadJSONCallback(f *testing.F) {
+	for _, s := range []string{
+		`{"taskId":5,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`,
+		`{"taskId":null,"id":5,"code":"T"}`,
+		`{"taskId":"x","task_id":"5","solution":{"a":1}}`,
+		`{"taskId":{},"id":[],"task_id":7,"solution":"s"}`,
+		`{"taskId":5,"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE"}`,
+		`{"taskId":5,"errorId":1,"errorCode":"ERROR_KEY_DOES_NOT_EXIST"}`,
+		`{"taskId":5,"errorId":"1"}`,
+		`{"id":"5","code":""}`,
+	} {
+		f.Add("application/json", []byte(s))
+		f.Add("text/plain", []byte(s))
+	}
+	p := mustProvider("anticaptcha")
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		r := &http.Request{
+			Method: http.MethodPost, URL: &url.URL{Path: "/cb"}, Header: http.Header{},
+			Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Host: "example.com",
+		}
+		if contentType != "" {
+			r.Header.Set("Content-Type", contentType)
+		}
+		cb, err := readCallback(httptest.NewRecorder(), r, p, fuzzMaxBody)
+		var nr *protocol.NotResultError
+		var bad *badRequest
+		switch {
+		case errors.As(err, &nr):
+			if !p.ValidID(nr.ID) || nr.Answer.Kind == protocol.TaskError || nr.Answer.Kind == protocol.Result {
+				t.Fatalf("not-a-result %+v from %q", nr, body)
+			}
+			return
+		case errors.As(err, &bad):
+			if len(body) > fuzzMaxBody {
+				return
+			}
+			var v map[string]json.RawMessage
+			if !looksLikeJSONObject(body) || json.Unmarshal(body, &v) != nil {
+				return
+			}
+			if e, ok := v["errorId"]; ok && string(e) != "0" {
+				return
+			}
+			valid := false
+			for _, k := range []string{"taskId", "id", "task_id"} {
+				var s string
+				var n json.Number
+				switch {
+				case json.Unmarshal(v[k], &s) == nil:
+					valid = valid || p.ValidID(s)
+				case json.Unmarshal(v[k], &n) == nil:
+					valid = valid || p.ValidID(n.String())
+				}
+			}
+			var code string
+			hasResult := (v["solution"] != nil && string(v["solution"]) != "null") ||
+				(json.Unmarshal(v["code"], &code) == nil && code != "")
+			if valid && hasResult {
+				t.Fatalf("refused %d %q, though it carries a valid id and a result: %q", bad.status, bad.reason, body)
+			}
+			return
+		case err != nil:
+			t.Fatalf("error %v (%T)", err, err)
+		}
+		if !p.ValidID(cb.id) || cb.code == "" || !bytes.Equal(cb.body, body) {
+			t.Fatalf("accepted id %q code %q from %q", cb.id, cb.code, body)
+		}
+	})
+}
+
+// TestParseURLEncoded: the rules of parseURLEncoded, one case each. The
+// "PHP/Node" notes say what PHP 8.2's parse_str and Node 20's
+// URLSearchParams give for the same input where they differ from us.
+func TestParseURLEncoded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   string
+		want url.Values
+	}{
+		{"empty", "", url.Values{}},
+		{"two fields", "id=123&code=TOKEN", url.Values{"id": {"123"}, "code": {"TOKEN"}}},
+		{"semicolon in a value", "id=1&code=x=1,y=2;x=3,y=4", url.Values{"id": {"1"}, "code": {"x=1,y=2;x=3,y=4"}}},
+		{"semicolon does not split", "a=1;b=2", url.Values{"a": {"1;b=2"}}},
+		{"semicolon alone", ";", url.Values{";": {""}}},
+		{"semicolon in a name", "a;b=1", url.Values{"a;b": {"1"}}},
+		{"plus is a space", "a=b+c&d+e=f", url.Values{"a": {"b c"}, "d e": {"f"}}},
+		{"%2B is a plus", "a=%2B%2b", url.Values{"a": {"++"}}},
+		{"%3B is a semicolon", "a=%3B%3b", url.Values{"a": {";;"}}},
+		{"%20 is a space", "a=b%20c", url.Values{"a": {"b c"}}},
+		{"escaped & and = are data", "a=%26b%3Dc", url.Values{"a": {"&b=c"}}},
+		{"value holds more =", "a==b=c", url.Values{"a": {"=b=c"}}},
+		{"malformed %zz kept", "a=%zz", url.Values{"a": {"%zz"}}},
+		{"trailing % kept", "a=%", url.Values{"a": {"%"}}},
+		{"% and one digit kept", "a=%4", url.Values{"a": {"%4"}}},
+		{"% and one hex digit then a non-hex", "a=%4g", url.Values{"a": {"%4g"}}},
+		{"%% then an escape", "a=%%41", url.Values{"a": {"%A"}}},
+		{"malformed escape in a name", "%zz=1", url.Values{"%zz": {"1"}}},
+		{"escape split by &", "a=%4&1=x", url.Values{"a": {"%4"}, "1": {"x"}}},
+		{"%00 is a NUL byte", "a=%00b", url.Values{"a": {"\x00b"}}},
+		// PHP: bytes as they are. Node: U+FFFD for each invalid byte.
+		{"raw bytes ≥ 0x80 kept", "a=\xff\xfe\x80&\x81=\xc3\xa9", url.Values{"a": {"\xff\xfe\x80"}, "\x81": {"é"}}},
+		{"escaped invalid UTF-8 kept", "a=%FF%fe%80", url.Values{"a": {"\xff\xfe\x80"}}},
+		{"escaped UTF-8", "a=%C3%A9", url.Values{"a": {"é"}}},
+		{"control bytes kept", "a=\x00\r\n\t", url.Values{"a": {"\x00\r\n\t"}}},
+		{"name without =", "flag&a=1", url.Values{"flag": {""}, "a": {"1"}}},
+		{"name with empty value", "a=", url.Values{"a": {""}}},
+		// PHP drops an empty name; Node and WHATWG keep it.
+		{"empty name", "=x", url.Values{"": {"x"}}},
+		{"only =", "=", url.Values{"": {""}}},
+		{"empty pairs skipped", "&&a=1&&&b=2&", url.Values{"a": {"1"}, "b": {"2"}}},
+		{"only &", "&&&", url.Values{}},
+		// PHP keeps the last; Node and WHATWG keep all, in order.
+		{"repeated name keeps all values in order", "a=1&b=x&a=2&a=", url.Values{"a": {"1", "2", ""}, "b": {"x"}}},
+		{"names are not rewritten", "a.b=1&c[]=2&d e=3", url.Values{"a.b": {"1"}, "c[]": {"2"}, "d e": {"3"}}},
+		{"question mark and hash are data", "a=?b#c", url.Values{"a": {"?b#c"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := parseURLEncoded(tc.in); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("parseURLEncoded(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseURLEncodedAgreesWithParseQuery: where url.ParseQuery accepts an
+// input, both read it the same way.
+func TestParseURLEncodedAgreesWithParseQuery(t *testing.T) {
+	for _, in := range []string{
+		"", "a=1", "id=123&code=03AGdBq24PBC%2Bx_y", "a=b+c%20d", "a&b=&=c", "a=1&a=2&&b=%C3%A9",
+		"x=%FF", "k=%2B%3D%26", "a==b",
+	} {
+		want, err := url.ParseQuery(in)
+		if err != nil {
+			t.Fatalf("url.ParseQuery(%q): %v", in, err)
+		}
+		if got := parseURLEncoded(in); !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: parseURLEncoded %q, url.ParseQuery %q", in, got, want)
+		}
+	}
+}
+
+// TestJSONCallbackIDKeysAndErrors: a JSON callback whose taskId is null
+// but whose id is valid is a result (200, stored, forwarded), not a 400;
+// an errorId callback whose error is not the task's outcome (an account
+// error such as ERROR_KEY_DOES_NOT_EXIST) is answered 200 and neither
+// stored nor forwarded, so the tracked task stays pending and the poller
+// delivers its real result, once; a task-final error is a result.
+func TestJSONCallbackIDKeysAndErrors(t *testing.T) {
+	const provider = "anticaptcha"
+	app := newAppStub(t)
+	sim := newJSONSim(t, captchasim.Config{JSONFlavor: captchasim.FlavorAntiCaptcha, DropRate: 1,
+		SolveMin: 100 * time.Millisecond, SolveMax: 200 * time.Millisecond, Seed: 3})
+	startJSONCaddy(t, provider, pollBlock("after 1s", "interval 5s"), sim, app, "")
+	post := func(body string) trkResponse {
+		return trkDo(t, http.MethodPost, "/cb/"+provider, "application/json", strings.NewReader(body))
+	}
+
+	// A null taskId beside a valid id.
+	if r := post(`{"taskId":null,"id":4242,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T1"}}`); r.status != http.StatusOK {
+		t.Fatalf("null taskId with a valid id answered %d %q, want 200", r.status, r.body)
+	}
+	if rec := getRecord(t, provider, "4242"); rec.Code != `{"gRecaptchaResponse":"T1"}` {
+		t.Errorf("stored code %q", rec.Code)
+	}
+	waitFor(t, 10*time.Second, "the forward", func() bool { return len(deliveriesOf(app, provider+":4242")) == 1 })
+
+	// A task-final error is the task's result.
+	if r := post(`{"taskId":4343,"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE"}`); r.status != http.StatusOK {
+		t.Fatalf("task-final error callback answered %d %q", r.status, r.body)
+	}
+	if rec := getRecord(t, provider, "4343"); rec.Code != "ERROR_CAPTCHA_UNSOLVABLE" {
+		t.Errorf("task-final error stored as %q", rec.Code)
+	}
+
+	// An account error for a tracked task: 200, nothing stored or
+	// forwarded; the poller still gets the real result.
+	id := createTask(t, provider)
+	key := provider + ":" + id
+	r := post(`{"taskId":` + id + `,"errorId":1,"errorCode":"ERROR_KEY_DOES_NOT_EXIST","errorDescription":"Account authorization key not found in the system"}`)
+	if r.status != http.StatusOK {
+		t.Fatalf("account error callback answered %d %q, want 200", r.status, r.body)
+	}
+	s := runningApp(t).store(time.Second)
+	if rec, err := s.Get(t.Context(), store.Key{Provider: provider, ID: id}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("account error callback stored %+v, %v; want nothing", rec, err)
+	}
+	info, _ := sim.Task(id)
+	waitFor(t, 15*time.Second, "the polled result", func() bool {
+		rec, err := s.Get(t.Context(), store.Key{Provider: provider, ID: id})
+		return err == nil && rec.State == store.StateDelivered
+	})
+	got := deliveriesOf(app, key)
+	if len(got) != 1 || got[0].Header.Get(HeaderSource) != "poll" || !strings.Contains(got[0].Body, info.Code) {
+		t.Fatalf("app got %d deliveries (%+v), want the polled result once", len(got), got)
+	}
 }

@@ -1,17 +1,23 @@
 package pingback
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/protocol"
+
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -130,140 +136,6 @@ func deliveriesOf(app *appStub, key string) []seenRequest {
 		}
 	}
 	return out
-}
-
-// TestJSONProvidersRecoverLostCallbacks: for each JSON-API provider, an
-// app that submits with createTask through pingback_track (without a
-// callbackUrl, like the official clients) gets the plugin's callbackUrl
-// added; with every callback dropped, the plugin polls getTaskResult and
-// delivers the result once to the callback route in the provider's own
-// callback format (anti-captcha and CapMonster: JSON with a numeric taskId;
-// CapSolver: a string taskId; 2captcha API v2: the form id/code), marked
-// X-Pingback-Source: poll; the app's later getTaskResult is answered
-// locally, exactly as the provider answered.
-func TestJSONProvidersRecoverLostCallbacks(t *testing.T) {
-	for _, tc := range []struct {
-		provider, flavor string
-		form, stringID   bool
-	}{
-		{"anticaptcha", captchasim.FlavorAntiCaptcha, false, false},
-		{"capmonster", captchasim.FlavorAntiCaptcha, false, false},
-		{"capsolver", captchasim.FlavorCapSolver, false, true},
-		{"2captcha", captchasim.Flavor2Captcha, true, false},
-		{"rucaptcha", captchasim.Flavor2Captcha, true, false},
-	} {
-		t.Run(tc.provider, func(t *testing.T) {
-			app := newAppStub(t)
-			sim := newJSONSim(t, captchasim.Config{JSONFlavor: tc.flavor, DropRate: 1, SolveMin: 200 * time.Millisecond, SolveMax: 500 * time.Millisecond, Seed: 7})
-			startJSONCaddy(t, tc.provider, pollBlock("after 1s", "interval 5s"), sim, app, "")
-			id := createTask(t, tc.provider)
-			info, ok := sim.Task(id)
-			if pb, tok, _ := untokened(info.Pingback); !ok || pb != testBase+"/cb/"+tc.provider || tok == "" {
-				t.Fatalf("simulator's task %+v: want the callbackUrl the plugin added", info)
-			}
-			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: tc.provider, ID: id})
-			if err != nil || task.API != "json" || task.Method != "RecaptchaV2TaskProxyless" {
-				t.Fatalf("tracked task %+v, %v", task, err)
-			}
-			key := tc.provider + ":" + id
-			waitFor(t, 15*time.Second, "the polled delivery", func() bool {
-				rec, err := runningApp(t).store(time.Second).Get(t.Context(), store.Key{Provider: tc.provider, ID: id})
-				return err == nil && rec.State == store.StateDelivered
-			})
-			got := deliveriesOf(app, key)
-			if len(got) != 1 {
-				t.Fatalf("app got %d deliveries, want 1", len(got))
-			}
-			d := got[0]
-			if d.Method != http.MethodPost || d.URI != "/cb/"+tc.provider || d.Header.Get(HeaderSource) != "poll" {
-				t.Errorf("delivered as %s %s (source %s)", d.Method, d.URI, d.Header.Get(HeaderSource))
-			}
-			if tc.form {
-				form, _ := url.ParseQuery(d.Body)
-				if d.Header.Get("Content-Type") != "application/x-www-form-urlencoded" || form.Get("id") != id || form.Get("code") != info.Code {
-					t.Errorf("form delivery %s %q, want id %s code %.20s", d.Header.Get("Content-Type"), d.Body, id, info.Code)
-				}
-			} else {
-				var cb map[string]json.RawMessage
-				if d.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(d.Body), &cb) != nil {
-					t.Fatalf("JSON delivery %s %q", d.Header.Get("Content-Type"), d.Body)
-				}
-				wantID := id
-				if tc.stringID {
-					wantID = `"` + id + `"`
-				}
-				var sol struct{ GRecaptchaResponse string }
-				_ = json.Unmarshal(cb["solution"], &sol)
-				if string(cb["taskId"]) != wantID || string(cb["status"]) != `"ready"` || sol.GRecaptchaResponse != info.Code {
-					t.Errorf("JSON delivery %s, want taskId %s and the token", d.Body, wantID)
-				}
-			}
-			// The app polls by itself now: answered locally.
-			calls := sim.Stats().GetTaskResultCalls
-			idJSON := id
-			if tc.stringID {
-				idJSON = `"` + id + `"`
-			}
-			local := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"`+captchasim.DefaultKey+`","taskId":`+idJSON+`}`)
-			rec := getRecord(t, tc.provider, id)
-			if local.status != http.StatusOK || string(local.body) != string(rec.Answer) || local.header.Get("Content-Type") != "application/json" {
-				t.Errorf("local getTaskResult %d %s %q, want the kept answer %q", local.status, local.header.Get("Content-Type"), local.body, rec.Answer)
-			}
-			if n := sim.Stats().GetTaskResultCalls; n != calls {
-				t.Errorf("the local answer reached the provider (%d calls, was %d)", n, calls)
-			}
-			// A wrong key passes through: the provider judges it.
-			wrong := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"wrong","taskId":`+idJSON+`}`)
-			if !strings.Contains(string(wrong.body), "ERROR_KEY_DOES_NOT_EXIST") {
-				t.Errorf("wrong key answered %q", wrong.body)
-			}
-		})
-	}
-}
-
-// TestJSONCallbacksReachTheApp: callbacks that do come (anti-captcha's JSON
-// with a numeric taskId, CapSolver's with a string one, 2captcha v2's form)
-// are stored and forwarded byte-identical, and the task is done (no poll).
-func TestJSONCallbacksReachTheApp(t *testing.T) {
-	for _, tc := range []struct{ provider, flavor string }{
-		{"anticaptcha", captchasim.FlavorAntiCaptcha},
-		{"capsolver", captchasim.FlavorCapSolver},
-		{"2captcha", captchasim.Flavor2Captcha},
-	} {
-		t.Run(tc.provider, func(t *testing.T) {
-			app := newAppStub(t)
-			sim := newJSONSim(t, captchasim.Config{JSONFlavor: tc.flavor, SolveMin: 100 * time.Millisecond, SolveMax: 200 * time.Millisecond})
-			startJSONCaddy(t, tc.provider, pollBlock("after 30s"), sim, app, "")
-			id := createTask(t, tc.provider)
-			key := tc.provider + ":" + id
-			waitFor(t, 10*time.Second, "the callback", func() bool { return len(deliveriesOf(app, key)) == 1 })
-			d := deliveriesOf(app, key)[0]
-			if d.Header.Get(HeaderSource) != "callback" {
-				t.Errorf("source %q", d.Header.Get(HeaderSource))
-			}
-			rec := getRecord(t, tc.provider, id)
-			if string(rec.Request.Body) != d.Body {
-				t.Errorf("app got %q, the provider sent %q", d.Body, rec.Request.Body)
-			}
-			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: tc.provider, ID: id})
-			if err != nil || task.State != store.TaskDone {
-				t.Errorf("task %+v, %v; want done", task, err)
-			}
-			if tc.flavor == captchasim.Flavor2Captcha {
-				return // a form callback has no getTaskResult shape: passed through
-			}
-			// Local getTaskResult for a result that came by callback.
-			calls := sim.Stats().GetTaskResultCalls
-			idJSON, _ := json.Marshal(id)
-			if tc.flavor != captchasim.FlavorCapSolver {
-				idJSON = []byte(id)
-			}
-			local := jsonCall(t, tc.provider, "getTaskResult", `{"clientKey":"`+captchasim.DefaultKey+`","taskId":`+string(idJSON)+`}`)
-			if string(local.body) != string(rec.Answer) || sim.Stats().GetTaskResultCalls != calls {
-				t.Errorf("local getTaskResult %q, want the callback's body %q without asking the provider", local.body, rec.Answer)
-			}
-		})
-	}
 }
 
 // TestJSONAppPollsItself: the app polling getTaskResult through
@@ -446,35 +318,161 @@ func TestCapSolverSynchronousAnswer(t *testing.T) {
 	}
 }
 
-// TestAckTimeoutDefaults: with an app that does not answer, the provider's
-// callback is answered 200 at the provider's default ack_timeout: 1s for
-// the anti-captcha family, which closes the connection at 2 s, 2s for the
-// others.
-func TestAckTimeoutDefaults(t *testing.T) {
-	for _, tc := range []struct {
-		provider, body, ctype string
-		want                  time.Duration
-	}{
-		{"anticaptcha", `{"taskId":7100,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", time.Second},
-		{"capmonster", `{"taskId":7101,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", time.Second},
-		{"capsolver", `{"taskId":"ab-7102","errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T"}}`, "application/json", 2 * time.Second},
-		{"2captcha", `id=7103&code=T`, "application/x-www-form-urlencoded", 2 * time.Second},
+// npmClientsDir holds the official clients' test scripts; .ci/run
+// installs their pinned packages there (npm ci) and sets
+// PINGBACK_NPM_CLIENTS=1, which makes a missing install a failure.
+const npmClientsDir = "testdata/npmclients"
+
+// npmHTTPSPort is the HTTPS port of the test's Caddy, which serves the
+// clients' API host names with certificates from its local CA.
+var npmHTTPSPort = envPort("PINGBACK_TEST_NPM_HTTPS_PORT", 9303)
+
+// TestOfficialNPMClients runs the official, unchanged JSON-API clients
+// (npm @antiadmin/anticaptchaofficial and @zennolab_com/capmonstercloud-client)
+// against pingback_track: their hard-coded API hosts (api.anti-captcha.com,
+// api.capmonster.cloud) are served by this Caddy over TLS from its internal
+// CA, which Node trusts through NODE_EXTRA_CA_CERTS; a preloaded module
+// (testdata/npmclients/hostmap.js) sends the clients' TLS connections for
+// those names to Caddy's port, as an /etc/hosts entry would. The simulator
+// solves a reCAPTCHA task and drops every callback: the client still gets
+// the right token, and the app's callback route receives it once, polled
+// by the plugin.
+func TestOfficialNPMClients(t *testing.T) {
+	node, err := exec.LookPath("node")
+	_, statErr := os.Stat(filepath.Join(npmClientsDir, "node_modules", "@zennolab_com", "capmonstercloud-client"))
+	if err != nil || statErr != nil {
+		if os.Getenv("PINGBACK_NPM_CLIENTS") != "" {
+			t.Fatalf("PINGBACK_NPM_CLIENTS is set but node (%v) or the clients in %s (%v) are missing", err, npmClientsDir, statErr)
+		}
+		t.Skipf("node or the npm clients are not installed (run: cd %s && npm ci)", npmClientsDir)
+	}
+	for _, tc := range []struct{ provider, host, script string }{
+		{"anticaptcha", "api.anti-captcha.com", "anticaptcha.js"},
+		{"capmonster", "api.capmonster.cloud", "capmonster.js"},
 	} {
 		t.Run(tc.provider, func(t *testing.T) {
 			app := newAppStub(t)
-			release := make(chan struct{})
-			app.tune(func() { app.release = release })
-			defer close(release)
-			startJSONCaddy(t, tc.provider, "", &jsonSim{url: "http://127.0.0.1:1"}, app, "")
-			start := time.Now()
-			resp := trkDo(t, http.MethodPost, "/cb/"+tc.provider, tc.ctype, strings.NewReader(tc.body))
-			took := time.Since(start)
-			if resp.status != http.StatusOK || string(resp.body) != "OK" {
-				t.Fatalf("answered %d %q", resp.status, resp.body)
+			sim := newJSONSim(t, captchasim.Config{DropRate: 1, SolveMin: 200 * time.Millisecond, SolveMax: 400 * time.Millisecond})
+			caddyData := t.TempDir()
+			logFile := filepath.Join(t.TempDir(), "caddy.log")
+			loadCaddyfile(t, fmt.Sprintf(`{
+	admin %[1]s
+	http_port %[2]s
+	https_port %[3]s
+	grace_period 1ns
+	auto_https disable_redirects
+	local_certs
+	skip_install_trust
+	persist_config off
+	storage file_system %[4]s
+	log {
+		output file %[5]s
+		format json
+		level INFO
+	}
+	pingback {
+		storage_dir %[6]s
+		provider %[7]s {
+			api_endpoint %[8]s
+			api_key %[9]s
+		}
+		poll {
+			after 1s
+			interval 5s
+		}
+	}
+}
+%[10]s:%[3]s {
+	tls internal
+	pingback_track {
+		provider %[7]s
+		pingback_url http://localhost:%[2]s/cb
+	}
+	reverse_proxy %[11]s
+}
+http://localhost:%[2]s {
+	handle /cb {
+		pingback {
+			provider %[7]s
+		}
+		reverse_proxy %[12]s
+	}
+	respond 404
+}
+`, testAdmin, testHTTPPort, npmHTTPSPort, caddyData, logFile, t.TempDir(), tc.provider, sim.url, captchasim.DefaultKey,
+				tc.host, strings.TrimPrefix(sim.url, "http://"), app.hostPort()))
+			t.Cleanup(func() {
+				unloadCaddy(t)
+				if t.Failed() {
+					logTail(t, logFile, 60)
+				}
+			})
+			rootCA := filepath.Join(caddyData, "pki", "authorities", "local", "root.crt")
+			waitTLS(t, rootCA, tc.host)
+
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "--require", "./hostmap.js", tc.script)
+			cmd.Dir = npmClientsDir
+			cmd.Env = append(os.Environ(),
+				"NODE_EXTRA_CA_CERTS="+rootCA,
+				"PINGBACK_API_HOSTS="+tc.host,
+				"PINGBACK_TLS_PORT="+npmHTTPSPort,
+				"PINGBACK_API_KEY="+captchasim.DefaultKey,
+			)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", tc.script, err, stderr.String())
 			}
-			if took < tc.want || took > tc.want+900*time.Millisecond {
-				t.Errorf("answered after %s, want at the default ack_timeout %s", took, tc.want)
+			var got struct{ Token string }
+			if err := json.Unmarshal(out, &got); err != nil || got.Token == "" {
+				t.Fatalf("%s printed %q: %v", tc.script, out, err)
+			}
+			var keys []string
+			for _, r := range app.requests() {
+				keys = append(keys, r.Header.Get(HeaderIdempotencyKey))
+			}
+			if len(keys) != 1 || !strings.HasPrefix(keys[0], tc.provider+":") {
+				t.Fatalf("app received %v, want one delivery", keys)
+			}
+			id := strings.TrimPrefix(keys[0], tc.provider+":")
+			info, ok := sim.Task(id)
+			if !ok || info.Code != got.Token {
+				t.Errorf("client got token %.20q, the simulator solved %s with %.20q", got.Token, id, info.Code)
+			}
+			// The plugin's callbackUrl, with the task's pingback token added.
+			_, query, _ := strings.Cut(info.Pingback, "?")
+			token, n := protocol.QueryToken(query)
+			if !info.PingbackDrop || protocol.StripTokenURI(info.Pingback) != testBase+"/cb" || n != 1 || !protocol.ValidToken(token) {
+				t.Errorf("simulator task %+v: want the plugin's callbackUrl with one pingback token, dropped", info)
+			}
+			if r := app.requests()[0]; r.Header.Get(HeaderSource) != "poll" {
+				t.Errorf("delivery source %q, want poll", r.Header.Get(HeaderSource))
+			}
+			if n := sim.Stats().CreateTaskCalls; n != 1 {
+				t.Errorf("simulator got %d createTask calls, want 1", n)
 			}
 		})
 	}
+}
+
+// waitTLS waits until Caddy serves host with a certificate of its local CA.
+func waitTLS(t *testing.T, rootCA, host string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "Caddy's certificate for "+host, func() bool {
+		pem, err := os.ReadFile(rootCA)
+		if err != nil {
+			return false
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		conn, err := tls.Dial("tcp", "127.0.0.1:"+npmHTTPSPort, &tls.Config{ServerName: host, RootCAs: pool})
+		if err != nil {
+			return false
+		}
+		_ = conn.Close()
+		return true
+	})
 }

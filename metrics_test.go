@@ -1,0 +1,259 @@
+package pingback
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// scrapeMetric returns the value of the sample named by its line prefix
+// (name{labels}) in the admin endpoint's /metrics, and whether it is there.
+func scrapeMetric(t *testing.T, sample string) (float64, bool) {
+	t.Helper()
+	status, body := adminRequest(t, http.MethodGet, "/metrics")
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: %d", status)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if ok && name == sample {
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", sc.Text(), err)
+			}
+			return v, true
+		}
+	}
+	return 0, false
+}
+
+// TestOperationsGauges checks the gauges and the histogram on Caddy's
+// /metrics: last_callback_timestamp_seconds moves with a live pingback
+// (not with a duplicate), both loops report their rounds while idle, and
+// each forward is observed in forward_duration_seconds.
+func TestOperationsGauges(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("2captcha", "", app))
+	const last = `caddy_pingback_last_callback_timestamp_seconds{provider="2captcha"}`
+	const hist = `caddy_pingback_forward_duration_seconds_count{outcome="delivered",source="callback"}`
+	n0, _ := scrapeMetric(t, hist)
+
+	before := float64(time.Now().UnixNano()) / 1e9
+	if status, body := postForm(t, testBase+"/cb", "id=96&code=T"); status != http.StatusOK {
+		t.Fatalf("pingback: %d %s", status, body)
+	}
+	after := float64(time.Now().UnixNano()) / 1e9
+	// The gauge is at most a second stale.
+	var v float64
+	waitFor(t, 3*time.Second, last+" at the pingback's time", func() bool {
+		var ok bool
+		v, ok = scrapeMetric(t, last)
+		return ok && v >= before-1 && v <= after
+	})
+	if status, _ := postForm(t, testBase+"/cb", "id=96&code=T"); status != http.StatusOK {
+		t.Fatal("duplicate refused")
+	}
+	if again, _ := scrapeMetric(t, last); again != v {
+		t.Errorf("a duplicate moved %s from %v to %v", last, v, again)
+	}
+	waitFor(t, 5*time.Second, "the forward observed in the histogram", func() bool {
+		n, _ := scrapeMetric(t, hist)
+		return n == n0+1
+	})
+	for _, loop := range []string{"replay", "poll"} {
+		name := `caddy_pingback_loop_last_run_timestamp_seconds{loop="` + loop + `"}`
+		start := float64(time.Now().UnixNano()) / 1e9
+		waitFor(t, 5*time.Second, name+" moving while idle", func() bool {
+			v, _ := scrapeMetric(t, name)
+			return v >= start
+		})
+	}
+}
+
+// TestAlertRules checks docs/alerts.yml with promtool (check rules) and
+// runs its unit tests on synthetic series (docs/alerts_test.yml). promtool
+// comes with the distribution's prometheus package, which .ci/run
+// installs; without it the test skips, except in CI (CI set), where it
+// fails.
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not found (install the prometheus package): the alert rules are not checked")
+		}
+		t.Skip("SKIPPING the alert rule tests: promtool not found (apt-get install prometheus)")
+	}
+	for _, args := range [][]string{
+		{"check", "rules", "alerts.yml"},
+		{"test", "rules", "alerts_test.yml"},
+	} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "docs"
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// TestAgeGauges checks the age gauges and GET /pingback/status as they
+// move: oldest_pending_task_age_seconds rises while a tracked task waits
+// and drops to 0 when its pingback arrives; oldest_undelivered_age_seconds
+// rises while a result is failed and drops to 0 once it is delivered; and
+// last_callback_timestamp_seconds, after a restart, is the newest stored
+// live pingback's time (no absence alert because Caddy restarted). The
+// status's budget is the poller's (10 requests per tracked task plus
+// pollAllowance). Real time, within the gauges' one second of staleness.
+func TestAgeGauges(t *testing.T) {
+	app := newAppStub(t)
+	global := trkGlobal + "\n\t\treplay {\n\t\t\tbackoff 1h 1h\n\t\t}"
+	dir := startCaddy(t, global, pingbackSite("2captcha", "", app))
+	gauge := func(name string) (float64, bool) {
+		return scrapeMetric(t, name+`{provider="2captcha"}`)
+	}
+	const (
+		pendingAge = "caddy_pingback_oldest_pending_task_age_seconds"
+		backlogAge = "caddy_pingback_oldest_undelivered_age_seconds"
+		lastLive   = "caddy_pingback_last_callback_timestamp_seconds"
+	)
+	status := func() adminapi.StatusAnswer {
+		t.Helper()
+		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
+		var s adminapi.StatusAnswer
+		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
+			t.Fatalf("status: %d %s", code, body)
+		}
+		return s
+	}
+	rising := func(name string, pick func(adminapi.StatusAnswer) float64) {
+		t.Helper()
+		waitFor(t, 10*time.Second, name+" at 1.5 s or more", func() bool {
+			v, _ := gauge(name)
+			return v >= 1.5
+		})
+		if s := pick(status()); s < 1.5 {
+			t.Errorf("status shows %v for %s, want at least 1.5 s as the gauge", s, name)
+		}
+	}
+	zero := func(name string, pick func(adminapi.StatusAnswer) float64) {
+		t.Helper()
+		waitFor(t, 5*time.Second, name+" back to 0", func() bool {
+			v, ok := gauge(name)
+			return ok && v == 0 && pick(status()) == 0
+		})
+	}
+	statusPending := func(s adminapi.StatusAnswer) float64 { return s.Tasks["2captcha"].OldestPendingAgeSeconds }
+	statusBacklog := func(s adminapi.StatusAnswer) float64 { return s.OldestUndeliveredAgeSeconds["2captcha"] }
+
+	// A tracked task waits for its pingback.
+	if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		"provider": "2captcha", "id": "74100000001", "pingback_url": trkCallbackURL,
+	})); code != http.StatusCreated {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	if v, ok := gauge(backlogAge); ok && v != 0 {
+		t.Errorf("%s = %v with nothing failed, want 0", backlogAge, v)
+	}
+	rising(pendingAge, statusPending)
+	if b := status().Budget["2captcha"]; b.Used+b.Left != 10*1+pollAllowance {
+		t.Errorf("status budget = %+v with one task tracked, want used + left = %d", b, 10+pollAllowance)
+	}
+	if code, _ := postForm(t, testBase+"/cb", "id=74100000001&code=A"); code != http.StatusOK {
+		t.Fatal("pingback refused")
+	}
+	zero(pendingAge, statusPending)
+
+	// A result the app refuses waits in state failed (backoff 1h).
+	app.setStatus(http.StatusServiceUnavailable)
+	if code, _ := postForm(t, testBase+"/cb", "id=602&code=B"); code != http.StatusOK {
+		t.Fatal("pingback refused")
+	}
+	waitForState(t, "2captcha", "602", store.StateFailed)
+	rising(backlogAge, statusBacklog)
+	app.setStatus(http.StatusOK)
+	if code, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/602/replay"); code != http.StatusOK {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	zero(backlogAge, statusBacklog)
+
+	// A polled result stored later is not a live pingback: the newest
+	// live one stays 602.
+	newest := getRecord(t, "2captcha", "602").ReceivedAt
+	now := time.Now().UTC()
+	if _, err := runningApp(t).store(time.Second).Insert(context.Background(), &store.Record{
+		Provider: "2captcha", ID: "603", Code: "C", Source: store.SourcePoll, ReceivedAt: now,
+		Delivery: store.Delivery{State: store.StateDelivered, UpdatedAt: now}, ExpiresAt: now.Add(time.Hour),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	unloadCaddy(t)
+	loadCaddyfile(t, caddyfileFor("storage_dir "+dir+"\n"+global, pingbackSite("2captcha", "", app)))
+	v, ok := gauge(lastLive)
+	if want := float64(newest.UnixNano()) / 1e9; !ok || math.Abs(v-want) > 1e-3 {
+		t.Errorf("after a restart %s = %v (present %v), want the newest stored live pingback's %v", lastLive, v, ok, want)
+	}
+	if at := status().LastCallbackAt["2captcha"]; !at.Equal(newest) {
+		t.Errorf("after a restart status last_callback_at = %v, want %v", at, newest)
+	}
+}
+
+func TestLatenciesAfter(t *testing.T) {
+	repeat := func(d time.Duration, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = d
+		}
+		return out
+	}
+	steps := func(step time.Duration, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = time.Duration(i+1) * step
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		want    time.Duration
+	}{
+		{name: "no samples", want: 120 * time.Second},
+		{name: "19 samples are too few", samples: repeat(time.Second, 19), want: 120 * time.Second},
+		{name: "negative delays are not samples",
+			samples: append(repeat(time.Second, 19), -time.Second), want: 120 * time.Second},
+		{name: "fast provider clamps to 20s", samples: repeat(time.Second, 20), want: 20 * time.Second},
+		// 1s..20s: the 95th percentile is 19s, times 1.5.
+		{name: "20 samples", samples: steps(time.Second, 20), want: 28500 * time.Millisecond},
+		// 0.5s..50s: the 95th percentile is 47.5s, times 1.5.
+		{name: "100 samples", samples: steps(500*time.Millisecond, 100), want: 71250 * time.Millisecond},
+		{name: "slow provider clamps to 120s", samples: repeat(100*time.Second, 50), want: 120 * time.Second},
+		// Only the most recent 256 delays count: the old slow ones are gone.
+		{name: "old samples are replaced",
+			samples: append(repeat(200*time.Second, 300), repeat(30*time.Second, 256)...), want: 45 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var l latencies
+			for _, d := range tc.samples {
+				l.observe(d)
+			}
+			if got := l.after(); got != tc.want {
+				t.Errorf("after() = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
