@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -864,5 +865,66 @@ func TestReadmeVerificationFacts(t *testing.T) {
 	}
 	if sec := page[start:]; !strings.Contains(sec, "[Verification](#verification-tokens-quarantine-corrections)") {
 		t.Error("the security sections of docs/security.md do not link to Verification")
+	}
+}
+
+// archPath is a backticked name in ARCHITECTURE.md that names a file or a
+// folder: it has a slash or a file extension, and no space.
+var archPath = regexp.MustCompile("`([A-Za-z0-9_.*/-]+(?:/|\\.go|\\.md|\\.sh|\\.yml))`|`((?:internal|cmd|bench|docs|testdata)/[A-Za-z0-9_./-]*)`")
+
+// TestArchitectureCodeMap: ARCHITECTURE.md is the map of the code, so
+// every path it names exists (a name in a row of a package resolves in
+// that package's folder; a pattern such as badger*.go matches a file), and
+// every non-test Go file of the root package has its row in the code map.
+func TestArchitectureCodeMap(t *testing.T) {
+	data, err := os.ReadFile("ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func(p string) bool {
+		matches, err := filepath.Glob(filepath.FromSlash(strings.TrimSuffix(p, "/")))
+		return err == nil && len(matches) > 0
+	}
+	mapped := map[string]bool{}
+	var named int
+	for i, line := range strings.Split(string(data), "\n") {
+		var dirs []string // the packages a table row is about
+		if strings.HasPrefix(line, "| `internal/") || strings.HasPrefix(line, "| `cmd/") {
+			dirs = append(dirs, strings.Trim(strings.Fields(line)[1], "`"))
+		}
+		if m := regexp.MustCompile("^\\| `([a-z_]+\\.go)` \\|").FindStringSubmatch(line); m != nil {
+			mapped[m[1]] = true
+		}
+		for _, m := range archPath.FindAllStringSubmatch(line, -1) {
+			p := m[1] + m[2]
+			if strings.HasPrefix(p, "/") || strings.HasPrefix(p, ".") && !strings.HasPrefix(p, ".ci/") {
+				continue // an admin API path or an extension
+			}
+			named++
+			found := exists(p)
+			for _, d := range dirs {
+				found = found || exists(path.Join(d, p))
+			}
+			if !found {
+				t.Errorf("ARCHITECTURE.md:%d names %s, which does not exist", i+1, p)
+			}
+		}
+	}
+	if named < 40 {
+		t.Errorf("ARCHITECTURE.md names %d paths; its code map names more", named)
+	}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") && !mapped[f] {
+			t.Errorf("%s is not in ARCHITECTURE.md's code map (a row | `%s` | of the root package's table)", f, f)
+		}
+	}
+	for f := range mapped {
+		if !slices.Contains(files, f) {
+			t.Errorf("ARCHITECTURE.md's code map has a row for %s, which is not a file of the root package", f)
+		}
 	}
 }
