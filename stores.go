@@ -103,8 +103,8 @@ func (b *BadgerStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // PostgresStore is the store shared by several Caddy instances (module
 // pingback.stores.postgres): every instance with the same DSN (and schema)
-// shares results, deduplication, replays and polling. See README.md,
-// "Several instances".
+// shares results, deduplication, replays and polling. See
+// docs/storage.md, "Several instances (PostgreSQL)".
 type PostgresStore struct {
 	// The database, as a libpq connection string or postgres:// URL
 	// (pgx syntax; pgxpool's pool_max_conns and friends are accepted,

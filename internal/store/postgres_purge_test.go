@@ -19,7 +19,7 @@ import (
 	"github.com/caddy-pingback/pingback/internal/testfs"
 )
 
-// TestPostgresPurgeVacuumFull: what the README says of the bytes of a
+// TestPostgresPurgeVacuumFull: what docs/operations.md says of the bytes of a
 // purged result on PostgreSQL. The row is gone from every query at once
 // and its tombstone dedupes a re-sent result; after VACUUM FULL records and
 // a checkpoint no file of the database's directory holds its code (a marker
