@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/store"
+
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
-	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // TestObserveDelayBounded: with the PostgreSQL store and a database that
@@ -88,5 +89,52 @@ func TestObserveDelayBounded(t *testing.T) {
 			t.Fatalf("%d delays written, want the %d queued", rows, want)
 		}
 		time.Sleep(50 * time.Millisecond) // polling the table, not synchronising with the writer
+	}
+}
+
+func TestLatenciesAfter(t *testing.T) {
+	repeat := func(d time.Duration, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = d
+		}
+		return out
+	}
+	steps := func(step time.Duration, n int) []time.Duration {
+		out := make([]time.Duration, n)
+		for i := range out {
+			out[i] = time.Duration(i+1) * step
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		want    time.Duration
+	}{
+		{name: "no samples", want: 120 * time.Second},
+		{name: "19 samples are too few", samples: repeat(time.Second, 19), want: 120 * time.Second},
+		{name: "negative delays are not samples",
+			samples: append(repeat(time.Second, 19), -time.Second), want: 120 * time.Second},
+		{name: "fast provider clamps to 20s", samples: repeat(time.Second, 20), want: 20 * time.Second},
+		// 1s..20s: the 95th percentile is 19s, times 1.5.
+		{name: "20 samples", samples: steps(time.Second, 20), want: 28500 * time.Millisecond},
+		// 0.5s..50s: the 95th percentile is 47.5s, times 1.5.
+		{name: "100 samples", samples: steps(500*time.Millisecond, 100), want: 71250 * time.Millisecond},
+		{name: "slow provider clamps to 120s", samples: repeat(100*time.Second, 50), want: 120 * time.Second},
+		// Only the most recent 256 delays count: the old slow ones are gone.
+		{name: "old samples are replaced",
+			samples: append(repeat(200*time.Second, 300), repeat(30*time.Second, 256)...), want: 45 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var l latencies
+			for _, d := range tc.samples {
+				l.observe(d)
+			}
+			if got := l.after(); got != tc.want {
+				t.Errorf("after() = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }
