@@ -8,6 +8,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestStatusAndCountGauges checks that caddy_pingback_records{state},
@@ -26,7 +27,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 	}
 	status := func() adminapi.StatusAnswer {
 		t.Helper()
-		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
+		code, body := adminDo(t, http.MethodGet, "/pingback/status", "")
 		var s adminapi.StatusAnswer
 		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
 			t.Fatalf("status: %d %s", code, body)
@@ -36,7 +37,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 
 	registered := time.Now()
 	for _, id := range []string{"74000000001", "74000000002"} {
-		if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		if code, body := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 			"provider": "2captcha", "id": id, "pingback_url": trkCallbackURL,
 		})); code != http.StatusCreated {
 			t.Fatalf("register %s: %d %s", id, code, body)
@@ -49,20 +50,20 @@ func TestStatusAndCountGauges(t *testing.T) {
 		t.Errorf("status tasks = %+v, want 2 pending", s.Tasks)
 	}
 
-	if code, _ := postForm(t, testBase+"/cb", "id=74000000001&code=A"); code != http.StatusOK {
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=74000000001&code=A"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "74000000001", store.StateDelivered)
-	waitFor(t, 5*time.Second, "records{delivered} = 1 and one task pending", func() bool {
+	waitForState(t, 5*time.Second, "2captcha", "74000000001", store.StateDelivered)
+	testkit.WaitFor(t, 5*time.Second, "records{delivered} = 1 and one task pending", func() bool {
 		return gauge("delivered") == 1 && pending() == 1
 	})
 
-	app.setStatus(http.StatusServiceUnavailable)
-	if code, _ := postForm(t, testBase+"/cb", "id=801&code=B"); code != http.StatusOK {
+	app.SetStatus(http.StatusServiceUnavailable)
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=801&code=B"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "801", store.StateParked)
-	waitFor(t, 5*time.Second, "records{parked} = 1", func() bool { return gauge("parked") == 1 })
+	waitForState(t, 5*time.Second, "2captcha", "801", store.StateParked)
+	testkit.WaitFor(t, 5*time.Second, "records{parked} = 1", func() bool { return gauge("parked") == 1 })
 	if got := gauge("failed"); got != 0 {
 		t.Errorf("records{failed} = %v with nothing failed, want 0 exported", got)
 	}
@@ -71,7 +72,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 	// when the results above settle (the assertions below then check
 	// that it is recent and that the next one is after it).
 	var s adminapi.StatusAnswer
-	waitFor(t, 5*time.Second, "both loops' first run", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "both loops' first run", func() bool {
 		s = status()
 		return !s.Loops["replay"].LastRunAt.IsZero() && !s.Loops["poll"].LastRunAt.IsZero()
 	})
@@ -101,7 +102,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 			t.Errorf("status loops[%s] = %+v, want a recent run and the next after it", loop, l)
 		}
 	}
-	if code, body := adminRequest(t, http.MethodPost, "/pingback/status"); code != http.StatusMethodNotAllowed {
+	if code, body := adminDo(t, http.MethodPost, "/pingback/status", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /pingback/status: %d %s, want 405", code, body)
 	}
 }

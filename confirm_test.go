@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestConfirmQueueBounds: one job per key, at most confirmQueueSize per
@@ -67,7 +68,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
 	vfyPingback(t, "/cb", id, "REAL")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	a := runningApp(t)
 	count := func(outcome string) float64 {
 		return testutil.ToFloat64(confirmations.WithLabelValues("2captcha", outcome))
@@ -90,7 +91,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 		t.Errorf("%v settlements coalesced, want 299", d)
 	}
 	close(gate)
-	waitFor(t, 5*time.Second, "the settlement to end", func() bool { return a.handle.confirms.pending("2captcha") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the settlement to end", func() bool { return a.handle.confirms.pending("2captcha") == 0 })
 	if n := len(p.requests("res.php")) - res0; n != 1 {
 		t.Errorf("the provider was asked %d times, want 1", n)
 	}
@@ -105,7 +106,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 	ps.mu.Unlock()
 	res1 := len(p.requests("res.php"))
 	vfyPingback(t, "/cb", id, "FORGED-LAST")
-	waitFor(t, 5*time.Second, "the settlement to end", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the settlement to end", func() bool {
 		return a.handle.confirms.pending("2captcha") == 0 && getRecord(t, "2captcha", id).OtherCode == "FORGED-LAST"
 	})
 	if n := len(p.requests("res.php")) - res1; n != 0 {
