@@ -11,6 +11,18 @@ import (
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
+// adminStatus reads GET /pingback/status; an answer other than 200 with a
+// status body fails the test.
+func adminStatus(t *testing.T) adminapi.StatusAnswer {
+	t.Helper()
+	code, body := adminDo(t, http.MethodGet, "/pingback/status", "")
+	var s adminapi.StatusAnswer
+	if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	return s
+}
+
 // TestStatusAndCountGauges checks that caddy_pingback_records{state},
 // caddy_pingback_tasks_pending and GET /pingback/status move as results
 // are stored, delivered and parked and as tasks are tracked and complete.
@@ -25,15 +37,6 @@ func TestStatusAndCountGauges(t *testing.T) {
 		v, _ := scrapeMetric(t, `caddy_pingback_tasks_pending{provider="2captcha"}`)
 		return v
 	}
-	status := func() adminapi.StatusAnswer {
-		t.Helper()
-		code, body := adminDo(t, http.MethodGet, "/pingback/status", "")
-		var s adminapi.StatusAnswer
-		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
-			t.Fatalf("status: %d %s", code, body)
-		}
-		return s
-	}
 
 	registered := time.Now()
 	for _, id := range []string{"74000000001", "74000000002"} {
@@ -46,7 +49,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 	if got := pending(); got != 2 {
 		t.Errorf("tasks_pending = %v after 2 registrations, want 2", got)
 	}
-	if s := status(); s.Tasks["2captcha"].Pending != 2 {
+	if s := adminStatus(t); s.Tasks["2captcha"].Pending != 2 {
 		t.Errorf("status tasks = %+v, want 2 pending", s.Tasks)
 	}
 
@@ -73,7 +76,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 	// that it is recent and that the next one is after it).
 	var s adminapi.StatusAnswer
 	testkit.WaitFor(t, 5*time.Second, "both loops' first run", func() bool {
-		s = status()
+		s = adminStatus(t)
 		return !s.Loops["replay"].LastRunAt.IsZero() && !s.Loops["poll"].LastRunAt.IsZero()
 	})
 	if r := s.Records["2captcha"]; r[store.StateDelivered] != 1 || r[store.StateParked] != 1 || len(r) != 2 {

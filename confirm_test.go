@@ -3,7 +3,6 @@ package pingback
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,16 +53,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
 	var held atomic.Bool
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 400)
-	orig := p.Server.Config.Handler
-	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "res.php") && held.Load() {
-			entered <- struct{}{}
-			<-gate
-		}
-		orig.ServeHTTP(w, r)
-	})
+	entered, gate := p.holdResPHP(400, held.Load)
 	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})

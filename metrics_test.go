@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"math"
 	"net/http"
 	"os"
@@ -131,22 +130,13 @@ func TestAgeGauges(t *testing.T) {
 		backlogAge = "caddy_pingback_oldest_undelivered_age_seconds"
 		lastLive   = "caddy_pingback_last_callback_timestamp_seconds"
 	)
-	status := func() adminapi.StatusAnswer {
-		t.Helper()
-		code, body := adminDo(t, http.MethodGet, "/pingback/status", "")
-		var s adminapi.StatusAnswer
-		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
-			t.Fatalf("status: %d %s", code, body)
-		}
-		return s
-	}
 	rising := func(name string, pick func(adminapi.StatusAnswer) float64) {
 		t.Helper()
 		testkit.WaitFor(t, 10*time.Second, name+" at 1.5 s or more", func() bool {
 			v, _ := gauge(name)
 			return v >= 1.5
 		})
-		if s := pick(status()); s < 1.5 {
+		if s := pick(adminStatus(t)); s < 1.5 {
 			t.Errorf("status shows %v for %s, want at least 1.5 s as the gauge", s, name)
 		}
 	}
@@ -154,7 +144,7 @@ func TestAgeGauges(t *testing.T) {
 		t.Helper()
 		testkit.WaitFor(t, 5*time.Second, name+" back to 0", func() bool {
 			v, ok := gauge(name)
-			return ok && v == 0 && pick(status()) == 0
+			return ok && v == 0 && pick(adminStatus(t)) == 0
 		})
 	}
 	statusPending := func(s adminapi.StatusAnswer) float64 { return s.Tasks["2captcha"].OldestPendingAgeSeconds }
@@ -170,7 +160,7 @@ func TestAgeGauges(t *testing.T) {
 		t.Errorf("%s = %v with nothing failed, want 0", backlogAge, v)
 	}
 	rising(pendingAge, statusPending)
-	if b := status().Budget["2captcha"]; b.Used+b.Left != 10*1+pollAllowance {
+	if b := adminStatus(t).Budget["2captcha"]; b.Used+b.Left != 10*1+pollAllowance {
 		t.Errorf("status budget = %+v with one task tracked, want used + left = %d", b, 10+pollAllowance)
 	}
 	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=74100000001&code=A"); code != http.StatusOK {
@@ -207,7 +197,7 @@ func TestAgeGauges(t *testing.T) {
 	if want := float64(newest.UnixNano()) / 1e9; !ok || math.Abs(v-want) > 1e-3 {
 		t.Errorf("after a restart %s = %v (present %v), want the newest stored live pingback's %v", lastLive, v, ok, want)
 	}
-	if at := status().LastCallbackAt["2captcha"]; !at.Equal(newest) {
+	if at := adminStatus(t).LastCallbackAt["2captcha"]; !at.Equal(newest) {
 		t.Errorf("after a restart status last_callback_at = %v, want %v", at, newest)
 	}
 }

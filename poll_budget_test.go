@@ -2,9 +2,7 @@ package pingback
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,11 +63,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 		}
 		checkHistory(t, rec.History, []attemptWant{{store.SourcePoll, 200, "delivered", ""}})
 	}
-	code, body := adminDo(t, http.MethodGet, "/pingback/status", "")
-	var status adminapi.StatusAnswer
-	if code != http.StatusOK || json.Unmarshal(body, &status) != nil {
-		t.Fatalf("status: %d %s", code, body)
-	}
+	status := adminStatus(t)
 	if at, ok := status.LastCallbackAt[provider]; ok {
 		t.Errorf("status last_callback_at[%s] = %v with every pingback dropped, want none (polled results are not live pingbacks)", provider, at)
 	}

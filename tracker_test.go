@@ -153,6 +153,22 @@ func (p *trkProvider) requests(suffix string) []trkSeen {
 	return out
 }
 
+// holdResPHP makes the provider's res.php requests wait while hold says
+// so: each held request sends on entered (buffered n) and then waits until
+// gate is closed.
+func (p *trkProvider) holdResPHP(n int, hold func() bool) (entered, gate chan struct{}) {
+	entered, gate = make(chan struct{}, n), make(chan struct{})
+	orig := p.Server.Config.Handler
+	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "res.php") && hold() {
+			entered <- struct{}{}
+			<-gate
+		}
+		orig.ServeHTTP(w, r)
+	})
+	return entered, gate
+}
+
 // reset forgets the requests received so far.
 func (p *trkProvider) reset() {
 	p.mu.Lock()

@@ -705,16 +705,7 @@ func TestVerifyLocalResSkipsPreSubmission(t *testing.T) {
 func TestVerifyForgeryDuringConfirmation(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 16)
-	orig := p.Server.Config.Handler
-	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "res.php") {
-			entered <- struct{}{}
-			<-gate
-		}
-		orig.ServeHTTP(w, r)
-	})
+	entered, gate := p.holdResPHP(16, func() bool { return true })
 	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
