@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testfs"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestAdminPurge erases results through the admin API of a real Caddy:
@@ -25,24 +26,24 @@ func TestAdminPurge(t *testing.T) {
 	_, _ = rand.Read(rnd)
 	marker := "ERASE" + hex.EncodeToString(rnd)
 	for _, id := range []string{"601", "602"} {
-		if code, body := postForm(t, testBase+"/cb", "id="+id+"&code="+marker+id); code != http.StatusOK || body != "OK" {
+		if code, body := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code="+marker+id); code != http.StatusOK || body != "OK" {
 			t.Fatalf("pingback %s: %d %q", id, code, body)
 		}
-		waitForState(t, "2captcha", id, store.StateDelivered)
+		waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	}
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	for _, id := range []string{"611", "612"} {
-		if code, _ := postForm(t, testBase+"/cb", "id="+id+"&code=P"+id); code != http.StatusOK {
+		if code, _ := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code=P"+id); code != http.StatusOK {
 			t.Fatalf("pingback %s refused", id)
 		}
-		waitForState(t, "2captcha", id, store.StateParked)
+		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
 	}
-	app.setStatus(http.StatusOK)
+	app.SetStatus(http.StatusOK)
 	if got := testfs.FilesContaining(t, dir, []byte(marker+"601")); len(got) == 0 {
 		t.Fatal("the marker is in no file of the store before the purge: the test cannot tell")
 	}
 
-	status, body := adminRequest(t, http.MethodDelete, "/pingback/records/2captcha/601")
+	status, body := adminDo(t, http.MethodDelete, "/pingback/records/2captcha/601", "")
 	if status != http.StatusOK || string(body) != `{"purged":1}`+"\n" {
 		t.Fatalf("DELETE: %d %s, want 200 {\"purged\":1}", status, body)
 	}
@@ -55,10 +56,10 @@ func TestAdminPurge(t *testing.T) {
 
 	// The provider sends it again: a duplicate, not forwarded.
 	dups, _ := scrapeMetric(t, `caddy_pingback_callbacks_total{provider="2captcha",result="duplicate"}`)
-	if code, body := postForm(t, testBase+"/cb", "id=601&code="+marker+"601"); code != http.StatusOK || body != "OK" {
+	if code, body := testkit.PostForm(t, testBase+"/cb", "id=601&code="+marker+"601"); code != http.StatusOK || body != "OK" {
 		t.Errorf("re-sent pingback of a purged result: %d %q, want 200 OK", code, body)
 	}
-	if n := app.count("2captcha:601"); n != 1 {
+	if n := app.Count("2captcha:601"); n != 1 {
 		t.Errorf("the app got 2captcha:601 %d times, want 1 (the re-sent one is not forwarded)", n)
 	}
 	if v, ok := scrapeMetric(t, `caddy_pingback_callbacks_total{provider="2captcha",result="duplicate"}`); !ok || v != dups+1 {
@@ -79,7 +80,7 @@ func TestAdminPurge(t *testing.T) {
 		{http.MethodDelete, "/pingback/records/2captcha/999", http.StatusNotFound, "no stored result"},
 		{http.MethodDelete, "/pingback/records/2captcha/", http.StatusNotFound, "not found"},
 	} {
-		status, body := adminRequest(t, tc.method, tc.path)
+		status, body := adminDo(t, tc.method, tc.path, "")
 		if status != tc.status || !strings.Contains(string(body), tc.reason) {
 			t.Errorf("%s %s: %d %s, want %d saying %q", tc.method, tc.path, status, body, tc.status, tc.reason)
 		}
@@ -91,12 +92,12 @@ func TestAdminPurge(t *testing.T) {
 	// Bad filters: 400, nothing purged.
 	for _, body := range []string{``, `{}`, `{"state": "lost"}`, `{"provider": "deathbycaptcha"}`,
 		`{"received_before": "yesterday"}`, `{"state": "parked", "force": true}`, `[`} {
-		status, _, b := adminJSON(t, http.MethodPost, "/pingback/purges", body)
+		status, b := adminDo(t, http.MethodPost, "/pingback/purges", body)
 		if status != http.StatusBadRequest || !strings.Contains(string(b), `"error"`) {
 			t.Errorf("POST /pingback/purges %s: %d %s, want 400 with an error", body, status, b)
 		}
 	}
-	if status, _, _ := adminJSON(t, http.MethodGet, "/pingback/purges", ""); status != http.StatusMethodNotAllowed {
+	if status, _ := adminDo(t, http.MethodGet, "/pingback/purges", ""); status != http.StatusMethodNotAllowed {
 		t.Errorf("GET /pingback/purges: %d, want 405", status)
 	}
 	if n := len(listPages(t, map[string][]string{"limit": {"100"}})); n != 3 {
@@ -104,13 +105,13 @@ func TestAdminPurge(t *testing.T) {
 	}
 
 	// By filter: the parked ones; the counts drop.
-	status, _, b := adminJSON(t, http.MethodPost, "/pingback/purges", `{"state": "parked", "received_after": "`+
+	status, b := adminDo(t, http.MethodPost, "/pingback/purges", `{"state": "parked", "received_after": "`+
 		time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"}`)
 	if status != http.StatusOK || string(b) != `{"purged":2}`+"\n" {
 		t.Fatalf("POST /pingback/purges parked: %d %s, want {\"purged\":2}", status, b)
 	}
 	for _, id := range []string{"611", "612"} {
-		if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id); status != http.StatusNotFound {
+		if status, _ := adminDo(t, http.MethodGet, "/pingback/records/2captcha/"+id, ""); status != http.StatusNotFound {
 			t.Errorf("GET %s after the purge: %d, want 404", id, status)
 		}
 	}
@@ -124,7 +125,7 @@ func TestAdminPurge(t *testing.T) {
 	var st struct {
 		Records map[string]map[string]int `json:"records"`
 	}
-	if status, body := adminRequest(t, http.MethodGet, "/pingback/status"); status != http.StatusOK || json.Unmarshal(body, &st) != nil ||
+	if status, body := adminDo(t, http.MethodGet, "/pingback/status", ""); status != http.StatusOK || json.Unmarshal(body, &st) != nil ||
 		st.Records["2captcha"]["parked"] != 0 || st.Records["2captcha"]["delivered"] != 1 {
 		t.Errorf("status after the purges: %d %s", status, body)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,44 +14,27 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
-
-// adminRequest sends method url (a path on the admin endpoint) and returns
-// the status and body.
-func adminRequest(t *testing.T, method, path string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+testAdmin+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
-}
 
 // TestAdminParkedVisibleAndReplayable checks what an operator relies on
 // after an outage longer than the retries: parked results are listed, and a
 // replay by hand delivers them through the same route once the app is back.
 func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
 
 	for _, id := range []string{"81", "82"} {
-		if status, body := postForm(t, testBase+"/cb", "id="+id+"&code=TOKEN-"+id); status != http.StatusOK || body != "OK" {
+		if status, body := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code=TOKEN-"+id); status != http.StatusOK || body != "OK" {
 			t.Fatalf("pingback %s: got %d %q", id, status, body)
 		}
 	}
-	waitFor(t, 5*time.Second, "both results parked", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "both results parked", func() bool {
 		return getRecord(t, "2captcha", "81").State == store.StateParked && getRecord(t, "2captcha", "82").State == store.StateParked
 	})
 
-	status, body := adminRequest(t, http.MethodGet, "/pingback/records?state=parked&provider=2captcha")
+	status, body := adminDo(t, http.MethodGet, "/pingback/records?state=parked&provider=2captcha", "")
 	if status != http.StatusOK {
 		t.Fatalf("list: %d %s", status, body)
 	}
@@ -66,32 +48,32 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 	if len(listed) != 2 || listed[0].ID != "81" || listed[1].ID != "82" || listed[0].Attempts != 2 || listed[0].LastStatus != 503 {
 		t.Fatalf("listed %+v, want 81 and 82 parked after 2 attempts with status 503", listed)
 	}
-	if status, body := adminRequest(t, http.MethodGet, "/pingback/records?state=delivered"); status != http.StatusOK || string(body) != `{"records":[]}`+"\n" {
+	if status, body := adminDo(t, http.MethodGet, "/pingback/records?state=delivered", ""); status != http.StatusOK || string(body) != `{"records":[]}`+"\n" {
 		t.Errorf("delivered list: %d %s, want an empty page", status, body)
 	}
-	if status, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1"); status != http.StatusOK || strings.Count(string(body), `"id"`) != 1 {
+	if status, body := adminDo(t, http.MethodGet, "/pingback/records?limit=1", ""); status != http.StatusOK || strings.Count(string(body), `"id"`) != 1 {
 		t.Errorf("limit=1: %d %s, want one record", status, body)
 	}
 
 	// Still down: a replay by hand is one more attempt, and parks again.
-	status, body = adminRequest(t, http.MethodPost, "/pingback/records/2captcha/81/replay")
+	status, body = adminDo(t, http.MethodPost, "/pingback/records/2captcha/81/replay", "")
 	var after store.Record
 	if status != http.StatusOK || json.Unmarshal(body, &after) != nil || after.State != store.StateParked || after.Attempts != 3 {
 		t.Fatalf("replay while down: %d %s, want 200 and parked after 3 attempts", status, body)
 	}
 
-	app.setStatus(http.StatusOK)
-	status, body = adminRequest(t, http.MethodPost, "/pingback/records/2captcha/81/replay")
+	app.SetStatus(http.StatusOK)
+	status, body = adminDo(t, http.MethodPost, "/pingback/records/2captcha/81/replay", "")
 	if status != http.StatusOK || json.Unmarshal(body, &after) != nil || after.State != store.StateDelivered || after.Attempts != 4 {
 		t.Fatalf("replay: %d %s, want 200 and delivered at attempt 4", status, body)
 	}
-	reqs := app.requests()
+	reqs := app.Requests()
 	last := reqs[len(reqs)-1]
 	if last.Header.Get(HeaderSource) != "replay" || last.Header.Get(HeaderAttempt) != "4" ||
 		last.Header.Get(HeaderIdempotencyKey) != "2captcha:81" || last.Body != "id=81&code=TOKEN-81" {
 		t.Errorf("app got %+v, want the original pingback as replay attempt 4", last)
 	}
-	if n := app.count("2captcha:81"); n != 4 {
+	if n := app.Count("2captcha:81"); n != 4 {
 		t.Errorf("app saw 2captcha:81 %d times, want 4 (2 automatic, 2 by hand)", n)
 	}
 	if getRecord(t, "2captcha", "82").State != store.StateParked {
@@ -110,7 +92,7 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 		{http.MethodGet, "/pingback/records?provider=deathbycaptcha", http.StatusBadRequest},
 		{http.MethodGet, "/pingback/records?limit=0", http.StatusBadRequest},
 	} {
-		if status, body := adminRequest(t, tc.method, tc.path); status != tc.status || !strings.Contains(string(body), `"error"`) {
+		if status, body := adminDo(t, tc.method, tc.path, ""); status != tc.status || !strings.Contains(string(body), `"error"`) {
 			t.Errorf("%s %s: %d %s, want %d with an error", tc.method, tc.path, status, body, tc.status)
 		}
 	}
@@ -121,17 +103,15 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 func TestAdminReplayRefusedInFlight(t *testing.T) {
 	app := newAppStub(t)
 	release := make(chan struct{})
-	app.mu.Lock()
-	app.release = release
-	app.mu.Unlock()
+	app.Tune(func() { app.Release = release })
 	defer close(release)
 	startCaddy(t, "", pingbackSite("2captcha", "ack_timeout 100ms", app))
 
-	if status, body := postForm(t, testBase+"/cb", "id=91&code=T"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.PostForm(t, testBase+"/cb", "id=91&code=T"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("pingback: %d %q", status, body)
 	}
-	waitFor(t, 5*time.Second, "the app to hold the forward", func() bool { return app.count("2captcha:91") == 1 })
-	if status, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/91/replay"); status != http.StatusConflict {
+	testkit.WaitFor(t, 5*time.Second, "the app to hold the forward", func() bool { return app.Count("2captcha:91") == 1 })
+	if status, body := adminDo(t, http.MethodPost, "/pingback/records/2captcha/91/replay", ""); status != http.StatusConflict {
 		t.Errorf("replay in flight: %d %s, want 409", status, body)
 	}
 }
@@ -140,30 +120,30 @@ func TestAdminReplayRefusedInFlight(t *testing.T) {
 // (with result_at once its result arrived), good and bad input.
 func TestAdminGetRecordAndTask(t *testing.T) {
 	startAdminCaddy(t)
-	status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+	status, answer := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 		"provider": "2captcha", "id": "73000000001", "pingback_url": trkCallbackURL,
 	}))
 	if status != http.StatusCreated {
 		t.Fatalf("register: %d %s", status, answer)
 	}
 	var task store.Task
-	status, body := adminRequest(t, http.MethodGet, "/pingback/tasks/2captcha/73000000001")
+	status, body := adminDo(t, http.MethodGet, "/pingback/tasks/2captcha/73000000001", "")
 	if status != http.StatusOK || json.Unmarshal(body, &task) != nil || task.State != store.TaskPending || !task.ResultAt.IsZero() {
 		t.Fatalf("task before its result: %d %s, want 200, pending, no result_at", status, body)
 	}
 	if strings.Contains(string(body), "result_at") {
 		t.Errorf("task JSON before its result carries result_at: %s", body)
 	}
-	if status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+	if status, answer := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 		"provider": "2captcha", "id": "73000000002", "pingback_url": trkCallbackURL,
 	})); status != http.StatusCreated {
 		t.Fatalf("register: %d %s", status, answer)
 	}
 	before := time.Now()
-	if status, body := postForm(t, testBase+"/cb", "id=73000000001&code=TOKEN"); status != http.StatusOK {
+	if status, body := testkit.PostForm(t, testBase+"/cb", "id=73000000001&code=TOKEN"); status != http.StatusOK {
 		t.Fatalf("pingback: %d %s", status, body)
 	}
-	status, body = adminRequest(t, http.MethodGet, "/pingback/tasks/2captcha/73000000001")
+	status, body = adminDo(t, http.MethodGet, "/pingback/tasks/2captcha/73000000001", "")
 	if status != http.StatusOK || json.Unmarshal(body, &task) != nil || task.State != store.TaskDone {
 		t.Fatalf("task after its result: %d %s, want 200 and done", status, body)
 	}
@@ -172,7 +152,7 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 		t.Errorf("result_at %s, want the result's received_at %s", task.ResultAt, rec.ReceivedAt)
 	}
 	var got store.Record
-	status, body = adminRequest(t, http.MethodGet, "/pingback/records/2captcha/73000000001")
+	status, body = adminDo(t, http.MethodGet, "/pingback/records/2captcha/73000000001", "")
 	if status != http.StatusOK || json.Unmarshal(body, &got) != nil || got.Code != "TOKEN" || got.Key() != rec.Key() {
 		t.Errorf("GET record: %d %s, want 200 and the record", status, body)
 	}
@@ -191,7 +171,7 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 		{"?state=expired", nil},
 		{"?limit=1", []string{"73000000001"}},
 	} {
-		status, body := adminRequest(t, http.MethodGet, "/pingback/tasks"+tc.query)
+		status, body := adminDo(t, http.MethodGet, "/pingback/tasks"+tc.query, "")
 		if status != http.StatusOK || json.Unmarshal(body, &list) != nil {
 			t.Fatalf("GET /pingback/tasks%s: %d %s", tc.query, status, body)
 		}
@@ -221,7 +201,7 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 		{http.MethodGet, "/pingback/tasks//1", http.StatusNotFound},
 		{http.MethodPost, "/pingback/tasks/2captcha/73000000001", http.StatusMethodNotAllowed},
 	} {
-		if status, body := adminRequest(t, tc.method, tc.path); status != tc.status || !strings.Contains(string(body), `"error"`) {
+		if status, body := adminDo(t, tc.method, tc.path, ""); status != tc.status || !strings.Contains(string(body), `"error"`) {
 			t.Errorf("%s %s: %d %s, want %d with an error", tc.method, tc.path, status, body, tc.status)
 		}
 	}
@@ -233,26 +213,26 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 func TestAdminReplayDeliveredNeedsForce(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", pingbackSite("2captcha", "", app))
-	if status, body := postForm(t, testBase+"/cb", "id=95&code=T"); status != http.StatusOK {
+	if status, body := testkit.PostForm(t, testBase+"/cb", "id=95&code=T"); status != http.StatusOK {
 		t.Fatalf("pingback: %d %s", status, body)
 	}
-	waitForState(t, "2captcha", "95", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "95", store.StateDelivered)
 	before := getRecord(t, "2captcha", "95")
 	for _, path := range []string{"/pingback/records/2captcha/95/replay", "/pingback/records/2captcha/95/replay?force=false"} {
-		status, body := adminRequest(t, http.MethodPost, path)
+		status, body := adminDo(t, http.MethodPost, path, "")
 		if status != http.StatusConflict || !strings.Contains(string(body), "force=true") {
 			t.Errorf("POST %s: %d %s, want 409 naming force=true", path, status, body)
 		}
 	}
-	if after := getRecord(t, "2captcha", "95"); after.Attempts != before.Attempts || after.State != store.StateDelivered || app.count("2captcha:95") != 1 {
-		t.Errorf("refused replay changed the record (%+v) or forwarded (%d)", after.Delivery, app.count("2captcha:95"))
+	if after := getRecord(t, "2captcha", "95"); after.Attempts != before.Attempts || after.State != store.StateDelivered || app.Count("2captcha:95") != 1 {
+		t.Errorf("refused replay changed the record (%+v) or forwarded (%d)", after.Delivery, app.Count("2captcha:95"))
 	}
-	status, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/95/replay?force=true")
+	status, body := adminDo(t, http.MethodPost, "/pingback/records/2captcha/95/replay?force=true", "")
 	var rec store.Record
 	if status != http.StatusOK || json.Unmarshal(body, &rec) != nil || rec.State != store.StateDelivered || rec.Attempts != before.Attempts+1 {
 		t.Fatalf("forced replay: %d %s, want 200, delivered again at the next attempt", status, body)
 	}
-	if n := app.count("2captcha:95"); n != 2 {
+	if n := app.Count("2captcha:95"); n != 2 {
 		t.Errorf("app saw 2captcha:95 %d times, want 2", n)
 	}
 }
@@ -266,7 +246,7 @@ func listPages(t *testing.T, q url.Values) []string {
 		if pages > 200 {
 			t.Fatalf("%v: more than 200 pages", q)
 		}
-		status, body := adminRequest(t, http.MethodGet, "/pingback/records?"+q.Encode())
+		status, body := adminDo(t, http.MethodGet, "/pingback/records?"+q.Encode(), "")
 		var page adminapi.RecordsPage
 		if status != http.StatusOK || json.Unmarshal(body, &page) != nil {
 			t.Fatalf("list %v: %d %s", q, status, body)
@@ -376,7 +356,7 @@ func TestAdminListRecordsPages(t *testing.T) {
 		{http.MethodGet, "/pingback/tasks?cursor=" + cursor([]string{"captchaai", "100"}), http.StatusBadRequest, "cursor"},
 		{http.MethodGet, "/pingback/tasks?limit=0", http.StatusBadRequest, "limit"},
 	} {
-		status, body := adminRequest(t, tc.method, tc.path)
+		status, body := adminDo(t, tc.method, tc.path, "")
 		var e struct {
 			Error string `json:"error"`
 		}
@@ -386,13 +366,13 @@ func TestAdminListRecordsPages(t *testing.T) {
 	}
 
 	// A cursor from the first page of one query, on a page of 1.
-	status, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1")
+	status, body := adminDo(t, http.MethodGet, "/pingback/records?limit=1", "")
 	var first adminapi.RecordsPage
 	if status != http.StatusOK || json.Unmarshal(body, &first) != nil || first.NextCursor == "" || len(first.Records) != 1 ||
 		first.Records[0].Key().String() != all[0].Key().String() {
 		t.Fatalf("first page of one: %d %s, want %s and a next_cursor", status, body, all[0].Key())
 	}
-	status, body = adminRequest(t, http.MethodGet, "/pingback/records?limit=1&cursor="+first.NextCursor)
+	status, body = adminDo(t, http.MethodGet, "/pingback/records?limit=1&cursor="+first.NextCursor, "")
 	var second adminapi.RecordsPage
 	if status != http.StatusOK || json.Unmarshal(body, &second) != nil || len(second.Records) != 1 || second.Records[0].Key().String() != all[1].Key().String() {
 		t.Errorf("second page of one: %d %s, want %s", status, body, all[1].Key())

@@ -4,41 +4,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
-
-// adminJSON sends method path with a JSON body and returns the status,
-// the Location header and the body.
-func adminJSON(t *testing.T, method, path, body string) (int, string, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+testAdmin+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Location"), b
-}
 
 // TestBulkReplay replays 1000 parked results in one job: each is delivered
 // once, the app never has more than concurrency of them in flight, and the
 // job reports its progress.
 func TestBulkReplay(t *testing.T) {
 	app := newAppStub(t)
-	app.tune(func() { app.delay = 2 * time.Millisecond }) // so that forwards overlap
+	app.Tune(func() { app.Delay = 2 * time.Millisecond }) // so that forwards overlap
 	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 3\n}", pingbackSite("captchaai", "", app))
 	const n = 1000
 	for i := range n {
@@ -47,28 +27,29 @@ func TestBulkReplay(t *testing.T) {
 	// One failed result of another kind: not in the job.
 	insertRecord(t, storedCallback(t, "29999", store.StateRejected, 1, time.Time{}))
 
-	status, loc, body := adminJSON(t, http.MethodPost, "/pingback/replays", `{"provider": "captchaai"}`)
+	a := testkit.Admin(testAdmin).Do(t, http.MethodPost, "/pingback/replays", `{"provider": "captchaai"}`)
+	status, loc, body := a.Status, a.Header.Get("Location"), a.Body
 	var job adminapi.ReplayJobState
 	if status != http.StatusAccepted || json.Unmarshal(body, &job) != nil || job.Status != "running" || job.Matched != n ||
 		loc != "/pingback/replays/"+job.ID {
 		t.Fatalf("POST /pingback/replays: %d %q %s, want 202, running, %d matched, Location of the job", status, loc, body, n)
 	}
-	waitFor(t, 60*time.Second, "the job done", func() bool {
-		code, b := adminRequest(t, http.MethodGet, loc)
+	testkit.WaitFor(t, 60*time.Second, "the job done", func() bool {
+		code, b := adminDo(t, http.MethodGet, loc, "")
 		return code == http.StatusOK && json.Unmarshal(b, &job) == nil && job.Status == "done"
 	})
 	if job.Matched != n || job.Done != n || job.Delivered != n || job.Failed != 0 {
 		t.Errorf("job %+v, want %d matched, done and delivered", job, n)
 	}
 	for i := range n {
-		if c := app.count(fmt.Sprint("captchaai:", 20000+i)); c != 1 {
+		if c := app.Count(fmt.Sprint("captchaai:", 20000+i)); c != 1 {
 			t.Fatalf("captchaai:%d delivered %d times, want once", 20000+i, c)
 		}
 	}
-	if c := app.count("captchaai:29999"); c != 0 {
+	if c := app.Count("captchaai:29999"); c != 0 {
 		t.Errorf("the rejected result was replayed %d times, want never", c)
 	}
-	if peak := app.peakInflight(); peak > 3 || peak < 2 {
+	if peak := app.PeakInflight(); peak > 3 || peak < 2 {
 		t.Errorf("the app had at most %d bulk replays in flight, want up to concurrency (3), overlapping", peak)
 	}
 	if v, _ := scrapeMetric(t, `caddy_pingback_records{provider="captchaai",state="delivered"}`); v != n {
@@ -81,25 +62,24 @@ func TestBulkReplay(t *testing.T) {
 func TestBulkReplayCancelAndBadInput(t *testing.T) {
 	app := newAppStub(t)
 	release := make(chan struct{})
-	app.mu.Lock()
-	app.release = release
-	app.mu.Unlock()
+	app.Tune(func() { app.Release = release })
 	startCaddy(t, "replay {\n\tconcurrency 1\n}", pingbackSite("captchaai", "", app))
 	for i := range 5 {
 		insertRecord(t, storedCallback(t, fmt.Sprint(30000+i), store.StateParked, 5, time.Time{}))
 	}
-	status, loc, body := adminJSON(t, http.MethodPost, "/pingback/replays", `{"state": "parked", "received_before": "`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	a := testkit.Admin(testAdmin).Do(t, http.MethodPost, "/pingback/replays", `{"state": "parked", "received_before": "`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	status, loc, body := a.Status, a.Header.Get("Location"), a.Body
 	if status != http.StatusAccepted {
 		t.Fatalf("POST: %d %s", status, body)
 	}
-	waitFor(t, 5*time.Second, "the first replay held by the app", func() bool { return app.count("captchaai:30000") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the first replay held by the app", func() bool { return app.Count("captchaai:30000") == 1 })
 	var job adminapi.ReplayJobState
-	if code, b := adminRequest(t, http.MethodDelete, loc); code != http.StatusOK || json.Unmarshal(b, &job) != nil {
+	if code, b := adminDo(t, http.MethodDelete, loc, ""); code != http.StatusOK || json.Unmarshal(b, &job) != nil {
 		t.Fatalf("DELETE: %d %s", code, b)
 	}
 	close(release)
-	waitFor(t, 5*time.Second, "the job cancelled", func() bool {
-		code, b := adminRequest(t, http.MethodGet, loc)
+	testkit.WaitFor(t, 5*time.Second, "the job cancelled", func() bool {
+		code, b := adminDo(t, http.MethodGet, loc, "")
 		return code == http.StatusOK && json.Unmarshal(b, &job) == nil && job.Status == "cancelled"
 	})
 	if job.Done != 1 || job.Matched != 5 {
@@ -110,12 +90,13 @@ func TestBulkReplayCancelAndBadInput(t *testing.T) {
 	}
 
 	// A filter excluding everything by time matches nothing and is done.
-	status, loc, body = adminJSON(t, http.MethodPost, "/pingback/replays", `{"received_after": "`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	a = testkit.Admin(testAdmin).Do(t, http.MethodPost, "/pingback/replays", `{"received_after": "`+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+`"}`)
+	status, loc, body = a.Status, a.Header.Get("Location"), a.Body
 	if status != http.StatusAccepted || json.Unmarshal(body, &job) != nil || job.Matched != 0 {
 		t.Fatalf("POST with an empty match: %d %s", status, body)
 	}
-	waitFor(t, 5*time.Second, "the empty job done", func() bool {
-		_, b := adminRequest(t, http.MethodGet, loc)
+	testkit.WaitFor(t, 5*time.Second, "the empty job done", func() bool {
+		_, b := adminDo(t, http.MethodGet, loc, "")
 		return json.Unmarshal(b, &job) == nil && job.Status == "done"
 	})
 
@@ -134,7 +115,7 @@ func TestBulkReplayCancelAndBadInput(t *testing.T) {
 		{http.MethodPut, loc, ``, http.StatusMethodNotAllowed},
 		{http.MethodGet, "/pingback/replays/", ``, http.StatusNotFound},
 	} {
-		if code, _, b := adminJSON(t, tc.method, tc.path, tc.body); code != tc.status || !bytes.Contains(b, []byte(`"error"`)) {
+		if code, b := adminDo(t, tc.method, tc.path, tc.body); code != tc.status || !bytes.Contains(b, []byte(`"error"`)) {
 			t.Errorf("%s %s %s: %d %s, want %d with an error", tc.method, tc.path, tc.body, code, b, tc.status)
 		}
 	}

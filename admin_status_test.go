@@ -8,7 +8,20 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
+
+// adminStatus reads GET /pingback/status; an answer other than 200 with a
+// status body fails the test.
+func adminStatus(t *testing.T) adminapi.StatusAnswer {
+	t.Helper()
+	code, body := adminDo(t, http.MethodGet, "/pingback/status", "")
+	var s adminapi.StatusAnswer
+	if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	return s
+}
 
 // TestStatusAndCountGauges checks that caddy_pingback_records{state},
 // caddy_pingback_tasks_pending and GET /pingback/status move as results
@@ -24,19 +37,10 @@ func TestStatusAndCountGauges(t *testing.T) {
 		v, _ := scrapeMetric(t, `caddy_pingback_tasks_pending{provider="2captcha"}`)
 		return v
 	}
-	status := func() adminapi.StatusAnswer {
-		t.Helper()
-		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
-		var s adminapi.StatusAnswer
-		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
-			t.Fatalf("status: %d %s", code, body)
-		}
-		return s
-	}
 
 	registered := time.Now()
 	for _, id := range []string{"74000000001", "74000000002"} {
-		if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		if code, body := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 			"provider": "2captcha", "id": id, "pingback_url": trkCallbackURL,
 		})); code != http.StatusCreated {
 			t.Fatalf("register %s: %d %s", id, code, body)
@@ -45,24 +49,24 @@ func TestStatusAndCountGauges(t *testing.T) {
 	if got := pending(); got != 2 {
 		t.Errorf("tasks_pending = %v after 2 registrations, want 2", got)
 	}
-	if s := status(); s.Tasks["2captcha"].Pending != 2 {
+	if s := adminStatus(t); s.Tasks["2captcha"].Pending != 2 {
 		t.Errorf("status tasks = %+v, want 2 pending", s.Tasks)
 	}
 
-	if code, _ := postForm(t, testBase+"/cb", "id=74000000001&code=A"); code != http.StatusOK {
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=74000000001&code=A"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "74000000001", store.StateDelivered)
-	waitFor(t, 5*time.Second, "records{delivered} = 1 and one task pending", func() bool {
+	waitForState(t, 5*time.Second, "2captcha", "74000000001", store.StateDelivered)
+	testkit.WaitFor(t, 5*time.Second, "records{delivered} = 1 and one task pending", func() bool {
 		return gauge("delivered") == 1 && pending() == 1
 	})
 
-	app.setStatus(http.StatusServiceUnavailable)
-	if code, _ := postForm(t, testBase+"/cb", "id=801&code=B"); code != http.StatusOK {
+	app.SetStatus(http.StatusServiceUnavailable)
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=801&code=B"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "801", store.StateParked)
-	waitFor(t, 5*time.Second, "records{parked} = 1", func() bool { return gauge("parked") == 1 })
+	waitForState(t, 5*time.Second, "2captcha", "801", store.StateParked)
+	testkit.WaitFor(t, 5*time.Second, "records{parked} = 1", func() bool { return gauge("parked") == 1 })
 	if got := gauge("failed"); got != 0 {
 		t.Errorf("records{failed} = %v with nothing failed, want 0 exported", got)
 	}
@@ -71,8 +75,8 @@ func TestStatusAndCountGauges(t *testing.T) {
 	// when the results above settle (the assertions below then check
 	// that it is recent and that the next one is after it).
 	var s adminapi.StatusAnswer
-	waitFor(t, 5*time.Second, "both loops' first run", func() bool {
-		s = status()
+	testkit.WaitFor(t, 5*time.Second, "both loops' first run", func() bool {
+		s = adminStatus(t)
 		return !s.Loops["replay"].LastRunAt.IsZero() && !s.Loops["poll"].LastRunAt.IsZero()
 	})
 	if r := s.Records["2captcha"]; r[store.StateDelivered] != 1 || r[store.StateParked] != 1 || len(r) != 2 {
@@ -101,7 +105,7 @@ func TestStatusAndCountGauges(t *testing.T) {
 			t.Errorf("status loops[%s] = %+v, want a recent run and the next after it", loop, l)
 		}
 	}
-	if code, body := adminRequest(t, http.MethodPost, "/pingback/status"); code != http.StatusMethodNotAllowed {
+	if code, body := adminDo(t, http.MethodPost, "/pingback/status", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /pingback/status: %d %s, want 405", code, body)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -72,7 +71,7 @@ func TestAdminListTasksPages(t *testing.T) {
 		q, _ := url.ParseQuery(tc.query)
 		var got []string
 		for pages := 0; pages < 50; pages++ {
-			status, body := adminRequest(t, http.MethodGet, "/pingback/tasks?"+q.Encode())
+			status, body := adminDo(t, http.MethodGet, "/pingback/tasks?"+q.Encode(), "")
 			var page adminapi.TasksPage
 			if status != http.StatusOK || json.Unmarshal(body, &page) != nil {
 				t.Fatalf("tasks %s: %d %s", tc.query, status, body)
@@ -89,32 +88,6 @@ func TestAdminListTasksPages(t *testing.T) {
 			t.Errorf("tasks pages of %q: got %v, want %v", tc.query, got, tc.want)
 		}
 	}
-}
-
-// adminTasksURL is the task registration endpoint of the test admin.
-var adminTasksURL = "http://" + testAdmin + "/pingback/tasks"
-
-// adminCall sends a request to the task registration endpoint and returns
-// the status and the body.
-func adminCall(t *testing.T, method, body string) (int, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, adminTasksURL, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	// No keep-alive: each config load may replace the admin server.
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, adminTasksURL, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
 }
 
 // adminRegistration is a registration body; empty fields are left out.
@@ -150,7 +123,7 @@ func TestAdminRegisterTask(t *testing.T) {
 		"method":       "userrecaptcha",
 		"submitted_at": submitted.Format(time.RFC3339),
 	})
-	status, answer := adminCall(t, http.MethodPost, body)
+	status, answer := adminDo(t, http.MethodPost, "/pingback/tasks", body)
 	if status != http.StatusCreated {
 		t.Fatalf("got %d %s, want 201", status, answer)
 	}
@@ -180,7 +153,7 @@ func TestAdminRegisterTask(t *testing.T) {
 			"pingback_url": trkCallbackURL,
 			"method":       "post",
 		})
-		status, answer := adminCall(t, http.MethodPost, again)
+		status, answer := adminDo(t, http.MethodPost, "/pingback/tasks", again)
 		if status != http.StatusOK {
 			t.Fatalf("got %d %s, want 200", status, answer)
 		}
@@ -198,7 +171,7 @@ func TestAdminRegisterTask(t *testing.T) {
 
 	t.Run("submitted_at defaults to now", func(t *testing.T) {
 		before := time.Now()
-		status, answer := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		status, answer := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 			"provider":     "2captcha",
 			"id":           "72000000002",
 			"pingback_url": trkCallbackURL,
@@ -252,7 +225,7 @@ func TestAdminRegisterTaskRejects(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, answer := adminCall(t, http.MethodPost, tc.body)
+			status, answer := adminDo(t, http.MethodPost, "/pingback/tasks", tc.body)
 			var e struct {
 				Error string `json:"error"`
 			}
@@ -275,7 +248,7 @@ func TestAdminRegisterTaskMethods(t *testing.T) {
 	startAdminCaddy(t)
 	body := adminRegistration(t, map[string]string{"provider": "2captcha", "id": "72000000020", "pingback_url": trkCallbackURL})
 	for _, method := range []string{http.MethodPut, http.MethodDelete, http.MethodPatch} {
-		if status, answer := adminCall(t, method, body); status != http.StatusMethodNotAllowed {
+		if status, answer := adminDo(t, method, "/pingback/tasks", body); status != http.StatusMethodNotAllowed {
 			t.Errorf("%s: got %d %s, want 405", method, status, answer)
 		}
 	}
@@ -296,7 +269,7 @@ func TestRegisterUnpollableTask(t *testing.T) {
 		{map[string]string{"provider": "captchaai", "id": "71000000302", "pingback_url": trkCallbackURL, "api": "json"}, "no json API"},
 		{map[string]string{"provider": "2captcha", "id": "71000000303", "pingback_url": trkCallbackURL, "api": "soap"}, "api must be legacy or json"},
 	} {
-		status, body := adminCall(t, http.MethodPost, adminRegistration(t, tc.fields))
+		status, body := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, tc.fields))
 		if status != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
 			t.Errorf("%v: got %d %s, want 400 saying %q", tc.fields, status, body, tc.want)
 		}
@@ -323,7 +296,7 @@ func TestAdminSubmittedAtRange(t *testing.T) {
 		{"a minute ago", "9006", now.Add(-time.Minute).Format(time.RFC3339), 201},
 	}
 	for _, c := range cases {
-		status, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+		status, body := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 			"provider": "2captcha", "id": c.id, "pingback_url": trkCallbackURL, "submitted_at": c.at}))
 		if status != c.status {
 			t.Errorf("%s: %d %s, want %d", c.name, status, body, c.status)

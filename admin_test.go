@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // FuzzPathSegments checks the admin API's path splitting: any two
@@ -38,7 +40,7 @@ func FuzzPathSegments(f *testing.F) {
 func TestAdminPathEscapedSegments(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", pingbackSite("2captcha", "", app))
-	if s, b := postForm(t, testBase+"/cb", "id=77&code=TOKEN-77"); s != 200 {
+	if s, b := testkit.PostForm(t, testBase+"/cb", "id=77&code=TOKEN-77"); s != 200 {
 		t.Fatalf("pingback: %d %s", s, b)
 	}
 	cases := []struct {
@@ -56,11 +58,11 @@ func TestAdminPathEscapedSegments(t *testing.T) {
 	}
 	for _, c := range cases {
 		status, body := adminDo(t, c.method, c.path, "")
-		if status != c.status || !strings.Contains(body, c.want) {
+		if status != c.status || !strings.Contains(string(body), c.want) {
 			t.Errorf("%s %s: %d %s, want %d with %q", c.method, c.path, status, body, c.status, c.want)
 		}
 	}
-	if n := app.count("2captcha:77"); n != 1 {
+	if n := app.Count("2captcha:77"); n != 1 {
 		t.Errorf("the app got 2captcha:77 %d times, want once (no replay by an escaped path)", n)
 	}
 }

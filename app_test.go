@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
@@ -37,47 +37,27 @@ const (
 // provider (endpoint the test's provider, the test key) plus extra global
 // lines, a pingback route /cb for provider and pingback_track for
 // everything else.
-func exactCaddyfile(dir, logFile, provider, endpoint, extra string, app *appStub) string {
-	return fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	https_port 9443
-	grace_period 1ns
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		output file %s
-		format json
-		level INFO
-	}
-	pingback {
-		storage_dir %s
-		provider %s {
-			endpoint %s
-			api_key %s
-		}
-		%s
-	}
-}
-http://localhost:%[2]s {
+func exactCaddyfile(dir, logFile, provider, endpoint, extra string, app *testkit.App) string {
+	g := testGlobals(fmt.Sprintf("storage_dir %s\nprovider %s {\n\tendpoint %s\n\tapi_key %s\n}\n%s", dir, provider, endpoint, trkKey, extra))
+	g.LogFile = logFile
+	return g.Caddyfile(fmt.Sprintf(`http://localhost:%s {
 	handle /cb {
 		pingback {
-			provider %[5]s
+			provider %[2]s
 		}
-		reverse_proxy %[9]s
+		reverse_proxy %[3]s
 	}
 	handle {
 		pingback_track {
-			provider %[5]s
+			provider %[2]s
 		}
-		reverse_proxy %[6]s
+		reverse_proxy %[4]s
 	}
 }
-`, testAdmin, testHTTPPort, logFile, dir, provider, endpoint, trkKey, extra, app.hostPort())
+`, testHTTPPort, provider, app.HostPort(), endpoint))
 }
 
-func startExact(t *testing.T, provider, endpoint, extra string, app *appStub) (logFile string) {
+func startExact(t *testing.T, provider, endpoint, extra string, app *testkit.App) (logFile string) {
 	t.Helper()
 	dir := t.TempDir()
 	logFile = filepath.Join(t.TempDir(), "caddy.log")
@@ -85,7 +65,7 @@ func startExact(t *testing.T, provider, endpoint, extra string, app *appStub) (l
 	t.Cleanup(func() {
 		unloadCaddy(t)
 		if t.Failed() {
-			logTail(t, logFile, 40)
+			testkit.LogTail(t, logFile, 40)
 		}
 	})
 	return logFile
@@ -149,29 +129,10 @@ func TestConfigErrorsAtStart(t *testing.T) {
 // reloadCaddyfile is the config of TestReloadUnderTraffic: the test globals
 // plus a log file and a grace period, and a pingback route whose
 // ack_timeout differs per generation so that every load is a real change.
-func reloadCaddyfile(dir, logFile string, generation int, app *appStub) string {
-	return fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	https_port 9443
-	grace_period 5s
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		output file %s
-		format json
-		level DEBUG
-	}
-	pingback {
-		storage_dir %s
-		replay {
-			backoff 50ms 200ms
-		}
-	}
-}
-%s`, testAdmin, testHTTPPort, logFile, dir,
-		pingbackSite("captchaai", fmt.Sprintf("ack_timeout %dms", 2000+generation), app))
+func reloadCaddyfile(dir, logFile string, generation int, app *testkit.App) string {
+	g := testGlobals("storage_dir " + dir + "\nreplay {\n\tbackoff 50ms 200ms\n}")
+	g.GracePeriod, g.LogFile, g.LogLevel = "5s", logFile, "DEBUG"
+	return g.Caddyfile(pingbackSite("captchaai", fmt.Sprintf("ack_timeout %dms", 2000+generation), app))
 }
 
 // adaptCaddyfile adapts a Caddyfile to JSON.
@@ -188,15 +149,8 @@ func adaptCaddyfile(t *testing.T, caddyfile string) []byte {
 // admin endpoint, which answers once the new config runs.
 func postLoad(t *testing.T, cfg []byte) {
 	t.Helper()
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Post("http://"+testAdmin+"/load", "application/json", bytes.NewReader(cfg))
-	if err != nil {
-		t.Fatalf("POST /load: %v", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("POST /load: %d %s", resp.StatusCode, body)
+	if status, body := adminDo(t, http.MethodPost, "/load", string(cfg)); status != http.StatusOK {
+		t.Fatalf("POST /load: %d %s", status, body)
 	}
 }
 
@@ -266,7 +220,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 	for gen := 1; gen <= reloads; gen++ {
 		// Let callbacks flow between reloads too.
 		want := ackedCount() + 2*workers
-		waitFor(t, 10*time.Second, "callbacks between reloads", func() bool { return ackedCount() >= want })
+		testkit.WaitFor(t, 10*time.Second, "callbacks between reloads", func() bool { return ackedCount() >= want })
 
 		cfg := adaptCaddyfile(t, reloadCaddyfile(dir, logFile, gen, app))
 		began := time.Now()
@@ -322,7 +276,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 	// counts below are final.
 	running := runningApp(t)
 	st := running.store(time.Second)
-	waitFor(t, 20*time.Second, "every acknowledged result to be delivered", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "every acknowledged result to be delivered", func() bool {
 		for _, id := range ids {
 			rec, err := st.Get(t.Context(), store.Key{Provider: "captchaai", ID: id})
 			if err != nil {
@@ -335,7 +289,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 		return true
 	})
 	counts := map[string]int{}
-	for _, r := range app.requests() {
+	for _, r := range app.Requests() {
 		counts[r.Header.Get(HeaderIdempotencyKey)]++
 	}
 	for _, id := range ids {
@@ -386,7 +340,7 @@ func TestReloadUnderTraffic(t *testing.T) {
 // succeeds on the Caddyfile of a running config with the same storage_dir,
 // because provisioning does not take the database's directory lock.
 func TestValidateWhileSameConfigRuns(t *testing.T) {
-	bin := childCaddyBinary(t)
+	bin := testkit.CaddyBinary(t)
 	app := newAppStub(t)
 	dir := t.TempDir()
 	caddyfile := caddyfileFor("storage_dir "+dir, pingbackSite("captchaai", "", app))
@@ -394,7 +348,7 @@ func TestValidateWhileSameConfigRuns(t *testing.T) {
 	t.Cleanup(func() { unloadCaddy(t) })
 
 	// The running config holds the store open.
-	if status, body := get(t, testBase+"/cb?id=1&code=A"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=1&code=A"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("callback: %d %q, want 200 OK", status, body)
 	}
 	if refs, _ := stores.References(runningApp(t).dir); refs != 1 {
@@ -416,11 +370,11 @@ func TestValidateWhileSameConfigRuns(t *testing.T) {
 	}
 
 	// The running config was not disturbed.
-	if status, body := get(t, testBase+"/cb?id=2&code=B"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=2&code=B"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("callback after validate: %d %q, want 200 OK", status, body)
 	}
-	waitFor(t, 5*time.Second, "the app to receive both callbacks", func() bool {
-		return app.count("captchaai:1") == 1 && app.count("captchaai:2") == 1
+	testkit.WaitFor(t, 5*time.Second, "the app to receive both callbacks", func() bool {
+		return app.Count("captchaai:1") == 1 && app.Count("captchaai:2") == 1
 	})
 }
 
@@ -462,7 +416,7 @@ func TestStorageDirThatCannotBeOpened(t *testing.T) {
 			}
 		})
 	}
-	if n := len(app.requests()); n != 0 {
+	if n := len(app.Requests()); n != 0 {
 		t.Errorf("the app received %d requests, want none", n)
 	}
 }
@@ -474,7 +428,7 @@ func TestStorageDirThatCannotBeOpened(t *testing.T) {
 func TestStorageDirLockedByAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
 	childApp := newAppStub(t)
-	startChildCaddy(t, childCaddyfile(dir, "", childPingbackSite(childApp.hostPort())))
+	startChildCaddy(t, childCaddyfile(dir, "", childPingbackSite(childApp.HostPort())))
 
 	app := newAppStub(t)
 	cfg := adaptCaddyfile(t, caddyfileFor("storage_dir "+dir, pingbackSite("captchaai", "", app)))
@@ -497,8 +451,8 @@ func TestStorageDirLockedByAnotherProcess(t *testing.T) {
 	if err != nil || status != http.StatusOK || body != "OK" {
 		t.Fatalf("callback to the child: %d %q %v, want 200 OK", status, body, err)
 	}
-	waitFor(t, 5*time.Second, "the child's app to receive the callback", func() bool { return childApp.count("captchaai:4") == 1 })
-	if n := len(app.requests()); n != 0 {
+	testkit.WaitFor(t, 5*time.Second, "the child's app to receive the callback", func() bool { return childApp.Count("captchaai:4") == 1 })
+	if n := len(app.Requests()); n != 0 {
 		t.Errorf("the failed config's app received %d requests", n)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 )
@@ -26,23 +26,6 @@ import (
 // fuzzMaxBody is the max_body the fuzzer runs with: small, so that the
 // 413 path is reached too.
 const fuzzMaxBody = 1024
-
-// multipartFields returns a multipart/form-data body of fields and its
-// Content-Type.
-func multipartFields(t testing.TB, fields ...string) (string, []byte) {
-	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	for i := 0; i+1 < len(fields); i += 2 {
-		if err := mw.WriteField(fields[i], fields[i+1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := mw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return mw.FormDataContentType(), buf.Bytes()
-}
 
 // refUnescape is the reference decoding of one name or value, written
 // apart from unescapeURLEncoded: each '%' that starts no %XX escape is made
@@ -170,13 +153,13 @@ func FuzzReadCallback(f *testing.F) {
 	f.Add("GET", "", "id=20&code=\xc3\xa9\xff", []byte(nil))
 	f.Add("GET", "", "&&id=21&&code=+&", []byte(nil))
 	f.Add("POST", "application/x-www-form-urlencoded", "id=22;code=q", []byte("code=%"))
-	ct, body := multipartFields(f, "id", "23", "code", "a;b")
+	ct, body := testkit.Multipart(f, nil, "id", "23", "code", "a;b")
 	f.Add("POST", ct, "x=1;y", body)
-	ct, body = multipartFields(f, "id", "42", "code", "03AGdBq24")
+	ct, body = testkit.Multipart(f, nil, "id", "42", "code", "03AGdBq24")
 	f.Add("POST", ct, "", body)
-	ct, body = multipartFields(f, "code", "solved")
+	ct, body = testkit.Multipart(f, nil, "code", "solved")
 	f.Add("POST", ct, "id=42", body)
-	ct, body = multipartFields(f, "id", "42", "id", "43", "code", "x")
+	ct, body = testkit.Multipart(f, nil, "id", "42", "id", "43", "code", "x")
 	f.Add("POST", ct, "", body)
 
 	f.Fuzz(func(t *testing.T, method, contentType, query string, body []byte) {
@@ -246,8 +229,8 @@ func (c *countingBody) Read(p []byte) (int, error) {
 
 func TestReadCallback(t *testing.T) {
 	const maxBody = 512
-	mpType, mpBody := multipartFields(t, "id", "555", "code", "multi part")
-	mpCodeType, mpCodeBody := multipartFields(t, "code", "from body")
+	mpType, mpBody := testkit.Multipart(t, nil, "id", "555", "code", "multi part")
+	mpCodeType, mpCodeBody := testkit.Multipart(t, nil, "code", "from body")
 	for _, tc := range []struct {
 		name        string
 		method      string
@@ -548,7 +531,7 @@ func TestJSONCallbackIDKeysAndErrors(t *testing.T) {
 	if rec := getRecord(t, provider, "4242"); rec.Code != `{"gRecaptchaResponse":"T1"}` {
 		t.Errorf("stored code %q", rec.Code)
 	}
-	waitFor(t, 10*time.Second, "the forward", func() bool { return len(deliveriesOf(app, provider+":4242")) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the forward", func() bool { return len(deliveriesOf(app, provider+":4242")) == 1 })
 
 	// A task-final error is the task's result.
 	if r := post(`{"taskId":4343,"errorId":12,"errorCode":"ERROR_CAPTCHA_UNSOLVABLE"}`); r.status != http.StatusOK {
@@ -571,7 +554,7 @@ func TestJSONCallbackIDKeysAndErrors(t *testing.T) {
 		t.Fatalf("account error callback stored %+v, %v; want nothing", rec, err)
 	}
 	info, _ := sim.Task(id)
-	waitFor(t, 15*time.Second, "the polled result", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the polled result", func() bool {
 		rec, err := s.Get(t.Context(), store.Key{Provider: provider, ID: id})
 		return err == nil && rec.State == store.StateDelivered
 	})

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // runCLI runs `caddy pingback <args>` in-process and returns its stdout,
@@ -34,20 +36,20 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 func TestCLI(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
-	if code, _ := postForm(t, testBase+"/cb", "id=501&code=A"); code != http.StatusOK {
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=501&code=A"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "501", store.StateDelivered)
-	app.setStatus(http.StatusServiceUnavailable)
-	if code, _ := postForm(t, testBase+"/cb", "id=502&code=B"); code != http.StatusOK {
+	waitForState(t, 5*time.Second, "2captcha", "501", store.StateDelivered)
+	app.SetStatus(http.StatusServiceUnavailable)
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=502&code=B"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "502", store.StateParked)
-	if code, _ := postForm(t, testBase+"/cb", "id=503&code=C"); code != http.StatusOK {
+	waitForState(t, 5*time.Second, "2captcha", "502", store.StateParked)
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=503&code=C"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "503", store.StateParked)
-	app.setStatus(http.StatusOK)
+	waitForState(t, 5*time.Second, "2captcha", "503", store.StateParked)
+	app.SetStatus(http.StatusOK)
 
 	// A config file naming the admin address: found as `caddy reload` finds it.
 	conf := filepath.Join(t.TempDir(), "Caddyfile")
@@ -100,19 +102,19 @@ func TestCLIPurgeAndPaging(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
 	for i := range 12 {
-		if code, _ := postForm(t, testBase+"/cb", fmt.Sprintf("id=%d&code=C", 700+i)); code != http.StatusOK {
+		if code, _ := testkit.PostForm(t, testBase+"/cb", fmt.Sprintf("id=%d&code=C", 700+i)); code != http.StatusOK {
 			t.Fatal("pingback refused")
 		}
 	}
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	for _, id := range []string{"801", "802"} {
-		if code, _ := postForm(t, testBase+"/cb", "id="+id+"&code=P"); code != http.StatusOK {
+		if code, _ := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code=P"); code != http.StatusOK {
 			t.Fatal("pingback refused")
 		}
-		waitForState(t, "2captcha", id, store.StateParked)
+		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
 	}
-	app.setStatus(http.StatusOK)
-	waitForState(t, "2captcha", "711", store.StateDelivered)
+	app.SetStatus(http.StatusOK)
+	waitForState(t, 5*time.Second, "2captcha", "711", store.StateDelivered)
 	addr := "--address=" + testAdmin
 	runCLICases(t, []cliCase{
 		{name: "records pages through", args: []string{"records", addr, "--limit", "1000"}, lines: 15, out: []string{"2captcha  700", "2captcha  802"}},
@@ -138,11 +140,11 @@ func TestCLIPurgeAndPaging(t *testing.T) {
 		{name: "records after the purges", args: []string{"records", addr}, lines: 11, notOut: []string{"700", "701", "801", "802"}},
 	})
 	// The re-sent pingback of a purged result is not forwarded.
-	before := app.count("2captcha:700")
-	if code, body := postForm(t, testBase+"/cb", "id=700&code=C"); code != http.StatusOK || body != "OK" {
+	before := app.Count("2captcha:700")
+	if code, body := testkit.PostForm(t, testBase+"/cb", "id=700&code=C"); code != http.StatusOK || body != "OK" {
 		t.Errorf("re-sent pingback: %d %q", code, body)
 	}
-	if n := app.count("2captcha:700"); n != before {
+	if n := app.Count("2captcha:700"); n != before {
 		t.Errorf("the re-sent pingback of a purged result reached the app (%d, was %d)", n, before)
 	}
 }

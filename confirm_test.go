@@ -3,7 +3,6 @@ package pingback
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestConfirmQueueBounds: one job per key, at most confirmQueueSize per
@@ -53,21 +53,12 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
 	var held atomic.Bool
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 400)
-	orig := p.Server.Config.Handler
-	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "res.php") && held.Load() {
-			entered <- struct{}{}
-			<-gate
-		}
-		orig.ServeHTTP(w, r)
-	})
+	entered, gate := p.holdResPHP(400, held.Load)
 	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
 	vfyPingback(t, "/cb", id, "REAL")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	a := runningApp(t)
 	count := func(outcome string) float64 {
 		return testutil.ToFloat64(confirmations.WithLabelValues("2captcha", outcome))
@@ -90,7 +81,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 		t.Errorf("%v settlements coalesced, want 299", d)
 	}
 	close(gate)
-	waitFor(t, 5*time.Second, "the settlement to end", func() bool { return a.handle.confirms.pending("2captcha") == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the settlement to end", func() bool { return a.handle.confirms.pending("2captcha") == 0 })
 	if n := len(p.requests("res.php")) - res0; n != 1 {
 		t.Errorf("the provider was asked %d times, want 1", n)
 	}
@@ -105,7 +96,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 	ps.mu.Unlock()
 	res1 := len(p.requests("res.php"))
 	vfyPingback(t, "/cb", id, "FORGED-LAST")
-	waitFor(t, 5*time.Second, "the settlement to end", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the settlement to end", func() bool {
 		return a.handle.confirms.pending("2captcha") == 0 && getRecord(t, "2captcha", id).OtherCode == "FORGED-LAST"
 	})
 	if n := len(p.requests("res.php")) - res1; n != 0 {

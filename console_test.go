@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -40,7 +41,7 @@ var (
 // of app that stores, for replays, credential headers too (keep_headers),
 // so that the tests can check they never reach the page; /cbq is one that
 // quarantines pingbacks for unknown ids.
-func consoleSites(app *appStub) string {
+func consoleSites(app *testkit.App) string {
 	return fmt.Sprintf(`http://localhost:%[1]s {
 	handle /cb {
 		pingback {
@@ -63,7 +64,7 @@ func consoleSites(app *appStub) string {
 http://127.0.0.1:%[1]s {
 	pingback_console
 }
-`, testHTTPPort, app.hostPort())
+`, testHTTPPort, app.HostPort())
 }
 
 // consoleParkGlobal parks a result after two failed attempts, quickly.
@@ -103,7 +104,7 @@ var consoleTokenMeta = regexp.MustCompile(`<meta name="pingback-console-token" c
 // consolePageToken loads the console page at base and returns its token.
 func consolePageToken(t *testing.T, base string) string {
 	t.Helper()
-	status, body := get(t, base)
+	status, body := testkit.Get(t, base)
 	m := consoleTokenMeta.FindStringSubmatch(body)
 	if status != http.StatusOK || m == nil {
 		t.Fatalf("GET %s: %d, no token in %q", base, status, body)
@@ -148,11 +149,11 @@ func sameOrigin(base, token string) http.Header {
 // changes nothing.
 func TestConsoleRefusesCrossSite(t *testing.T) {
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, consoleParkGlobal, consoleSites(app))
 	postConsolePingback(t, "7001", "TOKEN-7001", nil)
-	waitForState(t, "2captcha", "7001", store.StateParked)
-	app.setStatus(http.StatusOK)
+	waitForState(t, 5*time.Second, "2captcha", "7001", store.StateParked)
+	app.SetStatus(http.StatusOK)
 	token := consolePageToken(t, consoleRoot)
 	expired := func() string {
 		defer func(now func() time.Time) { consoleNow = now }(consoleNow)
@@ -190,7 +191,7 @@ func TestConsoleRefusesCrossSite(t *testing.T) {
 			t.Errorf("%s: %d %s, want 403 with an error", tc.name, status, body)
 		}
 	}
-	if n := app.count("2captcha:7001"); n != 2 {
+	if n := app.Count("2captcha:7001"); n != 2 {
 		t.Fatalf("the app saw 2captcha:7001 %d times, want 2 (no refused replay reached it)", n)
 	}
 	if rec := getRecord(t, "2captcha", "7001"); rec.State != store.StateParked || rec.Attempts != 2 {
@@ -220,7 +221,7 @@ func TestConsoleRefusesCrossSite(t *testing.T) {
 // the page, its assets and its errors.
 func TestConsoleAPIIsTheAdminAPI(t *testing.T) {
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, consoleParkGlobal, consoleSites(app))
 	secrets := http.Header{
 		"Authorization":       {"Bearer SECRET-AUTHORIZATION"},
@@ -232,8 +233,8 @@ func TestConsoleAPIIsTheAdminAPI(t *testing.T) {
 	}
 	postConsolePingback(t, "7101", "TOKEN-7101", secrets)
 	postConsolePingback(t, "7102", "TOKEN-7102", nil)
-	waitForState(t, "2captcha", "7101", store.StateParked)
-	waitForState(t, "2captcha", "7102", store.StateParked)
+	waitForState(t, 5*time.Second, "2captcha", "7101", store.StateParked)
+	waitForState(t, 5*time.Second, "2captcha", "7102", store.StateParked)
 
 	for _, base := range []string{consoleRoot, consoleSub} {
 		token := consolePageToken(t, base)
@@ -245,7 +246,7 @@ func TestConsoleAPIIsTheAdminAPI(t *testing.T) {
 			"records/2captcha/7102%2Freplay", // one id, "7102/replay": GET of one record, 404
 		} {
 			status, _, body := consoleCall(t, http.MethodGet, base, route, "", hdr)
-			wantStatus, wantBody := adminRequest(t, http.MethodGet, "/pingback/"+route)
+			wantStatus, wantBody := adminDo(t, http.MethodGet, "/pingback/"+route, "")
 			if route == "nothing/here" {
 				wantStatus = http.StatusNotFound // not an admin route either
 			}
@@ -308,7 +309,7 @@ func TestConsoleAPIIsTheAdminAPI(t *testing.T) {
 			}
 		}
 	}
-	if n := app.count("2captcha:7101"); n != 2 {
+	if n := app.Count("2captcha:7101"); n != 2 {
 		t.Errorf("the app saw 2captcha:7101 %d times, want 2: nothing above replays it", n)
 	}
 
@@ -369,7 +370,7 @@ func TestConsoleBehindBasicAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	startCaddy(t, "", fmt.Sprintf("http://localhost:%s {\n\tbasic_auth {\n\t\tops %s\n\t}\n\tpingback_console\n}\n", testHTTPPort, hash))
-	if status, _ := get(t, testBase+"/"); status != http.StatusUnauthorized {
+	if status, _ := testkit.Get(t, testBase+"/"); status != http.StatusUnauthorized {
 		t.Fatalf("GET / without credentials: %d, want 401", status)
 	}
 	req, _ := http.NewRequest(http.MethodGet, testBase+"/", nil)
@@ -575,7 +576,7 @@ const consoleXSS = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</
 func TestConsoleBrowser(t *testing.T) {
 	b := newBrowserTab(t)
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, trkGlobal+"\n"+consoleParkGlobal, consoleSites(app))
 
 	postConsolePingback(t, "7500", consoleXSS, http.Header{
@@ -592,10 +593,10 @@ func TestConsoleBrowser(t *testing.T) {
 	const quarantinedCode = "<b>QUARANTINED-7700</b>"
 	postConsolePingbackTo(t, "/cbq", "7700", quarantinedCode, nil)
 	for i := range bulk + 1 {
-		waitForState(t, "2captcha", strconv.Itoa(7500+i), store.StateParked)
+		waitForState(t, 5*time.Second, "2captcha", strconv.Itoa(7500+i), store.StateParked)
 	}
-	waitForState(t, "2captcha", "7700", store.StateQuarantined)
-	if status, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+	waitForState(t, 5*time.Second, "2captcha", "7700", store.StateQuarantined)
+	if status, body := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 		"provider": "2captcha", "id": "7600", "pingback_url": trkCallbackURL,
 	})); status != http.StatusCreated {
 		t.Fatalf("registering a task: %d %s", status, body)
@@ -611,16 +612,16 @@ func TestConsoleBrowser(t *testing.T) {
 	// The dead-letter queue, by a linkable filter.
 	b.do(t, "dead letters", chromedp.Navigate(consoleRoot+"?state=parked"),
 		until(`document.querySelectorAll('#records [data-key]').length === 6`))
-	app.setStatus(http.StatusOK)
+	app.SetStatus(http.StatusOK)
 	b.do(t, "replay one", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7500"] [data-action="replay"]`)),
 		until(`document.querySelector('[data-key="2captcha:7500"] .state').textContent === 'delivered'`))
-	if rec := getRecord(t, "2captcha", "7500"); rec.State != store.StateDelivered || app.deliveries("2captcha:7500") != 1 {
-		t.Fatalf("after Replay: %s, %d deliveries; want delivered once", rec.State, app.deliveries("2captcha:7500"))
+	if rec := getRecord(t, "2captcha", "7500"); rec.State != store.StateDelivered || app.Deliveries("2captcha:7500") != 1 {
+		t.Fatalf("after Replay: %s, %d deliveries; want delivered once", rec.State, app.Deliveries("2captcha:7500"))
 	}
 	// Replay of a delivered result: refused (409), "Replay anyway" offered.
 	b.do(t, "replay a delivered one", chromedp.Click(chromedp.CSS(`[data-key="2captcha:7500"] [data-action="replay"]`)),
 		until(`document.querySelector('[data-key="2captcha:7500"] [data-action="force-replay"]')`))
-	if n := app.count("2captcha:7500"); n != 3 {
+	if n := app.Count("2captcha:7500"); n != 3 {
 		t.Errorf("the app saw 2captcha:7500 %d times, want 3 (2 failed, 1 replay; the refused one not sent)", n)
 	}
 
@@ -644,7 +645,7 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("detail text %q: a value rendered as [object ...] or undefined", text)
 	}
 	// The attempt history, where the admin API answers it.
-	if _, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7500"); strings.Contains(string(body), `"history":[`) {
+	if _, body := adminDo(t, http.MethodGet, "/pingback/records/2captcha/7500", ""); strings.Contains(string(body), `"history":[`) {
 		if rows := evalJS[int](t, b, `document.querySelectorAll('#history tbody tr').length`); rows != 3 {
 			t.Errorf("history shows %d attempts, want 3 (callback, replay, manual)", rows)
 		}
@@ -687,7 +688,7 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do(t, "release", chromedp.Click(chromedp.CSS(`#record [data-action="release"]`)),
 		until(`document.querySelector('#record [data-confirm="yes"]')`))
 	b.screenshot(t, "quarantined.png")
-	if n := app.count("2captcha:7700"); n != 0 {
+	if n := app.Count("2captcha:7700"); n != 0 {
 		t.Fatalf("the app got 2captcha:7700 %d times before the release was confirmed", n)
 	}
 	b.do(t, "confirm the release", chromedp.Click(chromedp.CSS(`#record [data-confirm="yes"]`)),
@@ -711,8 +712,8 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do(t, "list after the bulk replay", until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
 	for i := range bulk {
 		key := "2captcha:" + strconv.Itoa(7501+i)
-		if rec := getRecord(t, "2captcha", strconv.Itoa(7501+i)); rec.State != store.StateDelivered || app.deliveries(key) != 1 {
-			t.Errorf("%s after the bulk replay: %s, %d deliveries; want delivered once", key, rec.State, app.deliveries(key))
+		if rec := getRecord(t, "2captcha", strconv.Itoa(7501+i)); rec.State != store.StateDelivered || app.Deliveries(key) != 1 {
+			t.Errorf("%s after the bulk replay: %s, %d deliveries; want delivered once", key, rec.State, app.Deliveries(key))
 		}
 	}
 
@@ -720,7 +721,7 @@ func TestConsoleBrowser(t *testing.T) {
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	b.do(t, "received-time filter", chromedp.Navigate(consoleSub+"?view=records&state=delivered&received_after="+future),
 		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
-	if _, body := adminRequest(t, http.MethodGet, "/pingback/records?limit=1"); strings.HasPrefix(string(body), "{") {
+	if _, body := adminDo(t, http.MethodGet, "/pingback/records?limit=1", ""); strings.HasPrefix(string(body), "{") {
 		if hidden := evalJS[bool](t, b, `document.querySelector('label.range').hidden`); hidden {
 			t.Error("the list filters by received time, yet the page hides the filter")
 		}
@@ -751,7 +752,7 @@ func TestConsoleBrowser(t *testing.T) {
 	// matching, each after a confirmation.
 	b.do(t, "purge probe", chromedp.Navigate(consoleSub+"?view=record&provider=2captcha&id=7501"),
 		until(`document.querySelector('#record') && document.body.dataset.purge`))
-	if status, _ := adminRequest(t, http.MethodPost, "/pingback/purges"); status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
+	if status, _ := adminDo(t, http.MethodPost, "/pingback/purges", ""); status == http.StatusNotFound || status == http.StatusMethodNotAllowed {
 		t.Log("the admin API has no purge: checking that the page offers none")
 		if n := evalJS[int](t, b, `document.querySelectorAll('[data-action="purge"], #bulk-purge').length`); n != 0 ||
 			evalJS[string](t, b, `document.body.dataset.purge`) != "no" {
@@ -762,12 +763,12 @@ func TestConsoleBrowser(t *testing.T) {
 	t.Log("the admin API has purge: purging through the page")
 	b.do(t, "purge one", chromedp.Click(chromedp.CSS(`[data-action="purge"]`)),
 		until(`document.querySelector('#record [data-confirm="yes"]')`))
-	if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusOK {
+	if status, _ := adminDo(t, http.MethodGet, "/pingback/records/2captcha/7501", ""); status != http.StatusOK {
 		t.Fatalf("7501 gone before the purge was confirmed: %d", status)
 	}
 	b.do(t, "confirm the purge", chromedp.Click(chromedp.CSS(`#record [data-confirm="yes"]`)),
 		until(`document.querySelector('#record').innerText.includes('Purged.')`))
-	if status, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/7501"); status != http.StatusNotFound {
+	if status, body := adminDo(t, http.MethodGet, "/pingback/records/2captcha/7501", ""); status != http.StatusNotFound {
 		t.Errorf("after purge: %d %s, want 404", status, body)
 	}
 	b.do(t, "purge all delivered", chromedp.Navigate(consoleSub+"?state=delivered&provider=2captcha"),
@@ -777,7 +778,7 @@ func TestConsoleBrowser(t *testing.T) {
 		until(`document.querySelector('#bulk').innerText.includes('Purged 6 results.')`),
 		until(`document.querySelector('#records').innerText.includes('No stored result matches')`))
 	for _, id := range []string{"7500", "7501", "7502", "7503", "7504", "7505", "7700"} {
-		if status, _ := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id); status != http.StatusNotFound {
+		if status, _ := adminDo(t, http.MethodGet, "/pingback/records/2captcha/"+id, ""); status != http.StatusNotFound {
 			t.Errorf("2captcha:%s after the bulk purge: %d, want 404", id, status)
 		}
 	}

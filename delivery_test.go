@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
@@ -62,8 +63,8 @@ func sendPingbacks(t *testing.T, ids ...string) map[string]time.Duration {
 func TestSlowAppGetsEachResultOnce(t *testing.T) {
 	app := newAppStub(t)
 	delays := map[string]time.Duration{"31001": 5 * time.Second, "31002": 20 * time.Second}
-	app.tune(func() {
-		app.delayFor = func(r *http.Request) time.Duration { return delays[r.URL.Query().Get("id")] }
+	app.Tune(func() {
+		app.DelayFor = func(r *http.Request) time.Duration { return delays[r.URL.Query().Get("id")] }
 	})
 	// A replay loop that looks every 20 ms: a result it took for stuck
 	// would be redelivered at once.
@@ -76,26 +77,15 @@ func TestSlowAppGetsEachResultOnce(t *testing.T) {
 		}
 	}
 	for id := range delays {
-		rec := waitForStateWithin(t, 30*time.Second, "captchaai", id, store.StateDelivered)
+		rec := waitForState(t, 30*time.Second, "captchaai", id, store.StateDelivered)
 		if rec.Attempts != 1 || rec.Failures != 0 {
 			t.Errorf("%s: attempts %d failures %d, want 1, 0", id, rec.Attempts, rec.Failures)
 		}
 		key := "captchaai:" + id
-		if n, ok := app.count(key), app.deliveries(key); n != 1 || ok != 1 {
+		if n, ok := app.Count(key), app.Deliveries(key); n != 1 || ok != 1 {
 			t.Errorf("%s: the app received %d requests and delivered %d, want exactly one", id, n, ok)
 		}
 	}
-}
-
-// waitForStateWithin is waitForState with a timeout.
-func waitForStateWithin(t *testing.T, timeout time.Duration, provider, id string, want store.State) *store.Record {
-	t.Helper()
-	var rec *store.Record
-	waitFor(t, timeout, fmt.Sprintf("%s:%s to be %s", provider, id, want), func() bool {
-		rec = getRecord(t, provider, id)
-		return rec.State == want
-	})
-	return rec
 }
 
 // TestForwardTimeoutIsAFailure: an app slower than forward_timeout has its
@@ -103,8 +93,8 @@ func waitForStateWithin(t *testing.T, timeout time.Duration, provider, id string
 // after backoff.
 func TestForwardTimeoutIsAFailure(t *testing.T) {
 	app := newAppStub(t)
-	app.tune(func() {
-		app.delayFor = func(r *http.Request) time.Duration {
+	app.Tune(func() {
+		app.DelayFor = func(r *http.Request) time.Duration {
 			if r.Header.Get(HeaderAttempt) == "1" {
 				return time.Minute // cut by forward_timeout long before
 			}
@@ -114,7 +104,7 @@ func TestForwardTimeoutIsAFailure(t *testing.T) {
 	startCaddy(t, "replay {\n\tbackoff 1s 1s\n\tforward_timeout 300ms\n}", pingbackSite("captchaai", "ack_timeout 100ms", app))
 
 	sendPingbacks(t, "32001")
-	rec := waitForStateWithin(t, 5*time.Second, "captchaai", "32001", store.StateFailed)
+	rec := waitForState(t, 5*time.Second, "captchaai", "32001", store.StateFailed)
 	if rec.Failures != 1 || rec.Attempts != 1 || rec.LastStatus != 0 || rec.LastError != "app did not answer within forward_timeout" {
 		t.Errorf("after the timeout: failures %d attempts %d last status %d last error %q; want 1, 1, 0, the timeout",
 			rec.Failures, rec.Attempts, rec.LastStatus, rec.LastError)
@@ -122,11 +112,11 @@ func TestForwardTimeoutIsAFailure(t *testing.T) {
 	if wait := rec.DueAt.Sub(rec.UpdatedAt); wait < time.Second {
 		t.Errorf("retry due %s after the failure, want the backoff (1s)", wait)
 	}
-	rec = waitForStateWithin(t, 5*time.Second, "captchaai", "32001", store.StateDelivered)
+	rec = waitForState(t, 5*time.Second, "captchaai", "32001", store.StateDelivered)
 	if rec.Attempts != 2 || rec.Failures != 1 {
 		t.Errorf("delivered with attempts %d failures %d, want 2, 1", rec.Attempts, rec.Failures)
 	}
-	if n := app.deliveries("captchaai:32001"); n != 1 {
+	if n := app.Deliveries("captchaai:32001"); n != 1 {
 		t.Errorf("delivered %d times, want once", n)
 	}
 	got := testutil.ToFloat64(runningApp(t).metrics.forwards.WithLabelValues("captchaai", "callback", "timeout"))
@@ -143,7 +133,7 @@ func TestForwardTimeoutIsAFailure(t *testing.T) {
 func TestReloadDuringOutageDoesNotWait(t *testing.T) {
 	app := newAppStub(t)
 	hang := make(chan struct{})
-	app.tune(func() { app.release = hang })
+	app.Tune(func() { app.Release = hang })
 	global := "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 4\n}"
 	sites := pingbackSite("captchaai", "ack_timeout 200ms", app)
 	dir := startCaddy(t, global, sites)
@@ -155,14 +145,14 @@ func TestReloadDuringOutageDoesNotWait(t *testing.T) {
 	runningApp(t).handle.wake()
 	sendPingbacks(t, "34005") // answered at ack_timeout; its forward hangs
 	ids = append(ids, "34005")
-	waitFor(t, 5*time.Second, "four replays and the live forward in flight", func() bool {
-		if len(app.requests()) > 5 {
-			for _, r := range app.requests() {
+	testkit.WaitFor(t, 5*time.Second, "four replays and the live forward in flight", func() bool {
+		if len(app.Requests()) > 5 {
+			for _, r := range app.Requests() {
 				t.Logf("%s %s", r.Header.Get(HeaderIdempotencyKey), r.Header.Get(HeaderAttempt))
 			}
 			t.Fatal("more than 5")
 		}
-		return len(app.requests()) == 5
+		return len(app.Requests()) == 5
 	})
 
 	start := time.Now()
@@ -172,8 +162,8 @@ func TestReloadDuringOutageDoesNotWait(t *testing.T) {
 		t.Errorf("the reload took %s with forwards in flight, want under 2s", took)
 	}
 	for _, id := range ids {
-		waitFor(t, 5*time.Second, id+" cut and replayed by the new config", func() bool {
-			return app.count("captchaai:"+id) >= 2
+		testkit.WaitFor(t, 5*time.Second, id+" cut and replayed by the new config", func() bool {
+			return app.Count("captchaai:"+id) >= 2
 		})
 		rec := getRecord(t, "captchaai", id)
 		if rec.Interrupts != 0 || rec.LastError != errCut.Error() {
@@ -182,7 +172,7 @@ func TestReloadDuringOutageDoesNotWait(t *testing.T) {
 	}
 	close(hang) // the app recovers: the new config's forwards are answered
 	for _, id := range ids {
-		rec := waitForStateWithin(t, 5*time.Second, "captchaai", id, store.StateDelivered)
+		rec := waitForState(t, 5*time.Second, "captchaai", id, store.StateDelivered)
 		wantFailures := 1 // the replays' earlier failure; the cut counts none
 		if id == "34005" {
 			wantFailures = 0
@@ -190,7 +180,7 @@ func TestReloadDuringOutageDoesNotWait(t *testing.T) {
 		if rec.Failures != wantFailures {
 			t.Errorf("%s: failures %d, want %d", id, rec.Failures, wantFailures)
 		}
-		if n := app.deliveries("captchaai:" + id); n != 1 {
+		if n := app.Deliveries("captchaai:" + id); n != 1 {
 			t.Errorf("%s delivered %d times, want once", id, n)
 		}
 	}
@@ -211,7 +201,7 @@ func TestStoreFormat1IsReadAndDelivered(t *testing.T) {
 		reverse_proxy %s
 	}
 }
-`, testHTTPPort, app.hostPort())
+`, testHTTPPort, app.HostPort())
 	startCaddy(t, "storage_dir "+dir+"\nreplay {\n\tbackoff 20ms 40ms\n}", site)
 
 	for _, tc := range []struct {
@@ -226,7 +216,7 @@ func TestStoreFormat1IsReadAndDelivered(t *testing.T) {
 		{"104", store.StateParked, 20, 20},
 		{"105", store.StateRejected, 1, 0},
 	} {
-		rec := waitForStateWithin(t, 5*time.Second, "2captcha", tc.id, tc.want)
+		rec := waitForState(t, 5*time.Second, "2captcha", tc.id, tc.want)
 		if rec.Code != "CODE-"+tc.id || rec.Attempts != tc.attempts || rec.Failures != tc.failures {
 			t.Errorf("%s: code %q attempts %d failures %d, want CODE-%s, %d, %d",
 				tc.id, rec.Code, rec.Attempts, rec.Failures, tc.id, tc.attempts, tc.failures)
@@ -235,11 +225,11 @@ func TestStoreFormat1IsReadAndDelivered(t *testing.T) {
 		if tc.id == "102" || tc.id == "103" {
 			wantSent = 1
 		}
-		if n := app.deliveries("2captcha:" + tc.id); n != wantSent {
+		if n := app.Deliveries("2captcha:" + tc.id); n != wantSent {
 			t.Errorf("%s delivered %d times, want %d", tc.id, n, wantSent)
 		}
 	}
-	for _, r := range app.requests() {
+	for _, r := range app.Requests() {
 		if r.Method != http.MethodPost || r.URI != "/pingback/2captcha" || !strings.HasPrefix(r.Body, "id=") ||
 			r.Header.Get(HeaderSource) != "replay" {
 			t.Errorf("app saw %s %s %q source %q, want the stored POST replayed", r.Method, r.URI, r.Body, r.Header.Get(HeaderSource))
@@ -256,7 +246,7 @@ func TestStoreFormat1IsReadAndDelivered(t *testing.T) {
 // minute's summary names the route and how many failed.
 func TestFailedForwardsAreLogged(t *testing.T) {
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, "replay {\n\tbackoff 1h 1h\n}", pingbackSite("captchaai", "", app))
 	a := runningApp(t)
 	core, logs := observer.New(zapcore.WarnLevel)
@@ -268,10 +258,10 @@ func TestFailedForwardsAreLogged(t *testing.T) {
 		ids[i] = fmt.Sprint(35000 + i)
 	}
 	sendPingbacks(t, ids...)
-	waitFor(t, 5*time.Second, "every forward to fail", func() bool {
-		return app.count("captchaai:"+ids[n-1]) == 1 && len(app.requests()) == n
+	testkit.WaitFor(t, 5*time.Second, "every forward to fail", func() bool {
+		return app.Count("captchaai:"+ids[n-1]) == 1 && len(app.Requests()) == n
 	})
-	waitFor(t, 5*time.Second, "the failures to be logged", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the failures to be logged", func() bool {
 		return logs.FilterMessageSnippet("forward to the app failed").Len() == failureLinesPerWindow
 	})
 	line := logs.FilterMessageSnippet("forward to the app failed").All()[0]
@@ -332,7 +322,7 @@ func TestAbortingRouteDoesNotCrash(t *testing.T) {
 `, testHTTPPort)
 	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tmax_attempts 3\n}", site)
 	sendPingbacks(t, "41001")
-	rec := waitForStateWithin(t, 5*time.Second, "captchaai", "41001", store.StateParked)
+	rec := waitForState(t, 5*time.Second, "captchaai", "41001", store.StateParked)
 	if rec.Attempts != 3 || rec.Failures != 3 || !strings.Contains(rec.LastError, "handler aborted the forward") {
 		t.Errorf("aborted forwards: attempts %d failures %d last error %q; want 3, 3, handler aborted", rec.Attempts, rec.Failures, rec.LastError)
 	}
@@ -376,16 +366,16 @@ func TestSlowCommitAnswers503InTime(t *testing.T) {
 	held.Store(false)
 	close(release)
 	var rec *store.Record
-	waitFor(t, 5*time.Second, "the result to be committed and delivered", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the result to be committed and delivered", func() bool {
 		var err error
 		rec, err = runningApp(t).store(time.Second).Get(context.Background(), store.Key{Provider: "captchaai", ID: "42001"})
 		return err == nil && rec.State == store.StateDelivered
 	})
-	if n := app.deliveries("captchaai:42001"); n != 1 || rec.Attempts != 1 {
+	if n := app.Deliveries("captchaai:42001"); n != 1 || rec.Attempts != 1 {
 		t.Errorf("delivered %d times with %d attempts, want once", n, rec.Attempts)
 	}
 	// The provider's retry is a duplicate.
-	if status, body := get(t, testBase+"/cb?id=42001&code=TOKEN"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=42001&code=TOKEN"); status != http.StatusOK || body != "OK" {
 		t.Errorf("retry: %d %q, want 200 OK", status, body)
 	}
 }
@@ -407,15 +397,15 @@ func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 	startCaddy(t, "", pingbackSite("captchaai", "", app))
 	failing.Store(true)
 
-	if status, body := get(t, testBase+"/cb?id=43001&code=TOKEN"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=43001&code=TOKEN"); status != http.StatusOK || body != "OK" {
 		t.Errorf("app up: %d %q, want 200 OK (the app took it)", status, body)
 	}
-	app.setStatus(http.StatusServiceUnavailable)
-	if status, body := get(t, testBase+"/cb?id=43002&code=TOKEN"); status != http.StatusServiceUnavailable || body != "result not stored and not delivered" {
+	app.SetStatus(http.StatusServiceUnavailable)
+	if status, body := testkit.Get(t, testBase+"/cb?id=43002&code=TOKEN"); status != http.StatusServiceUnavailable || body != "result not stored and not delivered" {
 		t.Errorf("app down: %d %q, want 503", status, body)
 	}
 	// Its re-delivery is not taken for a duplicate of what was never written.
-	if status, _ := get(t, testBase+"/cb?id=43002&code=TOKEN"); status != http.StatusServiceUnavailable {
+	if status, _ := testkit.Get(t, testBase+"/cb?id=43002&code=TOKEN"); status != http.StatusServiceUnavailable {
 		t.Errorf("re-delivery while commits fail: %d, want 503", status)
 	}
 	failing.Store(false)
@@ -464,7 +454,7 @@ func TestLeaseRenewal(t *testing.T) {
 	stop := a.renewWhileRunning(fctx, cancel, st, rec.Key(), 1, term)
 	defer stop()
 	first := leaseUntil()
-	waitFor(t, 5*time.Second, "two renewals", func() bool { return leaseUntil().After(first.Add(term / 2)) })
+	testkit.WaitFor(t, 5*time.Second, "two renewals", func() bool { return leaseUntil().After(first.Add(term / 2)) })
 	if fctx.Err() != nil {
 		t.Fatalf("the forward was cut while its renewals succeeded: %v", context.Cause(fctx))
 	}
@@ -529,7 +519,7 @@ func TestAttemptHistory(t *testing.T) {
 	startCaddy(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
 	record := func(id string) *store.Record {
 		t.Helper()
-		code, body := adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id)
+		code, body := adminDo(t, http.MethodGet, "/pingback/records/2captcha/"+id, "")
 		var rec store.Record
 		if code != http.StatusOK || json.Unmarshal(body, &rec) != nil {
 			t.Fatalf("GET record %s: %d %s", id, code, body)
@@ -541,31 +531,31 @@ func TestAttemptHistory(t *testing.T) {
 	failed := attemptWant{store.SourceReplay, http.StatusServiceUnavailable, "failed", "app answered 503"}
 
 	// 601: the live forward fails, the replay loop's retry delivers.
-	app.setStatus(http.StatusServiceUnavailable)
-	if code, _ := postForm(t, testBase+"/cb", "id=601&code=A"); code != http.StatusOK {
+	app.SetStatus(http.StatusServiceUnavailable)
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=601&code=A"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "601", store.StateFailed)
-	app.setStatus(http.StatusOK)
-	waitForState(t, "2captcha", "601", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "601", store.StateFailed)
+	app.SetStatus(http.StatusOK)
+	waitForState(t, 5*time.Second, "2captcha", "601", store.StateDelivered)
 	// 602 and 603: parked after two failures.
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	for _, id := range []string{"602", "603"} {
-		if code, _ := postForm(t, testBase+"/cb", "id="+id+"&code=B"); code != http.StatusOK {
+		if code, _ := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code=B"); code != http.StatusOK {
 			t.Fatal("pingback refused")
 		}
-		waitForState(t, "2captcha", id, store.StateParked)
+		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
 	}
-	app.setStatus(http.StatusOK)
+	app.SetStatus(http.StatusOK)
 	// 602 replayed by hand; then 603 by a bulk job (602 is delivered by
 	// then, so the job matches 603 alone).
-	if code, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/602/replay"); code != http.StatusOK {
+	if code, body := adminDo(t, http.MethodPost, "/pingback/records/2captcha/602/replay", ""); code != http.StatusOK {
 		t.Fatalf("replay 602: %d %s", code, body)
 	}
-	if code, _, body := adminJSON(t, http.MethodPost, "/pingback/replays", `{"state": "parked"}`); code != http.StatusAccepted {
+	if code, body := adminDo(t, http.MethodPost, "/pingback/replays", `{"state": "parked"}`); code != http.StatusAccepted {
 		t.Fatalf("bulk replay: %d %s", code, body)
 	}
-	waitForState(t, "2captcha", "603", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "603", store.StateDelivered)
 
 	live := func(status int, outcome, err string) attemptWant {
 		return attemptWant{store.SourceCallback, status, outcome, err}
@@ -587,7 +577,7 @@ func TestAttemptHistory(t *testing.T) {
 			// Each forward's header said what the metric label says:
 			// callback for the live one, replay for every other.
 			n := 0
-			for _, r := range app.requests() {
+			for _, r := range app.Requests() {
 				if r.Header.Get(HeaderIdempotencyKey) != "2captcha:"+tc.id {
 					continue
 				}
@@ -605,7 +595,7 @@ func TestAttemptHistory(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 5*time.Second, "forwards_total with source replay for the retry and the manual and bulk replays", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "forwards_total with source replay for the retry and the manual and bulk replays", func() bool {
 		v, _ := scrapeMetric(t, replayed)
 		return v == replayed0+3
 	})

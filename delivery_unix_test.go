@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestCrashAfterAckDeliversEachOnce: a child Caddy acknowledges N callbacks
@@ -30,7 +31,7 @@ import (
 // that case.)
 func TestCrashAfterAckDeliversEachOnce(t *testing.T) {
 	const n, workers = 50, 8
-	appPort := unusedLoopbackPort(t) // the app is down: connections are refused
+	appPort := testkit.UnusedLoopbackPort(t) // the app is down: connections are refused
 	dir := t.TempDir()
 	caddyfile := childCaddyfile(dir, `replay {
 			backoff 50ms 200ms
@@ -99,9 +100,9 @@ func TestCrashAfterAckDeliversEachOnce(t *testing.T) {
 	// The app comes back, then Caddy restarts on the same storage_dir.
 	app := newAppStubOn(t, appPort)
 	second := startChildCaddy(t, caddyfile)
-	waitFor(t, 20*time.Second, "the app to receive all acknowledged results", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the app to receive all acknowledged results", func() bool {
 		seen := map[string]bool{}
-		for _, r := range app.requests() {
+		for _, r := range app.Requests() {
 			seen[r.Header.Get(HeaderIdempotencyKey)] = true
 		}
 		return len(seen) == n
@@ -111,7 +112,7 @@ func TestCrashAfterAckDeliversEachOnce(t *testing.T) {
 	// app any more, then count.
 	second.stop()
 	got := map[string]int{}
-	for _, r := range app.requests() {
+	for _, r := range app.Requests() {
 		got[r.Header.Get(HeaderIdempotencyKey)]++
 		if src := r.Header.Get(HeaderSource); src != "replay" {
 			t.Errorf("%s arrived with %s %q, want replay", r.Header.Get(HeaderIdempotencyKey), HeaderSource, src)
@@ -205,10 +206,10 @@ func copyTree(t *testing.T, src, dst string) {
 // max_attempts 3. A cut forward is no failure: after each restart it is
 // replayed within a second, and the result ends delivered, not parked.
 func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
-	appPort := unusedLoopbackPort(t)
+	appPort := testkit.UnusedLoopbackPort(t)
 	app := newAppStubOn(t, appPort)
-	app.tune(func() {
-		app.delayFor = func(r *http.Request) time.Duration {
+	app.Tune(func() {
+		app.DelayFor = func(r *http.Request) time.Duration {
 			if r.Header.Get(HeaderAttempt) != "4" {
 				return time.Hour // hangs until Caddy dies
 			}
@@ -220,7 +221,7 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 			backoff 50ms 200ms
 			max_attempts 3
 		}`, childPingbackSite("127.0.0.1:"+appPort))
-	arrived := func(n int) func() bool { return func() bool { return len(app.requests()) >= n } }
+	arrived := func(n int) func() bool { return func() bool { return len(app.Requests()) >= n } }
 
 	// Attempt 1, the live forward: the provider is answered at ack_timeout
 	// while the forward hangs.
@@ -229,15 +230,15 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 	if err != nil || status != http.StatusOK || body != "OK" {
 		t.Fatalf("pingback: %d %q %v, want 200 OK", status, body, err)
 	}
-	waitFor(t, 5*time.Second, "the live forward to reach the app", arrived(1))
+	testkit.WaitFor(t, 5*time.Second, "the live forward to reach the app", arrived(1))
 	child.kill()
 
 	// Attempts 2 and 3 are replays cut the same way; attempt 4 answers.
 	for attempt := 2; attempt <= 4; attempt++ {
 		child = startChildCaddy(t, caddyfile)
 		ready := time.Now()
-		waitFor(t, 5*time.Second, fmt.Sprintf("replay %d to reach the app", attempt), arrived(attempt))
-		r := app.requests()[attempt-1]
+		testkit.WaitFor(t, 5*time.Second, fmt.Sprintf("replay %d to reach the app", attempt), arrived(attempt))
+		r := app.Requests()[attempt-1]
 		if late := r.At.Sub(ready); late > time.Second {
 			t.Errorf("replay %d arrived %s after the restart, want within 1s", attempt, late)
 		}
@@ -248,7 +249,7 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 			child.kill()
 		}
 	}
-	waitFor(t, 5*time.Second, "the delivery", func() bool { return app.deliveries("captchaai:38001") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the delivery", func() bool { return app.Deliveries("captchaai:38001") == 1 })
 	child.stop()
 
 	withStore(t, dir, func(st store.Store) {
@@ -269,7 +270,7 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 			{store.SourceReplay, http.StatusOK, "delivered", ""},
 		})
 	})
-	if n := len(app.requests()); n != 4 {
+	if n := len(app.Requests()); n != 4 {
 		t.Errorf("the app received %d forwards, want 4", n)
 	}
 }
@@ -278,16 +279,16 @@ func TestCrashesDuringForwardsDoNotPark(t *testing.T) {
 // the app exits in about 2 s, not after forward_timeout; the cut forward is
 // recorded as interrupted and queued for the next start.
 func TestStopCutsHangingForward(t *testing.T) {
-	appPort := unusedLoopbackPort(t)
+	appPort := testkit.UnusedLoopbackPort(t)
 	app := newAppStubOn(t, appPort)
-	app.tune(func() { app.delay = time.Hour })
+	app.Tune(func() { app.Delay = time.Hour })
 	dir := t.TempDir()
 	child := startChildCaddy(t, childCaddyfile(dir, "", childPingbackSite("127.0.0.1:"+appPort)))
 	status, body, err := getWith(&http.Client{Timeout: 10 * time.Second}, childBase+"/cb?id=39001&code=TOKEN")
 	if err != nil || status != http.StatusOK || body != "OK" {
 		t.Fatalf("pingback: %d %q %v, want 200 OK", status, body, err)
 	}
-	waitFor(t, 5*time.Second, "the forward to reach the app", func() bool { return len(app.requests()) == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the forward to reach the app", func() bool { return len(app.Requests()) == 1 })
 
 	start := time.Now()
 	child.stop()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestReplayFollowsThePortAfterServersAreRenamed checks that a result is
@@ -16,11 +17,11 @@ import (
 // must not receive the old result.
 func TestReplayFollowsThePortAfterServersAreRenamed(t *testing.T) {
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	other := newAppStub(t)
 	global := "replay {\n\t\t\tbackoff 100ms 200ms\n\t\t}"
 	startCaddy(t, global, pingbackSite("2captcha", "", app))
-	if status, body := postForm(t, testBase+"/cb", "id=501&code=T"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.PostForm(t, testBase+"/cb", "id=501&code=T"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("pingback: %d %q", status, body)
 	}
 	rec := getRecord(t, "2captcha", "501")
@@ -29,17 +30,17 @@ func TestReplayFollowsThePortAfterServersAreRenamed(t *testing.T) {
 	}
 
 	// The same storage_dir, a new site first: it becomes srv0.
-	otherSite := strings.Replace(pingbackSite("2captcha", "", other), "localhost:"+testHTTPPort, "localhost:"+unusedLoopbackPort(t), 1)
+	otherSite := strings.Replace(pingbackSite("2captcha", "", other), "localhost:"+testHTTPPort, "localhost:"+testkit.UnusedLoopbackPort(t), 1)
 	loadCaddyfile(t, caddyfileFor("storage_dir "+runningApp(t).dir+"\n"+global, otherSite+pingbackSite("2captcha", "", app)))
-	app.setStatus(http.StatusOK)
+	app.SetStatus(http.StatusOK)
 
-	waitFor(t, 10*time.Second, "the replay to be delivered", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the replay to be delivered", func() bool {
 		return getRecord(t, "2captcha", "501").State == store.StateDelivered
 	})
-	if n := other.count("2captcha:501"); n != 0 {
+	if n := other.Count("2captcha:501"); n != 0 {
 		t.Errorf("the new site's app got the result %d times, want 0", n)
 	}
-	reqs := app.requests()
+	reqs := app.Requests()
 	if last := reqs[len(reqs)-1]; last.Header.Get(HeaderSource) != "replay" || last.Header.Get(HeaderIdempotencyKey) != "2captcha:501" {
 		t.Errorf("app's last request %+v, want the replay of 2captcha:501", last)
 	}

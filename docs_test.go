@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -324,7 +325,7 @@ func TestDocJSONExampleServes(t *testing.T) {
 			t.Cleanup(func() { unloadCaddy(t) })
 
 			client := tlsClientTo(t, "127.0.0.1:"+strconv.Itoa(port), host)
-			waitFor(t, 30*time.Second, "a certificate for "+host, func() bool {
+			testkit.WaitFor(t, 30*time.Second, "a certificate for "+host, func() bool {
 				resp, err := client.Get("https://" + host + "/")
 				if err != nil {
 					return false
@@ -337,8 +338,8 @@ func TestDocJSONExampleServes(t *testing.T) {
 				t.Fatalf("pingback to https://%s%s: got %d %q, want 200 OK", host, path, status, body)
 			}
 			key := route.provider + ":7301"
-			waitFor(t, 5*time.Second, "the app to receive the pingback", func() bool { return app.count(key) == 1 })
-			if got := app.requests()[0].Host; got != host {
+			testkit.WaitFor(t, 5*time.Second, "the app to receive the pingback", func() bool { return app.Count(key) == 1 })
+			if got := app.Requests()[0].Host; got != host {
 				t.Errorf("app got Host %q, want %q", got, host)
 			}
 
@@ -407,7 +408,7 @@ func pingbackRouteOf(cfg map[string]any) pingbackRoute {
 // servableConfig returns a copy of cfg with its listeners on a loopback
 // port, its storage in temp dirs, every upstream replaced by app, and
 // certificates for the route's hosts from Caddy's internal CA.
-func servableConfig(t *testing.T, cfg map[string]any, port int, app *appStub) []byte {
+func servableConfig(t *testing.T, cfg map[string]any, port int, app *testkit.App) []byte {
 	t.Helper()
 	var c map[string]any
 	mustRoundTrip(t, cfg, &c)
@@ -431,7 +432,7 @@ func servableConfig(t *testing.T, cfg map[string]any, port int, app *appStub) []
 		srv := srv.(map[string]any)
 		srv["listen"] = []any{"127.0.0.1:" + strconv.Itoa(port)}
 	}
-	replaceDials(httpApp, app.hostPort())
+	replaceDials(httpApp, app.HostPort())
 	if _, ok := apps["tls"]; ok {
 		t.Fatal("the example has a tls app; this test would replace it")
 	}
@@ -636,7 +637,7 @@ func TestExampleCatchAllSite(t *testing.T) {
 	}
 
 	var entries []accessEntry
-	waitFor(t, 5*time.Second, "an access log line per request", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "an access log line per request", func() bool {
 		entries = readAccessLog(t, logFile)
 		return len(entries) >= len(tests)
 	})

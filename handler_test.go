@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
@@ -82,22 +81,6 @@ func newTestRequest(t *testing.T, method, target, contentType string, body []byt
 	return req
 }
 
-// multipartBody encodes fields (name, value pairs) as multipart/form-data.
-func multipartBody(t *testing.T, fields ...string) (contentType string, body []byte) {
-	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	for i := 0; i+1 < len(fields); i += 2 {
-		if err := mw.WriteField(fields[i], fields[i+1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := mw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return mw.FormDataContentType(), buf.Bytes()
-}
-
 // assertNotStored checks that the running store has no record under key.
 func assertNotStored(t *testing.T, provider, id string) {
 	t.Helper()
@@ -117,7 +100,7 @@ func waitState(t *testing.T, provider, id string) *store.Record {
 	t.Helper()
 	st := runningApp(t).store(time.Second)
 	var rec *store.Record
-	waitFor(t, 5*time.Second, "the outcome of "+provider+":"+id, func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the outcome of "+provider+":"+id, func() bool {
 		r, err := st.Get(context.Background(), store.Key{Provider: provider, ID: id})
 		if err != nil || r.State == store.StateForwarding {
 			return false
@@ -138,11 +121,11 @@ var forwardedHeaders = []string{"Via", "X-Forwarded-For", "X-Forwarded-Host", "X
 func TestReceiveForms(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", routesSite(
-		pbRoute{"/captchaai", "captchaai", "", app.hostPort()},
-		pbRoute{"/2captcha", "2captcha", "", app.hostPort()},
-		pbRoute{"/rucaptcha", "rucaptcha", "", app.hostPort()},
+		pbRoute{"/captchaai", "captchaai", "", app.HostPort()},
+		pbRoute{"/2captcha", "2captcha", "", app.HostPort()},
+		pbRoute{"/rucaptcha", "rucaptcha", "", app.HostPort()},
 	))
-	mpType, mpBody := multipartBody(t, "id", "3003", "code", "03AGdBq2")
+	mpType, mpBody := testkit.Multipart(t, nil, "id", "3003", "code", "03AGdBq2")
 
 	tests := []struct {
 		name        string
@@ -181,10 +164,10 @@ func TestReceiveForms(t *testing.T) {
 				t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
 			}
 			key := tc.provider + ":" + tc.id
-			waitFor(t, 5*time.Second, "the app to receive "+key, func() bool { return app.count(key) == 1 })
+			testkit.WaitFor(t, 5*time.Second, "the app to receive "+key, func() bool { return app.Count(key) == 1 })
 
-			var seen seenRequest
-			for _, r := range app.requests() {
+			var seen testkit.Received
+			for _, r := range app.Requests() {
 				if r.Header.Get(HeaderIdempotencyKey) == key {
 					seen = r
 				}
@@ -233,7 +216,7 @@ func TestRejectBadInput(t *testing.T) {
 	startCaddy(t, "", pingbackSite("captchaai", "max_body 1KiB", app))
 	const form = "application/x-www-form-urlencoded"
 	big := []byte("id=5007&code=" + strings.Repeat("x", 2048))
-	mpType, mpBody := multipartBody(t, "id", "5013", "code", "T")
+	mpType, mpBody := testkit.Multipart(t, nil, "id", "5013", "code", "T")
 
 	tests := []struct {
 		name        string
@@ -304,18 +287,18 @@ func TestRejectBadInput(t *testing.T) {
 				assertNotStored(t, "captchaai", id)
 			}
 			// The forward would have run before the answer.
-			if n := len(app.requests()); n != 0 {
+			if n := len(app.Requests()); n != 0 {
 				t.Errorf("the app received %d requests, want none", n)
 			}
 		})
 	}
 
 	// A valid pingback after them all is the only thing the app gets.
-	if status, body := get(t, testBase+"/cb?id=5999&code=T"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=5999&code=T"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("valid pingback got %d %q, want 200 \"OK\"", status, body)
 	}
-	waitFor(t, 5*time.Second, "the valid pingback", func() bool { return app.count("captchaai:5999") == 1 })
-	if n := len(app.requests()); n != 1 {
+	testkit.WaitFor(t, 5*time.Second, "the valid pingback", func() bool { return app.Count("captchaai:5999") == 1 })
+	if n := len(app.Requests()); n != 1 {
 		t.Errorf("the app received %d requests, want only the valid one", n)
 	}
 }
@@ -339,29 +322,29 @@ func TestDedupeSequential(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			app.setStatus(tc.appStatus)
+			app.SetStatus(tc.appStatus)
 			key := "captchaai:" + tc.id
-			if status, body := get(t, testBase+"/cb?id="+tc.id+"&code=FIRST"); status != 200 || body != "OK" {
+			if status, body := testkit.Get(t, testBase+"/cb?id="+tc.id+"&code=FIRST"); status != 200 || body != "OK" {
 				t.Fatalf("first delivery got %d %q, want 200 \"OK\"", status, body)
 			}
 			if rec := waitState(t, "captchaai", tc.id); rec.State != tc.state {
 				t.Fatalf("state %s, want %s", rec.State, tc.state)
 			}
-			app.setStatus(200)
+			app.SetStatus(200)
 			for _, code := range []string{"FIRST", "SECOND"} {
-				if status, body := get(t, testBase+"/cb?id="+tc.id+"&code="+code); status != 200 || body != "OK" {
+				if status, body := testkit.Get(t, testBase+"/cb?id="+tc.id+"&code="+code); status != 200 || body != "OK" {
 					t.Errorf("re-delivery with code %s got %d %q, want 200 \"OK\"", code, status, body)
 				}
 			}
-			if status, body := postForm(t, testBase+"/cb", "id="+tc.id+"&code=THIRD"); status != 200 || body != "OK" {
+			if status, body := testkit.PostForm(t, testBase+"/cb", "id="+tc.id+"&code=THIRD"); status != 200 || body != "OK" {
 				t.Errorf("re-delivery by POST got %d %q, want 200 \"OK\"", status, body)
 			}
 			// A later pingback reaching the app shows the re-deliveries
 			// had their chance to be forwarded.
 			barrier := tc.id + "9"
-			get(t, testBase+"/cb?id="+barrier+"&code=T")
-			waitFor(t, 5*time.Second, "the barrier pingback", func() bool { return app.count("captchaai:"+barrier) == 1 })
-			if n := app.count(key); n != 1 {
+			testkit.Get(t, testBase+"/cb?id="+barrier+"&code=T")
+			testkit.WaitFor(t, 5*time.Second, "the barrier pingback", func() bool { return app.Count("captchaai:"+barrier) == 1 })
+			if n := app.Count(key); n != 1 {
 				t.Errorf("the app received %s %d times, want once", key, n)
 			}
 			rec := getRecord(t, "captchaai", tc.id)
@@ -416,32 +399,11 @@ func TestDedupeConcurrent(t *testing.T) {
 	if rec := waitState(t, "2captcha", "7001"); rec.State != store.StateDelivered || rec.Attempts != 1 {
 		t.Errorf("record: state %s, attempts %d; want delivered, 1", rec.State, rec.Attempts)
 	}
-	get(t, testBase+"/cb?id=7002&code=T")
-	waitFor(t, 5*time.Second, "the barrier pingback", func() bool { return app.count("2captcha:7002") == 1 })
-	if got := app.count("2captcha:7001"); got != 1 {
+	testkit.Get(t, testBase+"/cb?id=7002&code=T")
+	testkit.WaitFor(t, 5*time.Second, "the barrier pingback", func() bool { return app.Count("2captcha:7002") == 1 })
+	if got := app.Count("2captcha:7001"); got != 1 {
 		t.Errorf("the app received the id %d times, want exactly once", got)
 	}
-}
-
-// tune changes the stub's behaviour under its lock.
-func (a *appStub) tune(f func()) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	f()
-}
-
-// closedPort returns a loopback address on which nothing listens.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // TestForwardOutcomes checks how the app's answer classifies the record,
@@ -449,8 +411,8 @@ func closedPort(t *testing.T) string {
 func TestForwardOutcomes(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "replay {\n\tbackoff 1m 10m\n}", routesSite(
-		pbRoute{"/cb", "captchaai", "", app.hostPort()},
-		pbRoute{"/down", "captchaai", "", closedPort(t)},
+		pbRoute{"/cb", "captchaai", "", app.HostPort()},
+		pbRoute{"/down", "captchaai", "", "127.0.0.1:" + testkit.UnusedLoopbackPort(t)},
 	))
 
 	tests := []struct {
@@ -473,9 +435,9 @@ func TestForwardOutcomes(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			app.setStatus(tc.appStatus)
+			app.SetStatus(tc.appStatus)
 			id := fmt.Sprint(8000 + i)
-			if status, body := get(t, testBase+tc.path+"?id="+id+"&code=T"); status != 200 || body != "OK" {
+			if status, body := testkit.Get(t, testBase+tc.path+"?id="+id+"&code=T"); status != 200 || body != "OK" {
 				t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
 			}
 			rec := waitState(t, "captchaai", id)
@@ -505,7 +467,7 @@ func TestForwardOutcomes(t *testing.T) {
 func TestSlowApp(t *testing.T) {
 	app := newAppStub(t)
 	release := make(chan struct{})
-	app.tune(func() { app.release = release })
+	app.Tune(func() { app.Release = release })
 	released := false
 	defer func() {
 		if !released {
@@ -527,7 +489,7 @@ func TestSlowApp(t *testing.T) {
 	if took > ackTimeout+800*time.Millisecond {
 		t.Errorf("provider waited %s, want about ack_timeout (%s)", took, ackTimeout)
 	}
-	waitFor(t, 5*time.Second, "the app to receive the pingback", func() bool { return app.count("captchaai:9001") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the app to receive the pingback", func() bool { return app.Count("captchaai:9001") == 1 })
 	if rec := getRecord(t, "captchaai", "9001"); rec.State != store.StateForwarding {
 		t.Fatalf("state %s while the app still works on it, want forwarding", rec.State)
 	}
@@ -536,7 +498,7 @@ func TestSlowApp(t *testing.T) {
 	if rec := waitState(t, "captchaai", "9001"); rec.State != store.StateDelivered || rec.LastStatus != 200 {
 		t.Errorf("state %s, last status %d; want delivered, 200", rec.State, rec.LastStatus)
 	}
-	if n := app.count("captchaai:9001"); n != 1 {
+	if n := app.Count("captchaai:9001"); n != 1 {
 		t.Errorf("the app received the pingback %d times, want once", n)
 	}
 }
@@ -574,12 +536,12 @@ func TestCommitFailure(t *testing.T) {
 		{"9102", 503, 503, ""},
 	}
 	for _, tc := range tests {
-		app.setStatus(tc.appStatus)
-		status, body := postForm(t, testBase+"/cb", "id="+tc.id+"&code=T")
+		app.SetStatus(tc.appStatus)
+		status, body := testkit.PostForm(t, testBase+"/cb", "id="+tc.id+"&code=T")
 		if status != tc.status || (tc.body != "" && body != tc.body) {
 			t.Errorf("app answered %d: provider got %d %q, want %d %q", tc.appStatus, status, body, tc.status, tc.body)
 		}
-		if n := app.count("rucaptcha:" + tc.id); n != 1 {
+		if n := app.Count("rucaptcha:" + tc.id); n != 1 {
 			t.Errorf("app answered %d: the app received the pingback %d times, want once", tc.appStatus, n)
 		}
 	}
@@ -612,11 +574,11 @@ func TestCommitFailure(t *testing.T) {
 func TestReceiveLenientForms(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", routesSite(
-		pbRoute{"/captchaai", "captchaai", "", app.hostPort()},
-		pbRoute{"/2captcha", "2captcha", "", app.hostPort()},
+		pbRoute{"/captchaai", "captchaai", "", app.HostPort()},
+		pbRoute{"/2captcha", "2captcha", "", app.HostPort()},
 	))
 	const form = "application/x-www-form-urlencoded"
-	mpType, mpBody := multipartBody(t, "id", "7105", "code", "x=1,y=2;x=3,y=4")
+	mpType, mpBody := testkit.Multipart(t, nil, "id", "7105", "code", "x=1,y=2;x=3,y=4")
 
 	tests := []struct {
 		name        string
@@ -653,8 +615,8 @@ func TestReceiveLenientForms(t *testing.T) {
 				t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
 			}
 			key := tc.provider + ":" + tc.id
-			waitFor(t, 5*time.Second, "the app to receive "+key, func() bool { return app.count(key) == 1 })
-			for _, seen := range app.requests() {
+			testkit.WaitFor(t, 5*time.Second, "the app to receive "+key, func() bool { return app.Count(key) == 1 })
+			for _, seen := range app.Requests() {
 				if seen.Header.Get(HeaderIdempotencyKey) != key {
 					continue
 				}
@@ -687,12 +649,12 @@ func storedString(s string) string { return s }
 func TestSmokeCallbackReachesApp(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", pingbackSite("captchaai", "", app))
-	status, body := get(t, testBase+"/cb?id=42&code=TOKEN")
+	status, body := testkit.Get(t, testBase+"/cb?id=42&code=TOKEN")
 	if status != http.StatusOK || body != "OK" {
 		t.Fatalf("got %d %q, want 200 OK", status, body)
 	}
-	waitFor(t, 5*time.Second, "the app to receive the callback", func() bool { return app.count("captchaai:42") == 1 })
-	waitFor(t, 5*time.Second, "delivered state", func() bool { return getRecord(t, "captchaai", "42").State == store.StateDelivered })
+	testkit.WaitFor(t, 5*time.Second, "the app to receive the callback", func() bool { return app.Count("captchaai:42") == 1 })
+	testkit.WaitFor(t, 5*time.Second, "delivered state", func() bool { return getRecord(t, "captchaai", "42").State == store.StateDelivered })
 }
 
 // TestJSONCallbacksReachTheApp: callbacks that do come (anti-captcha's JSON
@@ -710,7 +672,7 @@ func TestJSONCallbacksReachTheApp(t *testing.T) {
 			startJSONCaddy(t, tc.provider, pollBlock("after 30s"), sim, app, "")
 			id := createTask(t, tc.provider)
 			key := tc.provider + ":" + id
-			waitFor(t, 10*time.Second, "the callback", func() bool { return len(deliveriesOf(app, key)) == 1 })
+			testkit.WaitFor(t, 10*time.Second, "the callback", func() bool { return len(deliveriesOf(app, key)) == 1 })
 			d := deliveriesOf(app, key)[0]
 			if d.Header.Get(HeaderSource) != "callback" {
 				t.Errorf("source %q", d.Header.Get(HeaderSource))
@@ -757,7 +719,7 @@ func TestAckTimeoutDefaults(t *testing.T) {
 		t.Run(tc.provider, func(t *testing.T) {
 			app := newAppStub(t)
 			release := make(chan struct{})
-			app.tune(func() { app.release = release })
+			app.Tune(func() { app.Release = release })
 			defer close(release)
 			startJSONCaddy(t, tc.provider, "", &jsonSim{url: "http://127.0.0.1:1"}, app, "")
 			start := time.Now()
@@ -782,7 +744,7 @@ func TestInvalidUTF8CodeDuplicate(t *testing.T) {
 	m := runningApp(t).metrics.callbacks
 	dup, conflict := testutil.ToFloat64(m.WithLabelValues("2captcha", "duplicate")), testutil.ToFloat64(m.WithLabelValues("2captcha", "conflict"))
 	for range 2 {
-		if s, b := postForm(t, testBase+"/cb", "id=5150&code=%FF%FE%C3%28ok%80"); s != 200 {
+		if s, b := testkit.PostForm(t, testBase+"/cb", "id=5150&code=%FF%FE%C3%28ok%80"); s != 200 {
 			t.Fatalf("pingback: %d %s", s, b)
 		}
 	}
@@ -795,7 +757,7 @@ func TestInvalidUTF8CodeDuplicate(t *testing.T) {
 	if d := testutil.ToFloat64(m.WithLabelValues("2captcha", "conflict")) - conflict; d != 0 {
 		t.Errorf("conflicts grew by %v, want 0", d)
 	}
-	if n := app.count("2captcha:5150"); n != 1 {
+	if n := app.Count("2captcha:5150"); n != 1 {
 		t.Errorf("the app got it %d times, want once", n)
 	}
 }

@@ -1,24 +1,19 @@
 package pingback
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -58,22 +53,23 @@ func startCaddy(t *testing.T, pingbackGlobal, sites string) string {
 	return dir
 }
 
-// caddyfileFor builds a whole test Caddyfile.
+// caddyfileFor builds a whole test Caddyfile: testGlobals with the lines
+// of the global pingback block, then the site blocks.
 func caddyfileFor(pingbackGlobal, sites string) string {
-	return fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	https_port 9443
-	grace_period 1ns
-	auto_https off
-	skip_install_trust
-	persist_config off
-	pingback {
-		%s
-	}
+	return testGlobals(pingbackGlobal).Caddyfile(sites)
 }
-%s
-`, testAdmin, testHTTPPort, pingbackGlobal, sites)
+
+// testGlobals is the global options block of the in-process Caddy: the
+// test ports, https_port 9443, grace_period 1ns and the lines of the
+// global pingback block.
+func testGlobals(pingbackGlobal string) testkit.Globals {
+	return testkit.Globals{
+		Admin:       testAdmin,
+		HTTPPort:    testHTTPPort,
+		HTTPSPort:   "9443",
+		GracePeriod: "1ns",
+		Pingback:    pingbackGlobal,
+	}
 }
 
 // loadCaddyfile adapts and loads a Caddyfile in-process.
@@ -124,172 +120,41 @@ func getRecord(t *testing.T, provider, id string) *store.Record {
 	return rec
 }
 
-// waitFor polls cond every 10ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// waitForState waits up to timeout until the record is in state want and
+// returns it.
+func waitForState(t *testing.T, timeout time.Duration, provider, id string, want store.State) *store.Record {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var rec *store.Record
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%s:%s to be %s", provider, id, want), func() bool {
+		rec = getRecord(t, provider, id)
+		return rec.State == want
+	})
+	return rec
 }
 
-// seenRequest is a request as the app stand-in received it.
-type seenRequest struct {
-	Method string
-	URI    string
-	Host   string
-	Header http.Header
-	Body   string
-	At     time.Time // when it arrived
-}
-
-// appStub is a real HTTP app on loopback that records what it receives and
-// answers as told.
-type appStub struct {
-	*httptest.Server
-
-	mu      sync.Mutex
-	reqs    []seenRequest
-	status  int           // answer status; 200 if 0
-	delay   time.Duration // wait before answering
-	release chan struct{} // if set, answers wait until it is closed
-
-	// statusFor, if set, picks each answer's status (over status).
-	statusFor func(r *http.Request) int
-	// delayFor, if set, picks each answer's delay (over delay).
-	delayFor func(r *http.Request) time.Duration
-	// answered counts, by idempotency key, the answers below 400 written
-	// while the request was still live (Caddy had not cut it): deliveries.
-	answered map[string]int
-	// inflight counts requests being answered; maxInflight is its peak.
-	inflight, maxInflight int
-}
-
-func newAppStub(t *testing.T) *appStub {
-	a := &appStub{}
-	a.Server = httptest.NewServer(http.HandlerFunc(a.serve))
-	t.Cleanup(a.Close)
-	return a
-}
-
-func (a *appStub) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	a.mu.Lock()
-	a.reqs = append(a.reqs, seenRequest{Method: r.Method, URI: r.RequestURI, Host: r.Host, Header: r.Header.Clone(), Body: string(body), At: time.Now()})
-	status, delay, release, statusFor, delayFor := a.status, a.delay, a.release, a.statusFor, a.delayFor
-	a.inflight++
-	a.maxInflight = max(a.maxInflight, a.inflight)
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		a.inflight--
-		a.mu.Unlock()
-	}()
-	if statusFor != nil {
-		status = statusFor(r)
-	}
-	if delayFor != nil {
-		delay = delayFor(r)
-	}
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-		}
-	}
-	if release != nil {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}
-	if status == 0 {
-		status = http.StatusOK
-	}
-	if status < 400 && r.Context().Err() == nil {
-		a.mu.Lock()
-		if a.answered == nil {
-			a.answered = make(map[string]int)
-		}
-		a.answered[r.Header.Get(HeaderIdempotencyKey)]++
-		a.mu.Unlock()
-	}
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, "app says hi")
-}
-
-// deliveries returns how many times the app answered a request with the
-// idempotency key with a status below 400 while Caddy still waited for it.
-func (a *appStub) deliveries(key string) int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.answered[key]
-}
-
-// setStatus makes the app answer with status from now on.
-func (a *appStub) setStatus(status int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.status = status
-}
-
-// peakInflight returns the most requests the app was answering at once.
-func (a *appStub) peakInflight() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.maxInflight
-}
-
-// requests returns a copy of what the app received so far.
-func (a *appStub) requests() []seenRequest {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return append([]seenRequest(nil), a.reqs...)
-}
-
-// count returns how many requests carried the idempotency key.
-func (a *appStub) count(key string) int {
-	n := 0
-	for _, r := range a.requests() {
-		if r.Header.Get(HeaderIdempotencyKey) == key {
-			n++
-		}
-	}
-	return n
-}
-
-// hostPort is the stub's address for a reverse_proxy upstream.
-func (a *appStub) hostPort() string { return strings.TrimPrefix(a.URL, "http://") }
-
-// get sends a GET and returns status and body.
-func get(t *testing.T, url string) (int, string) {
+// adminDo sends method path with body (JSON; none if empty) to the
+// in-process Caddy's admin endpoint and returns the status and body.
+func adminDo(t *testing.T, method, path, body string) (int, []byte) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	a := testkit.Admin(testAdmin).Do(t, method, path, body)
+	return a.Status, a.Body
 }
 
-// postForm sends an urlencoded POST and returns status and body.
-func postForm(t *testing.T, url, form string) (int, string) {
+// newAppStub starts a stand-in app that counts deliveries by their
+// idempotency key.
+func newAppStub(t *testing.T) *testkit.App {
 	t.Helper()
-	resp, err := http.Post(url, "application/x-www-form-urlencoded", strings.NewReader(form))
-	if err != nil {
-		t.Fatalf("POST %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return testkit.NewApp(t, HeaderIdempotencyKey)
+}
+
+// newAppStubOn is newAppStub on a given loopback port.
+func newAppStubOn(t *testing.T, port string) *testkit.App {
+	t.Helper()
+	return testkit.NewAppOn(t, port, HeaderIdempotencyKey)
 }
 
 // pingbackSite is a site block with one pingback route in front of app.
-func pingbackSite(provider, handlerLines string, app *appStub) string {
+func pingbackSite(provider, handlerLines string, app *testkit.App) string {
 	return fmt.Sprintf(`http://localhost:%s {
 	handle /cb {
 		pingback {
@@ -299,7 +164,7 @@ func pingbackSite(provider, handlerLines string, app *appStub) string {
 		reverse_proxy %s
 	}
 }
-`, testHTTPPort, provider, handlerLines, app.hostPort())
+`, testHTTPPort, provider, handlerLines, app.HostPort())
 }
 
 // TestMain turns on the store's self-checks (store.SelfCheck) for every
@@ -320,62 +185,6 @@ var (
 	childBase     = "http://localhost:" + childHTTPPort
 )
 
-// caddyBinary is the cmd/caddy binary, built once per test run.
-var caddyBinary struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-// childCaddyBinary builds ./cmd/caddy once per test run and returns its
-// path. The binary lives in the user's cache directory and is replaced
-// atomically, so concurrent test runs never see a half-written file.
-func childCaddyBinary(t *testing.T) string {
-	t.Helper()
-	caddyBinary.once.Do(func() {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		dir := filepath.Join(base, "caddy-pingback-test")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			caddyBinary.err = err
-			return
-		}
-		tmp, err := os.CreateTemp(dir, "caddy-*.tmp")
-		if err != nil {
-			caddyBinary.err = err
-			return
-		}
-		_ = tmp.Close()
-		defer os.Remove(tmp.Name()) // a no-op once renamed
-		start := time.Now()
-		out, err := exec.Command("go", "build", "-o", tmp.Name(), "./cmd/caddy").CombinedOutput()
-		if err != nil {
-			caddyBinary.err = fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
-			return
-		}
-		// One binary per checkout: test runs of other checkouts (other
-		// branches) on the same machine must not replace it under this one.
-		wd, err := os.Getwd()
-		if err != nil {
-			caddyBinary.err = err
-			return
-		}
-		final := filepath.Join(dir, fmt.Sprintf("caddy-%x", sha256.Sum256([]byte(wd)))[:len("caddy-")+16])
-		if err := os.Rename(tmp.Name(), final); err != nil {
-			caddyBinary.err = err
-			return
-		}
-		caddyBinary.path = final
-		t.Logf("built %s in %s", final, time.Since(start).Round(time.Millisecond))
-	})
-	if caddyBinary.err != nil {
-		t.Fatalf("building the caddy binary: %v", caddyBinary.err)
-	}
-	return caddyBinary.path
-}
-
 // childEnv is the environment of a child Caddy: Caddy's data and config
 // directories in a temp dir, so a child never touches the user's.
 func childEnv(t *testing.T) []string {
@@ -389,19 +198,11 @@ func childEnv(t *testing.T) []string {
 // childCaddyfile builds a Caddyfile for a child Caddy on the child ports:
 // the global pingback block gets storage_dir dir and the given lines.
 func childCaddyfile(dir, pingbackGlobal, sites string) string {
-	return fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	auto_https off
-	skip_install_trust
-	persist_config off
-	pingback {
-		storage_dir %s
-		%s
-	}
-}
-%s
-`, childAdmin, childHTTPPort, dir, pingbackGlobal, sites)
+	return testkit.Globals{
+		Admin:    childAdmin,
+		HTTPPort: childHTTPPort,
+		Pingback: "storage_dir " + dir + "\n" + pingbackGlobal,
+	}.Caddyfile(sites)
 }
 
 // childPingbackSite is pingbackSite for the child's HTTP port, proxying to
@@ -418,32 +219,14 @@ func childPingbackSite(upstream string) string {
 `, childHTTPPort, upstream)
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // childCaddy is a Caddy process running a Caddyfile.
 type childCaddy struct {
 	t      *testing.T
 	admin  string // admin address (host:port)
 	base   string // HTTP base URL
 	cmd    *exec.Cmd
-	output *syncBuffer   // stdout and stderr (Caddy logs to stderr)
-	exited chan struct{} // closed once the process has been waited for
+	output *testkit.SyncBuffer // stdout and stderr (Caddy logs to stderr)
+	exited chan struct{}       // closed once the process has been waited for
 	state  *os.ProcessState
 }
 
@@ -468,12 +251,12 @@ func startChildCaddyAt(t *testing.T, caddyfile, admin, base string) *childCaddy 
 // launchChildCaddy starts the child without waiting for it to serve.
 func launchChildCaddy(t *testing.T, caddyfile, admin, base string) *childCaddy {
 	t.Helper()
-	bin := childCaddyBinary(t)
+	bin := testkit.CaddyBinary(t)
 	file := filepath.Join(t.TempDir(), "Caddyfile")
 	if err := os.WriteFile(file, []byte(caddyfile), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := &childCaddy{t: t, admin: admin, base: base, output: new(syncBuffer), exited: make(chan struct{})}
+	c := &childCaddy{t: t, admin: admin, base: base, output: new(testkit.SyncBuffer), exited: make(chan struct{})}
 	c.cmd = exec.Command(bin, "run", "--config", file, "--adapter", "caddyfile")
 	c.cmd.Env = childEnv(t)
 	c.cmd.Stdout = c.output
@@ -515,7 +298,7 @@ func (c *childCaddy) waitReady(timeout time.Duration) {
 		resp.Body.Close()
 		return true
 	}
-	waitFor(c.t, timeout, "the child caddy to serve", func() bool {
+	testkit.WaitFor(c.t, timeout, "the child caddy to serve", func() bool {
 		select {
 		case <-c.exited:
 			c.t.Fatalf("child caddy exited during startup (%v):\n%s", c.state, c.output.String())
@@ -554,37 +337,4 @@ func (c *childCaddy) stop() {
 	if !c.state.Success() {
 		c.t.Fatalf("child caddy exited with %v after /stop", c.state)
 	}
-}
-
-// unusedLoopbackPort returns a loopback port where nothing listens: it
-// listens on an ephemeral port and closes the listener at once, so a
-// connection to it is refused (an app that is down) until a test listens
-// there again (newAppStubOn).
-func unusedLoopbackPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return port
-}
-
-// newAppStubOn is newAppStub on a given loopback port.
-func newAppStubOn(t *testing.T, port string) *appStub {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
-	if err != nil {
-		t.Fatalf("app stub on port %s: %v", port, err)
-	}
-	a := &appStub{}
-	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
-	_ = a.Server.Listener.Close()
-	a.Server.Listener = ln
-	a.Start()
-	t.Cleanup(a.Close)
-	return a
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 )
@@ -26,7 +27,7 @@ func TestAdminAnswersHideToken(t *testing.T) {
 		t.Fatalf("pingback URL %q carries no token", pb)
 	}
 	vfyPingback(t, pathOf(t, pb), id, "REAL")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "token", "true", "callback")
 	// A pingback with another task's token (a stale URL, say) for an
 	// unknown id: quarantined, its URI carrying the token too.
@@ -45,28 +46,28 @@ func TestAdminAnswersHideToken(t *testing.T) {
 			t.Errorf("%s: no %s in %s", what, redacted, body)
 		}
 	}
-	status, body := adminRequest(t, http.MethodGet, "/pingback/records")
+	status, body := adminDo(t, http.MethodGet, "/pingback/records", "")
 	check("GET /pingback/records", status, http.StatusOK, body, true)
-	status, body = adminRequest(t, http.MethodGet, "/pingback/records?state=quarantined")
+	status, body = adminDo(t, http.MethodGet, "/pingback/records?state=quarantined", "")
 	check("GET /pingback/records?state=quarantined", status, http.StatusOK, body, true)
-	status, body = adminRequest(t, http.MethodGet, "/pingback/records/2captcha/"+id)
+	status, body = adminDo(t, http.MethodGet, "/pingback/records/2captcha/"+id, "")
 	check("GET one record", status, http.StatusOK, body, true)
-	status, body = adminRequest(t, http.MethodPost, "/pingback/records/2captcha/"+id+"/replay?force=true")
+	status, body = adminDo(t, http.MethodPost, "/pingback/records/2captcha/"+id+"/replay?force=true", "")
 	check("POST replay", status, http.StatusOK, body, true)
-	status, body = adminRequest(t, http.MethodPost, "/pingback/records/2captcha/999/release")
+	status, body = adminDo(t, http.MethodPost, "/pingback/records/2captcha/999/release", "")
 	check("POST release", status, http.StatusOK, body, true)
 	if !strings.Contains(string(body), `/cb?a=1\u0026`+redacted) {
 		t.Errorf("release answer's URI: %s; want the other fields kept", body)
 	}
-	status, body = adminRequest(t, http.MethodGet, "/pingback/tasks/2captcha/"+id)
+	status, body = adminDo(t, http.MethodGet, "/pingback/tasks/2captcha/"+id, "")
 	check("GET one task", status, http.StatusOK, body, false)
-	status, body = adminRequest(t, http.MethodGet, "/pingback/tasks")
+	status, body = adminDo(t, http.MethodGet, "/pingback/tasks", "")
 	check("GET /pingback/tasks", status, http.StatusOK, body, false)
-	status, body = adminCall(t, http.MethodPost, `{"provider":"2captcha","id":"`+id+`","pingback_url":"`+trkCallbackURL+`"}`)
+	status, body = adminDo(t, http.MethodPost, "/pingback/tasks", `{"provider":"2captcha","id":"`+id+`","pingback_url":"`+trkCallbackURL+`"}`)
 	check("POST /pingback/tasks of a tracked task", status, http.StatusOK, body, false)
 
 	// The app got each forward without the token.
-	for _, r := range app.requests() {
+	for _, r := range app.Requests() {
 		if strings.Contains(r.URI, protocol.TokenParam) {
 			t.Errorf("the app was sent %s", r.URI)
 		}
@@ -109,8 +110,8 @@ func TestStoredHeadersAndAdminRedaction(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("pingback answered %d", resp.StatusCode)
 	}
-	waitFor(t, 5*time.Second, "the live delivery", func() bool { return app.count("2captcha:4242") == 1 })
-	live := app.requests()[0]
+	testkit.WaitFor(t, 5*time.Second, "the live delivery", func() bool { return app.Count("2captcha:4242") == 1 })
+	live := app.Requests()[0]
 	for k, v := range secrets {
 		if k == "Proxy-Authorization" {
 			continue // hop-by-hop: reverse_proxy never passes it on
@@ -150,14 +151,14 @@ func TestStoredHeadersAndAdminRedaction(t *testing.T) {
 		if status != 200 {
 			t.Fatalf("GET %s: %d %s", path, status, body)
 		}
-		scan("GET "+path, body)
+		scan("GET "+path, string(body))
 	}
 	status, body := adminDo(t, http.MethodPost, "/pingback/records/2captcha/4242/replay?force=true", "")
 	if status != 200 {
 		t.Fatalf("replay: %d %s", status, body)
 	}
-	scan("the replay's answer", body)
-	reqs := app.requests()
+	scan("the replay's answer", string(body))
+	reqs := app.Requests()
 	replayed := reqs[len(reqs)-1]
 	if replayed.Header.Get("X-Api-Key") != "sekret-apikey-4" || replayed.Header.Get("X-Tenant") != "tenant-7" {
 		t.Errorf("replay lacks the kept headers: %v", replayed.Header)

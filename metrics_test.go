@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"math"
 	"net/http"
 	"os"
@@ -16,13 +15,14 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // scrapeMetric returns the value of the sample named by its line prefix
 // (name{labels}) in the admin endpoint's /metrics, and whether it is there.
 func scrapeMetric(t *testing.T, sample string) (float64, bool) {
 	t.Helper()
-	status, body := adminRequest(t, http.MethodGet, "/metrics")
+	status, body := adminDo(t, http.MethodGet, "/metrics", "")
 	if status != http.StatusOK {
 		t.Fatalf("/metrics: %d", status)
 	}
@@ -53,31 +53,31 @@ func TestOperationsGauges(t *testing.T) {
 	n0, _ := scrapeMetric(t, hist)
 
 	before := float64(time.Now().UnixNano()) / 1e9
-	if status, body := postForm(t, testBase+"/cb", "id=96&code=T"); status != http.StatusOK {
+	if status, body := testkit.PostForm(t, testBase+"/cb", "id=96&code=T"); status != http.StatusOK {
 		t.Fatalf("pingback: %d %s", status, body)
 	}
 	after := float64(time.Now().UnixNano()) / 1e9
 	// The gauge is at most a second stale.
 	var v float64
-	waitFor(t, 3*time.Second, last+" at the pingback's time", func() bool {
+	testkit.WaitFor(t, 3*time.Second, last+" at the pingback's time", func() bool {
 		var ok bool
 		v, ok = scrapeMetric(t, last)
 		return ok && v >= before-1 && v <= after
 	})
-	if status, _ := postForm(t, testBase+"/cb", "id=96&code=T"); status != http.StatusOK {
+	if status, _ := testkit.PostForm(t, testBase+"/cb", "id=96&code=T"); status != http.StatusOK {
 		t.Fatal("duplicate refused")
 	}
 	if again, _ := scrapeMetric(t, last); again != v {
 		t.Errorf("a duplicate moved %s from %v to %v", last, v, again)
 	}
-	waitFor(t, 5*time.Second, "the forward observed in the histogram", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the forward observed in the histogram", func() bool {
 		n, _ := scrapeMetric(t, hist)
 		return n == n0+1
 	})
 	for _, loop := range []string{"replay", "poll"} {
 		name := `caddy_pingback_loop_last_run_timestamp_seconds{loop="` + loop + `"}`
 		start := float64(time.Now().UnixNano()) / 1e9
-		waitFor(t, 5*time.Second, name+" moving while idle", func() bool {
+		testkit.WaitFor(t, 5*time.Second, name+" moving while idle", func() bool {
 			v, _ := scrapeMetric(t, name)
 			return v >= start
 		})
@@ -130,37 +130,28 @@ func TestAgeGauges(t *testing.T) {
 		backlogAge = "caddy_pingback_oldest_undelivered_age_seconds"
 		lastLive   = "caddy_pingback_last_callback_timestamp_seconds"
 	)
-	status := func() adminapi.StatusAnswer {
-		t.Helper()
-		code, body := adminRequest(t, http.MethodGet, "/pingback/status")
-		var s adminapi.StatusAnswer
-		if code != http.StatusOK || json.Unmarshal(body, &s) != nil {
-			t.Fatalf("status: %d %s", code, body)
-		}
-		return s
-	}
 	rising := func(name string, pick func(adminapi.StatusAnswer) float64) {
 		t.Helper()
-		waitFor(t, 10*time.Second, name+" at 1.5 s or more", func() bool {
+		testkit.WaitFor(t, 10*time.Second, name+" at 1.5 s or more", func() bool {
 			v, _ := gauge(name)
 			return v >= 1.5
 		})
-		if s := pick(status()); s < 1.5 {
+		if s := pick(adminStatus(t)); s < 1.5 {
 			t.Errorf("status shows %v for %s, want at least 1.5 s as the gauge", s, name)
 		}
 	}
 	zero := func(name string, pick func(adminapi.StatusAnswer) float64) {
 		t.Helper()
-		waitFor(t, 5*time.Second, name+" back to 0", func() bool {
+		testkit.WaitFor(t, 5*time.Second, name+" back to 0", func() bool {
 			v, ok := gauge(name)
-			return ok && v == 0 && pick(status()) == 0
+			return ok && v == 0 && pick(adminStatus(t)) == 0
 		})
 	}
 	statusPending := func(s adminapi.StatusAnswer) float64 { return s.Tasks["2captcha"].OldestPendingAgeSeconds }
 	statusBacklog := func(s adminapi.StatusAnswer) float64 { return s.OldestUndeliveredAgeSeconds["2captcha"] }
 
 	// A tracked task waits for its pingback.
-	if code, body := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{
+	if code, body := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{
 		"provider": "2captcha", "id": "74100000001", "pingback_url": trkCallbackURL,
 	})); code != http.StatusCreated {
 		t.Fatalf("register: %d %s", code, body)
@@ -169,23 +160,23 @@ func TestAgeGauges(t *testing.T) {
 		t.Errorf("%s = %v with nothing failed, want 0", backlogAge, v)
 	}
 	rising(pendingAge, statusPending)
-	if b := status().Budget["2captcha"]; b.Used+b.Left != 10*1+pollAllowance {
+	if b := adminStatus(t).Budget["2captcha"]; b.Used+b.Left != 10*1+pollAllowance {
 		t.Errorf("status budget = %+v with one task tracked, want used + left = %d", b, 10+pollAllowance)
 	}
-	if code, _ := postForm(t, testBase+"/cb", "id=74100000001&code=A"); code != http.StatusOK {
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=74100000001&code=A"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
 	zero(pendingAge, statusPending)
 
 	// A result the app refuses waits in state failed (backoff 1h).
-	app.setStatus(http.StatusServiceUnavailable)
-	if code, _ := postForm(t, testBase+"/cb", "id=602&code=B"); code != http.StatusOK {
+	app.SetStatus(http.StatusServiceUnavailable)
+	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=602&code=B"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}
-	waitForState(t, "2captcha", "602", store.StateFailed)
+	waitForState(t, 5*time.Second, "2captcha", "602", store.StateFailed)
 	rising(backlogAge, statusBacklog)
-	app.setStatus(http.StatusOK)
-	if code, body := adminRequest(t, http.MethodPost, "/pingback/records/2captcha/602/replay"); code != http.StatusOK {
+	app.SetStatus(http.StatusOK)
+	if code, body := adminDo(t, http.MethodPost, "/pingback/records/2captcha/602/replay", ""); code != http.StatusOK {
 		t.Fatalf("replay: %d %s", code, body)
 	}
 	zero(backlogAge, statusBacklog)
@@ -206,7 +197,7 @@ func TestAgeGauges(t *testing.T) {
 	if want := float64(newest.UnixNano()) / 1e9; !ok || math.Abs(v-want) > 1e-3 {
 		t.Errorf("after a restart %s = %v (present %v), want the newest stored live pingback's %v", lastLive, v, ok, want)
 	}
-	if at := status().LastCallbackAt["2captcha"]; !at.Equal(newest) {
+	if at := adminStatus(t).LastCallbackAt["2captcha"]; !at.Equal(newest) {
 		t.Errorf("after a restart status last_callback_at = %v, want %v", at, newest)
 	}
 }

@@ -2,9 +2,7 @@ package pingback
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestJSONPollsInSharedBudget: with the PostgreSQL store, the plugin's
@@ -38,7 +37,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 	t.Cleanup(func() {
 		unloadCaddy(t)
 		if t.Failed() {
-			logTail(t, logFile, 60)
+			testkit.LogTail(t, logFile, 60)
 		}
 	})
 	ids := make([]string, tasks)
@@ -46,7 +45,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 		ids[i] = createTask(t, provider)
 	}
 	s := runningApp(t).store(time.Second)
-	waitFor(t, 30*time.Second, "every polled delivery", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every polled delivery", func() bool {
 		for _, id := range ids {
 			rec, err := s.Get(t.Context(), store.Key{Provider: provider, ID: id})
 			if err != nil || rec.State != store.StateDelivered {
@@ -64,11 +63,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 		}
 		checkHistory(t, rec.History, []attemptWant{{store.SourcePoll, 200, "delivered", ""}})
 	}
-	code, body := adminRequest(t, http.MethodGet, "/pingback/status")
-	var status adminapi.StatusAnswer
-	if code != http.StatusOK || json.Unmarshal(body, &status) != nil {
-		t.Fatalf("status: %d %s", code, body)
-	}
+	status := adminStatus(t)
 	if at, ok := status.LastCallbackAt[provider]; ok {
 		t.Errorf("status last_callback_at[%s] = %v with every pingback dropped, want none (polled results are not live pingbacks)", provider, at)
 	}

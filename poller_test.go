@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -191,7 +191,7 @@ type pollerRoute struct {
 
 // pollerEnv is a running poller test config.
 type pollerEnv struct {
-	app     *appStub
+	app     *testkit.App
 	dir     string // storage_dir
 	logFile string // Caddy's log, JSON lines
 	sims    map[string]*pollerSim
@@ -200,7 +200,7 @@ type pollerEnv struct {
 // pollerCaddyfile builds the config of a poller test: the global pingback
 // block (storage_dir, a provider block per route, then the extra lines,
 // normally the poll block) and one site with the routes of each provider.
-func pollerCaddyfile(dir, logFile, extra string, app *appStub, routes []pollerRoute) string {
+func pollerCaddyfile(dir, logFile, extra string, app *testkit.App, routes []pollerRoute) string {
 	var providers, handles strings.Builder
 	for _, r := range routes {
 		key := r.apiKey
@@ -221,35 +221,16 @@ func pollerCaddyfile(dir, logFile, extra string, app *appStub, routes []pollerRo
 		}
 		reverse_proxy %[4]s
 	}
-`, r.provider, app.hostPort(), testBase, r.sim.hostPort)
+`, r.provider, app.HostPort(), testBase, r.sim.hostPort)
 	}
-	return fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	https_port 9443
-	grace_period 1ns
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		output file %s
-		format json
-		level INFO
-	}
-	pingback {
-		storage_dir %s
-%s		%s
-	}
-}
-http://localhost:%s {
-%s	respond 404
-}
-`, testAdmin, testHTTPPort, logFile, dir, providers.String(), extra, testHTTPPort, handles.String())
+	g := testGlobals("storage_dir " + dir + "\n" + providers.String() + extra)
+	g.LogFile = logFile
+	return g.Caddyfile(fmt.Sprintf("http://localhost:%s {\n%s\trespond 404\n}\n", testHTTPPort, handles.String()))
 }
 
 // startPollerCaddy loads a poller test config in-process; an empty config
 // is loaded at test end, before the storage directory is removed.
-func startPollerCaddy(t *testing.T, extra string, app *appStub, routes ...pollerRoute) *pollerEnv {
+func startPollerCaddy(t *testing.T, extra string, app *testkit.App, routes ...pollerRoute) *pollerEnv {
 	t.Helper()
 	env := &pollerEnv{
 		app:     app,
@@ -264,21 +245,10 @@ func startPollerCaddy(t *testing.T, extra string, app *appStub, routes ...poller
 	t.Cleanup(func() {
 		unloadCaddy(t)
 		if t.Failed() {
-			logTail(t, env.logFile, 80)
+			testkit.LogTail(t, env.logFile, 80)
 		}
 	})
 	return env
-}
-
-// logTail logs the last n lines of Caddy's log, for failed tests.
-func logTail(t *testing.T, file string, n int) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Logf("reading the Caddy log: %v", err)
-		return
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	t.Logf("last %d lines of the Caddy log:\n%s", min(n, len(lines)), strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }
 
 // pollBlock is the poll block of the global pingback option.
@@ -369,27 +339,18 @@ func pollerSubmit(client *http.Client, base, key, method string, asJSON bool, ex
 	var req *http.Request
 	var err error
 	if method == "post" {
-		var buf bytes.Buffer
-		mw := multipart.NewWriter(&buf)
+		var fields []string
 		for k := range vals {
-			if err := mw.WriteField(k, vals.Get(k)); err != nil {
-				return "", err
-			}
+			fields = append(fields, k, vals.Get(k))
 		}
-		fw, err := mw.CreateFormFile("file", "captcha.png")
+		ctype, body, err := testkit.EncodeMultipart(pollerImage, fields...)
 		if err != nil {
 			return "", err
 		}
-		if _, err := fw.Write(pollerImage); err != nil {
+		if req, err = http.NewRequest(http.MethodPost, base+"/in.php", bytes.NewReader(body)); err != nil {
 			return "", err
 		}
-		if err := mw.Close(); err != nil {
-			return "", err
-		}
-		if req, err = http.NewRequest(http.MethodPost, base+"/in.php", &buf); err != nil {
-			return "", err
-		}
-		req.Header.Set("Content-Type", mw.FormDataContentType())
+		req.Header.Set("Content-Type", ctype)
 	} else {
 		vals.Set("googlekey", "6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-")
 		vals.Set("pageurl", "https://example.com/login")
@@ -432,9 +393,9 @@ func pollerSubmit(client *http.Client, base, key, method string, asJSON bool, ex
 }
 
 // byKey groups what the app received by idempotency key.
-func byKey(app *appStub) map[string][]seenRequest {
-	out := map[string][]seenRequest{}
-	for _, r := range app.requests() {
+func byKey(app *testkit.App) map[string][]testkit.Received {
+	out := map[string][]testkit.Received{}
+	for _, r := range app.Requests() {
 		k := r.Header.Get(HeaderIdempotencyKey)
 		out[k] = append(out[k], r)
 	}
@@ -442,7 +403,7 @@ func byKey(app *appStub) map[string][]seenRequest {
 }
 
 // allReceived reports whether the app received every task's result.
-func allReceived(app *appStub, tasks []pollerTask) bool {
+func allReceived(app *testkit.App, tasks []pollerTask) bool {
 	got := byKey(app)
 	for _, pt := range tasks {
 		if len(got[pt.key()]) == 0 {
@@ -457,7 +418,7 @@ func allReceived(app *appStub, tasks []pollerTask) bool {
 func waitSettled(t *testing.T, tasks []pollerTask) {
 	t.Helper()
 	st := runningApp(t).store(time.Second)
-	waitFor(t, 10*time.Second, "every result to be recorded as delivered", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every result to be recorded as delivered", func() bool {
 		for _, pt := range tasks {
 			rec, err := st.Get(context.Background(), store.Key{Provider: pt.provider, ID: pt.id})
 			if err != nil || rec.State != store.StateDelivered {
@@ -470,10 +431,10 @@ func waitSettled(t *testing.T, tasks []pollerTask) {
 
 // receivedOnce checks that the app received each task's result exactly
 // once, and returns those requests by key.
-func receivedOnce(t *testing.T, app *appStub, tasks []pollerTask) map[string]seenRequest {
+func receivedOnce(t *testing.T, app *testkit.App, tasks []pollerTask) map[string]testkit.Received {
 	t.Helper()
 	got := byKey(app)
-	out := map[string]seenRequest{}
+	out := map[string]testkit.Received{}
 	for _, pt := range tasks {
 		if n := len(got[pt.key()]); n != 1 {
 			t.Errorf("app received %s (%s) %d times, want exactly once", pt.key(), pt.method, n)
@@ -486,7 +447,7 @@ func receivedOnce(t *testing.T, app *appStub, tasks []pollerTask) map[string]see
 
 // pingbackFields returns the id and code of a pingback request: the query
 // of a GET, the form body of a POST.
-func pingbackFields(t *testing.T, r seenRequest) (id, code string) {
+func pingbackFields(t *testing.T, r testkit.Received) (id, code string) {
 	t.Helper()
 	u, err := url.ParseRequestURI(r.URI)
 	if err != nil {
@@ -508,7 +469,7 @@ func pingbackFields(t *testing.T, r seenRequest) (id, code string) {
 // for pt, with code, delivered by the poller: the provider's method and
 // fields on the task's pingback URL (path cbPath), marked
 // X-Pingback-Source: poll.
-func checkPolled(t *testing.T, r seenRequest, pt pollerTask, cbPath, code string) {
+func checkPolled(t *testing.T, r testkit.Received, pt pollerTask, cbPath, code string) {
 	t.Helper()
 	wantMethod := http.MethodPost
 	if pt.provider == "captchaai" {
@@ -612,11 +573,11 @@ func TestPollerRecoversLostPingbacks(t *testing.T) {
 		taskSpec{provider: "rucaptcha", method: "post", n: 2},
 	)
 	bound := testPollAfter + testPollInterval + pollSlack
-	waitFor(t, bound-time.Since(start), "every task to reach the app", func() bool { return allReceived(app, tasks) })
+	testkit.WaitFor(t, bound-time.Since(start), "every task to reach the app", func() bool { return allReceived(app, tasks) })
 	t.Logf("all %d results reached the app %s after the first submission (bound %s)", len(tasks), time.Since(start).Round(time.Millisecond), bound)
 	waitSettled(t, tasks)
 	got := receivedOnce(t, app, tasks)
-	if n := len(app.requests()); n != len(tasks) {
+	if n := len(app.Requests()); n != len(tasks) {
 		t.Errorf("app received %d requests for %d tasks", n, len(tasks))
 	}
 
@@ -798,10 +759,10 @@ func TestPollerRacesPingbacksAndExpires(t *testing.T) {
 			t.Fatalf("the seed draws no race: %d dropped, %d duplicated, %d late", dropped, duplicated, late)
 		}
 
-		waitFor(t, testPollAfter+testPollInterval+pollSlack-time.Since(start), "every task to reach the app",
+		testkit.WaitFor(t, testPollAfter+testPollInterval+pollSlack-time.Since(start), "every task to reach the app",
 			func() bool { return allReceived(app, raced) })
 		// Settled: every pingback call made (and answered), every record delivered.
-		waitFor(t, 10*time.Second, "every pingback to be sent", func() bool { return racing.Stats().PingbacksSent == int64(wantSent) })
+		testkit.WaitFor(t, 10*time.Second, "every pingback to be sent", func() bool { return racing.Stats().PingbacksSent == int64(wantSent) })
 		waitSettled(t, raced)
 		got := receivedOnce(t, app, raced)
 
@@ -834,7 +795,7 @@ func TestPollerRacesPingbacksAndExpires(t *testing.T) {
 
 	t.Run("expired", func(t *testing.T) {
 		stale := append(tasksOf(tasks, "captchaai", ""), tasksOf(tasks, "rucaptcha", "")...)
-		waitFor(t, giveUp+testPollInterval+pollSlack-time.Since(start), "the unsolved tasks to expire", func() bool {
+		testkit.WaitFor(t, giveUp+testPollInterval+pollSlack-time.Since(start), "the unsolved tasks to expire", func() bool {
 			for _, pt := range stale {
 				if getTask(t, pt).State != store.TaskExpired {
 					return false
@@ -862,7 +823,7 @@ func TestPollerRacesPingbacksAndExpires(t *testing.T) {
 		}
 		// Never polled again: no request for more than an interval.
 		calls := len(neverSolved.resCalls()) + len(forgetful.resCalls())
-		holdsFor(t, testPollInterval+2*time.Second, "no res.php request after expiry", func() bool {
+		testkit.HoldsFor(t, testPollInterval+2*time.Second, "no res.php request after expiry", func() bool {
 			return len(neverSolved.resCalls())+len(forgetful.resCalls()) == calls
 		})
 		for _, pt := range stale {
@@ -922,7 +883,7 @@ func TestPollerProviderFailures(t *testing.T) {
 		ended time.Time
 	}
 	outages := map[string]*outage{"5xx": {sim: down, fault: serverErrors}, "no slot": {sim: busy, fault: noSlots}}
-	waitFor(t, 2*testPollInterval+pollSlack, "two failed rounds of each outage", func() bool {
+	testkit.WaitFor(t, 2*testPollInterval+pollSlack, "two failed rounds of each outage", func() bool {
 		done := true
 		for _, o := range outages {
 			if o.ended.IsZero() && len(o.sim.faultCalls()) >= 2 {
@@ -933,7 +894,7 @@ func TestPollerProviderFailures(t *testing.T) {
 		}
 		return done
 	})
-	waitFor(t, testPollInterval+pollSlack, "every task to reach the app after the outages", func() bool { return allReceived(app, recovering) })
+	testkit.WaitFor(t, testPollInterval+pollSlack, "every task to reach the app after the outages", func() bool { return allReceived(app, recovering) })
 	t.Logf("outages over and all results delivered %s after submission", time.Since(start).Round(time.Millisecond))
 	waitSettled(t, recovering)
 	got := receivedOnce(t, app, recovering)
@@ -973,7 +934,7 @@ func TestPollerProviderFailures(t *testing.T) {
 		// Quiet for more than an interval after the rejection (already
 		// over, normally: the outages took longer).
 		if d := time.Until(calls[0].at.Add(testPollInterval + 2*time.Second)); d > 0 {
-			holdsFor(t, d, "no res.php request after the key was rejected", func() bool { return len(rejecting.resCalls()) == 1 })
+			testkit.HoldsFor(t, d, "no res.php request after the key was rejected", func() bool { return len(rejecting.resCalls()) == 1 })
 		}
 		if n := len(rejecting.resCalls()); n != 1 {
 			t.Fatalf("%d res.php requests with the rejected key, want exactly 1", n)
@@ -1017,7 +978,7 @@ func TestPollerAfterSIGKILL(t *testing.T) {
 		poll {
 			after %s
 			interval 5s
-		}`, sim.url, captchasim.DefaultKey, after), childPingbackSite(app.hostPort()))
+		}`, sim.url, captchasim.DefaultKey, after), childPingbackSite(app.HostPort()))
 	first := startChildCaddy(t, caddyfile)
 
 	// The app submits directly to the provider and registers each task.
@@ -1038,14 +999,8 @@ func TestPollerAfterSIGKILL(t *testing.T) {
 			registered = time.Now()
 		}
 		body := fmt.Sprintf(`{"provider":"captchaai","id":%q,"pingback_url":%q,"method":%q}`, id, pingbackURL, method)
-		resp, err := client.Post("http://"+childAdmin+"/pingback/tasks", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatalf("POST /pingback/tasks: %v", err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("POST /pingback/tasks: %d %s", resp.StatusCode, b)
+		if a := testkit.Admin(childAdmin).Do(t, http.MethodPost, "/pingback/tasks", body); a.Status != http.StatusCreated {
+			t.Fatalf("POST /pingback/tasks: %d %s", a.Status, a.Body)
 		}
 		tasks = append(tasks, pollerTask{provider: "captchaai", method: method, id: id})
 	}
@@ -1057,12 +1012,12 @@ func TestPollerAfterSIGKILL(t *testing.T) {
 	if ps.Success() || ps.ExitCode() != -1 {
 		t.Fatalf("child caddy ended with %v, want killed by a signal", ps)
 	}
-	if len(app.requests()) != 0 || len(sim.resCalls()) != 0 {
-		t.Fatalf("tasks were polled before the kill: %d deliveries, %d res.php requests", len(app.requests()), len(sim.resCalls()))
+	if len(app.Requests()) != 0 || len(sim.resCalls()) != 0 {
+		t.Fatalf("tasks were polled before the kill: %d deliveries, %d res.php requests", len(app.Requests()), len(sim.resCalls()))
 	}
 
 	second := startChildCaddy(t, caddyfile)
-	waitFor(t, after+testPollInterval+pollSlack, "every task to reach the app after the restart", func() bool { return allReceived(app, tasks) })
+	testkit.WaitFor(t, after+testPollInterval+pollSlack, "every task to reach the app after the restart", func() bool { return allReceived(app, tasks) })
 	second.stop() // nothing can reach the app any more
 	got := receivedOnce(t, app, tasks)
 	for _, pt := range tasks {
@@ -1070,7 +1025,7 @@ func TestPollerAfterSIGKILL(t *testing.T) {
 			checkPolled(t, r, pt, "/cb", sim.code(t, pt.id))
 		}
 	}
-	if n := len(app.requests()); n != len(tasks) {
+	if n := len(app.Requests()); n != len(tasks) {
 		t.Errorf("app received %d requests for %d tasks", n, len(tasks))
 	}
 }
@@ -1102,13 +1057,13 @@ func TestPollerOneLoopAcrossReloads(t *testing.T) {
 	// Reload each time a res.php request starts, three times: each time
 	// the running config is waiting for res.php mid-round.
 	for i := 1; i <= 3; i++ {
-		waitFor(t, testPollAfter+testPollInterval+pollSlack-time.Since(start), "a res.php request", func() bool { return len(sim.resCalls()) >= i })
+		testkit.WaitFor(t, testPollAfter+testPollInterval+pollSlack-time.Since(start), "a res.php request", func() bool { return len(sim.resCalls()) >= i })
 		postLoad(t, adaptCaddyfile(t, pollerCaddyfile(env.dir, env.logFile, gen(i), app, routes)))
 	}
 	if runningApp(t).handle != handle {
 		t.Fatal("the reload opened another store handle")
 	}
-	waitFor(t, testPollInterval+pollSlack, "every task to reach the app", func() bool { return allReceived(app, tasks) })
+	testkit.WaitFor(t, testPollInterval+pollSlack, "every task to reach the app", func() bool { return allReceived(app, tasks) })
 	waitSettled(t, tasks)
 	got := receivedOnce(t, app, tasks)
 	sources := map[string]int{}
@@ -1254,7 +1209,7 @@ func TestPolledDeliveriesAreExact(t *testing.T) {
 			startExact(t, tc.provider, prov.URL, pollBlock("after 1s"), app)
 			reg := adminRegistration(t, map[string]string{"provider": tc.provider, "id": tc.id, "method": "turnstile",
 				"pingback_url": testBase + "/cb?" + tc.query})
-			if status, body := adminCall(t, http.MethodPost, reg); status != http.StatusCreated {
+			if status, body := adminDo(t, http.MethodPost, "/pingback/tasks", reg); status != http.StatusCreated {
 				t.Fatalf("registering: %d %s", status, body)
 			}
 			key := tc.provider + ":" + tc.id
@@ -1263,9 +1218,9 @@ func TestPolledDeliveriesAreExact(t *testing.T) {
 					t.Logf("record: %+v", getRecord(t, tc.provider, tc.id))
 				}
 			}()
-			waitFor(t, 10*time.Second, "the polled delivery", func() bool { return app.count(key) > 0 })
-			var got seenRequest
-			for _, r := range app.requests() {
+			testkit.WaitFor(t, 10*time.Second, "the polled delivery", func() bool { return app.Count(key) > 0 })
+			var got testkit.Received
+			for _, r := range app.Requests() {
 				if r.Header.Get(HeaderIdempotencyKey) == key {
 					got = r
 				}
@@ -1320,7 +1275,7 @@ func TestJSONProvidersRecoverLostCallbacks(t *testing.T) {
 				t.Fatalf("tracked task %+v, %v", task, err)
 			}
 			key := tc.provider + ":" + id
-			waitFor(t, 15*time.Second, "the polled delivery", func() bool {
+			testkit.WaitFor(t, 15*time.Second, "the polled delivery", func() bool {
 				rec, err := runningApp(t).store(time.Second).Get(t.Context(), store.Key{Provider: tc.provider, ID: id})
 				return err == nil && rec.State == store.StateDelivered
 			})

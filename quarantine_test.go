@@ -39,8 +39,8 @@ func TestQuarantineBytesNotReadInRequest(t *testing.T) {
 	p := newTrkProvider(t)
 	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
 	vfyPingback(t, "/cb", "811", "A") // the bytes are read (inline, once) and known
-	admin := "http://" + testAdmin + "/pingback/records/2captcha/"
-	if code, body := trkPost(t, admin+"811/release"); code != http.StatusOK {
+	admin := "/pingback/records/2captcha/"
+	if code, body := adminDo(t, http.MethodPost, admin+"811/release", ""); code != http.StatusOK {
 		t.Fatalf("release = %d %s", code, body)
 	}
 	a := runningApp(t)
@@ -96,7 +96,7 @@ func TestQuarantineBytesAfterPurge(t *testing.T) {
 	if full() != before+1 {
 		t.Fatalf("the second big forgery was not refused (quarantine_full %v → %v)", before, full())
 	}
-	if status, body := adminRequest(t, http.MethodDelete, "/pingback/records/2captcha/960"); status != http.StatusOK {
+	if status, body := adminDo(t, http.MethodDelete, "/pingback/records/2captcha/960", ""); status != http.StatusOK {
 		t.Fatalf("purge = %d %s", status, body)
 	}
 	vfyPingback(t, "/cb", "962", big)

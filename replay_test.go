@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -17,19 +18,6 @@ import (
 // fastReplay is a global pingback block whose replay loop retries within
 // tens of milliseconds.
 const fastReplay = "replay {\n\tbackoff 20ms 40ms\n}"
-
-// holdsFor polls cond every 10ms for d and fails as soon as it is false: a
-// bounded quiet period for checking that something does NOT happen.
-func holdsFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !cond() {
-			t.Fatalf("%s stopped holding", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // runningServerName returns the name of the running config's only http server.
 func runningServerName(t *testing.T) string {
@@ -106,35 +94,13 @@ func insertRecord(t *testing.T, rec *store.Record) {
 	}
 }
 
-// waitForState waits until the record is in state want and returns it.
-func waitForState(t *testing.T, provider, id string, want store.State) *store.Record {
-	t.Helper()
-	var rec *store.Record
-	waitFor(t, 5*time.Second, fmt.Sprintf("%s:%s to be %s", provider, id, want), func() bool {
-		rec = getRecord(t, provider, id)
-		return rec.State == want
-	})
-	return rec
-}
-
-// withKey returns what the app received with the idempotency key, in order.
-func (a *appStub) withKey(key string) []seenRequest {
-	var out []seenRequest
-	for _, r := range a.requests() {
-		if r.Header.Get(HeaderIdempotencyKey) == key {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // TestReplayFailedForward checks that a forward the app failed is replayed
 // through the same route with the same request, marked as a replay, and
 // ends delivered.
 func TestReplayFailedForward(t *testing.T) {
 	app := newAppStub(t)
-	app.tune(func() {
-		app.statusFor = func(r *http.Request) int {
+	app.Tune(func() {
+		app.StatusFor = func(r *http.Request) int {
 			if r.Header.Get(HeaderAttempt) == "1" {
 				return http.StatusServiceUnavailable
 			}
@@ -151,12 +117,12 @@ func TestReplayFailedForward(t *testing.T) {
 	if status, body, _ := doRequest(t, req); status != http.StatusOK || body != "OK" {
 		t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
 	}
-	rec := waitForState(t, "2captcha", "11001", store.StateDelivered)
+	rec := waitForState(t, 5*time.Second, "2captcha", "11001", store.StateDelivered)
 	if rec.Attempts != 2 || rec.LastStatus != 200 || !rec.DueAt.IsZero() {
 		t.Errorf("record: attempts %d, last status %d, due %s; want 2, 200, never", rec.Attempts, rec.LastStatus, rec.DueAt)
 	}
 
-	seen := app.withKey("2captcha:11001")
+	seen := app.WithKey("2captcha:11001")
 	if len(seen) != 2 {
 		t.Fatalf("the app received %d deliveries, want 2", len(seen))
 	}
@@ -182,26 +148,26 @@ func TestReplayFailedForward(t *testing.T) {
 // failing is tried max_attempts times in all, then parked and left alone.
 func TestReplayParksAfterMaxAttempts(t *testing.T) {
 	app := newAppStub(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tmax_attempts 3\n}", pingbackSite("captchaai", "", app))
 
-	if status, body := get(t, testBase+"/cb?id=12001&code=T"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=12001&code=T"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
 	}
-	rec := waitForState(t, "captchaai", "12001", store.StateParked)
+	rec := waitForState(t, 5*time.Second, "captchaai", "12001", store.StateParked)
 	if rec.Attempts != 3 || !rec.DueAt.IsZero() || rec.LastStatus != 503 {
 		t.Errorf("record: attempts %d, due %s, last status %d; want 3, never, 503", rec.Attempts, rec.DueAt, rec.LastStatus)
 	}
 	var attempts []string
-	for _, r := range app.withKey("captchaai:12001") {
+	for _, r := range app.WithKey("captchaai:12001") {
 		attempts = append(attempts, r.Header.Get(HeaderSource)+" "+r.Header.Get(HeaderAttempt))
 	}
 	if want := []string{"callback 1", "replay 2", "replay 3"}; !slices.Equal(attempts, want) {
 		t.Errorf("deliveries %q, want %q", attempts, want)
 	}
 	// Several backoff periods and loop ticks: no fourth delivery.
-	holdsFor(t, 300*time.Millisecond, "three deliveries", func() bool {
-		return app.count("captchaai:12001") == 3 && getRecord(t, "captchaai", "12001").State == store.StateParked
+	testkit.HoldsFor(t, 300*time.Millisecond, "three deliveries", func() bool {
+		return app.Count("captchaai:12001") == 3 && getRecord(t, "captchaai", "12001").State == store.StateParked
 	})
 }
 
@@ -209,8 +175,8 @@ func TestReplayParksAfterMaxAttempts(t *testing.T) {
 // in the dead-letter queue and is never retried automatically.
 func TestReplaySkipsRejected(t *testing.T) {
 	app := newAppStub(t)
-	app.tune(func() {
-		app.statusFor = func(r *http.Request) int {
+	app.Tune(func() {
+		app.StatusFor = func(r *http.Request) int {
 			if r.Header.Get(HeaderAttempt) == "1" {
 				return http.StatusUnprocessableEntity
 			}
@@ -219,15 +185,15 @@ func TestReplaySkipsRejected(t *testing.T) {
 	})
 	startCaddy(t, fastReplay, pingbackSite("captchaai", "", app))
 
-	if status, body := get(t, testBase+"/cb?id=13001&code=T"); status != http.StatusOK || body != "OK" {
+	if status, body := testkit.Get(t, testBase+"/cb?id=13001&code=T"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("provider got %d %q, want 200 \"OK\"", status, body)
 	}
-	rec := waitForState(t, "captchaai", "13001", store.StateRejected)
+	rec := waitForState(t, 5*time.Second, "captchaai", "13001", store.StateRejected)
 	if rec.Attempts != 1 || !rec.DueAt.IsZero() || rec.LastStatus != 422 {
 		t.Errorf("record: attempts %d, due %s, last status %d; want 1, never, 422", rec.Attempts, rec.DueAt, rec.LastStatus)
 	}
-	holdsFor(t, 300*time.Millisecond, "one delivery", func() bool {
-		return app.count("captchaai:13001") == 1 && getRecord(t, "captchaai", "13001").State == store.StateRejected
+	testkit.HoldsFor(t, 300*time.Millisecond, "one delivery", func() bool {
+		return app.Count("captchaai:13001") == 1 && getRecord(t, "captchaai", "13001").State == store.StateRejected
 	})
 }
 
@@ -258,11 +224,11 @@ func TestReplayRecoversStuck(t *testing.T) {
 	}
 	runningApp(t).handle.wake()
 
-	rec := waitForState(t, "captchaai", "14001", store.StateDelivered)
+	rec := waitForState(t, 5*time.Second, "captchaai", "14001", store.StateDelivered)
 	if rec.Attempts != 4 || rec.Failures != 0 || rec.LastStatus != 200 {
 		t.Errorf("record: attempts %d, failures %d, last status %d; want 4, 0, 200", rec.Attempts, rec.Failures, rec.LastStatus)
 	}
-	seen := app.withKey("captchaai:14001")
+	seen := app.WithKey("captchaai:14001")
 	if len(seen) != 1 {
 		t.Fatalf("the app received %d deliveries, want 1", len(seen))
 	}
@@ -274,13 +240,13 @@ func TestReplayRecoversStuck(t *testing.T) {
 			r.Method, r.URI, r.Host, r.Header.Get("User-Agent"), r.Header.Get(HeaderSource), r.Header.Get(HeaderAttempt))
 	}
 
-	rec = waitForState(t, "captchaai", "14002", store.StateParked)
+	rec = waitForState(t, 5*time.Second, "captchaai", "14002", store.StateParked)
 	if rec.Attempts != 6 || rec.Interrupts != maxInterrupts || !rec.DueAt.IsZero() ||
 		!strings.Contains(rec.LastError, "forwards in a row were interrupted") {
 		t.Errorf("poison record: attempts %d, interrupts %d, due %s, last error %q; want 6, %d, never, interrupted in a row",
 			rec.Attempts, rec.Interrupts, rec.DueAt, rec.LastError, maxInterrupts)
 	}
-	if n := app.count("captchaai:14002"); n != 0 {
+	if n := app.Count("captchaai:14002"); n != 0 {
 		t.Errorf("the app received the poison record %d times, want never", n)
 	}
 }
@@ -289,7 +255,7 @@ func TestReplayRecoversStuck(t *testing.T) {
 // `concurrency` replays in flight at a slow app.
 func TestReplayConcurrency(t *testing.T) {
 	app := newAppStub(t)
-	app.tune(func() { app.delay = 100 * time.Millisecond }) // slow, so replays overlap
+	app.Tune(func() { app.Delay = 100 * time.Millisecond }) // slow, so replays overlap
 	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 2\n}", pingbackSite("captchaai", "", app))
 
 	const n = 10
@@ -297,7 +263,7 @@ func TestReplayConcurrency(t *testing.T) {
 	for i := range n {
 		insertRecord(t, storedCallback(t, fmt.Sprint(15000+i), store.StateFailed, 1, due))
 	}
-	waitFor(t, 10*time.Second, "all replays delivered", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "all replays delivered", func() bool {
 		for i := range n {
 			if getRecord(t, "captchaai", fmt.Sprint(15000+i)).State != store.StateDelivered {
 				return false
@@ -306,11 +272,11 @@ func TestReplayConcurrency(t *testing.T) {
 		return true
 	})
 	for i := range n {
-		if c := app.count(fmt.Sprint("captchaai:", 15000+i)); c != 1 {
+		if c := app.Count(fmt.Sprint("captchaai:", 15000+i)); c != 1 {
 			t.Errorf("record %d delivered %d times, want once", 15000+i, c)
 		}
 	}
-	if peak := app.peakInflight(); peak != 2 {
+	if peak := app.PeakInflight(); peak != 2 {
 		t.Errorf("the app had at most %d replays in flight, want exactly concurrency (2)", peak)
 	}
 }
@@ -320,7 +286,7 @@ func TestReplayConcurrency(t *testing.T) {
 // is a request the app received.
 func TestReplayWaitingForSlotCountsNoAttempt(t *testing.T) {
 	app := newAppStub(t)
-	app.tune(func() { app.delay = 150 * time.Millisecond })
+	app.Tune(func() { app.Delay = 150 * time.Millisecond })
 	startCaddy(t, "replay {\n\tbackoff 20ms 40ms\n\tconcurrency 1\n\tforward_timeout 1s\n}", pingbackSite("captchaai", "", app))
 
 	const n = 8
@@ -330,13 +296,13 @@ func TestReplayWaitingForSlotCountsNoAttempt(t *testing.T) {
 	runningApp(t).handle.wake()
 	for i := range n {
 		id := fmt.Sprint(33000 + i)
-		rec := waitForStateWithin(t, 10*time.Second, "captchaai", id, store.StateDelivered)
-		if got := app.count("captchaai:" + id); rec.Attempts != 1+got || rec.Failures != 1 {
+		rec := waitForState(t, 10*time.Second, "captchaai", id, store.StateDelivered)
+		if got := app.Count("captchaai:" + id); rec.Attempts != 1+got || rec.Failures != 1 {
 			t.Errorf("%s: %d attempts counted (1 before the test), %d failures, the app received %d; want every attempt a request",
 				id, rec.Attempts, rec.Failures, got)
 		}
 	}
-	if peak := app.peakInflight(); peak != 1 {
+	if peak := app.PeakInflight(); peak != 1 {
 		t.Errorf("peak replays in flight %d, want 1", peak)
 	}
 }

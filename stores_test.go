@@ -19,6 +19,7 @@ import (
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddy-pingback/pingback/internal/testfs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -104,7 +105,7 @@ func TestStoreConfigErrors(t *testing.T) {
 	}
 
 	t.Run("validate never connects", func(t *testing.T) {
-		dsn := "postgres://pingback:s3cret@127.0.0.1:" + unusedLoopbackPort(t) + "/pingback"
+		dsn := "postgres://pingback:s3cret@127.0.0.1:" + testkit.UnusedLoopbackPort(t) + "/pingback"
 		var cfg caddy.Config
 		if err := json.Unmarshal([]byte(`{"apps": {"pingback": {"store": {"module": "postgres", "dsn": "`+dsn+`"}}}}`), &cfg); err != nil {
 			t.Fatal(err)
@@ -125,7 +126,7 @@ func TestStoreConfigErrors(t *testing.T) {
 func TestStartFailsNamingTheDatabase(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", pingbackSite("captchaai", "", app))
-	port := unusedLoopbackPort(t)
+	port := testkit.UnusedLoopbackPort(t)
 	cfg := adaptCaddyfile(t, caddyfileFor("", pingbackSite("captchaai", "", app)))
 	var m map[string]any
 	if err := json.Unmarshal(cfg, &m); err != nil {
@@ -160,7 +161,7 @@ func TestStartFailsNamingTheDatabase(t *testing.T) {
 	// new config back (its servers share the listeners). The previous
 	// config must answer 200 within moments.
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	waitFor(t, 2*time.Second, "the previous config to answer 200 after the failed load", func() bool {
+	testkit.WaitFor(t, 2*time.Second, "the previous config to answer 200 after the failed load", func() bool {
 		resp, err := c.Get(testBase + "/cb?id=1&code=X")
 		if err != nil {
 			t.Logf("previous config after the failed load: %v", err)
@@ -282,13 +283,13 @@ func TestDatabaseCutUnderTraffic(t *testing.T) {
 	// During the first half of the cut the app is down too: nothing can
 	// then be acknowledged.
 	var appDown atomic.Bool
-	app.statusFor = func(*http.Request) int {
+	app.StatusFor = func(*http.Request) int {
 		if appDown.Load() {
 			return http.StatusServiceUnavailable
 		}
 		return http.StatusOK
 	}
-	cl := newPGCluster(t, "replay {\n\t\t\tbackoff 100ms 1s\n\t\t\tmax_attempts 100000\n\t\t}", app.hostPort)
+	cl := newPGCluster(t, "replay {\n\t\t\tbackoff 100ms 1s\n\t\t\tmax_attempts 100000\n\t\t}", app.HostPort)
 	cl.dsn = u.String()
 	ins := cl.start(t, 1)
 	a := ins[0]
@@ -331,13 +332,13 @@ func TestDatabaseCutUnderTraffic(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "traffic before the cut", func() bool { return next.Load() > 20 })
+	testkit.WaitFor(t, 10*time.Second, "traffic before the cut", func() bool { return next.Load() > 20 })
 
 	appDown.Store(true)
 	phase.Store(1)
 	proxy.cut()
-	waitFor(t, 5*time.Second, "the health check to report the store unavailable", func() bool {
-		status, _ := get(t, a.base()+"/healthz")
+	testkit.WaitFor(t, 5*time.Second, "the health check to report the store unavailable", func() bool {
+		status, _ := testkit.Get(t, a.base()+"/healthz")
 		return status == http.StatusServiceUnavailable
 	})
 	time.Sleep(5 * time.Second) // the outage's first half: its length is the test's subject
@@ -346,11 +347,11 @@ func TestDatabaseCutUnderTraffic(t *testing.T) {
 	time.Sleep(5 * time.Second) // the outage's second half
 	phase.Store(3)
 	proxy.restore()
-	waitFor(t, 15*time.Second, "the health check to report the store available", func() bool {
-		status, _ := get(t, a.base()+"/healthz")
+	testkit.WaitFor(t, 15*time.Second, "the health check to report the store available", func() bool {
+		status, _ := testkit.Get(t, a.base()+"/healthz")
 		return status == http.StatusOK
 	})
-	waitFor(t, 10*time.Second, "results stored again after the cut", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "results stored again after the cut", func() bool {
 		return next.Load() > 0 && len(a.records(t, store.StateDelivered)) > 20
 	})
 	close(stop)
@@ -367,16 +368,16 @@ func TestDatabaseCutUnderTraffic(t *testing.T) {
 	}
 	// Everything acknowledged reaches the app once: stored ones by replay,
 	// unstored ones by their live forward.
-	waitFor(t, 30*time.Second, "every acknowledged result to reach the app", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every acknowledged result to reach the app", func() bool {
 		for k := range acked {
-			if app.deliveries(k) == 0 {
+			if app.Deliveries(k) == 0 {
 				return false
 			}
 		}
 		return true
 	})
 	for k := range acked {
-		if d := app.deliveries(k); d != 1 {
+		if d := app.Deliveries(k); d != 1 {
 			t.Errorf("%s acknowledged and delivered %d times, want once", k, d)
 		}
 	}
@@ -406,7 +407,7 @@ func TestFullDiskIsAStorageOutage(t *testing.T) {
 
 	pingback := func(id string) (int, string) {
 		t.Helper()
-		return get(t, testBase+"/cb?id="+id+"&code=TOKEN-"+id)
+		return testkit.Get(t, testBase+"/cb?id="+id+"&code=TOKEN-"+id)
 	}
 	stored := func(id string) bool {
 		_, err := a.handle.store.Get(context.Background(), store.Key{Provider: "captchaai", ID: id})
@@ -419,21 +420,21 @@ func TestFullDiskIsAStorageOutage(t *testing.T) {
 	if status, body := pingback("37001"); status != http.StatusOK || body != "OK" {
 		t.Fatalf("before the disk fills: %d %q, want 200 OK", status, body)
 	}
-	waitForState(t, "captchaai", "37001", store.StateDelivered)
+	waitForState(t, 5*time.Second, "captchaai", "37001", store.StateDelivered)
 
 	free := testfs.Fill(t, fs, store.DefaultMinFreeSpace-16<<20)
-	waitFor(t, 5*time.Second, "the store to report itself unavailable", func() bool { return !a.handle.store.Available() })
-	waitFor(t, 5*time.Second, "the gauge to say 0", func() bool { return gauge() == 0 })
+	testkit.WaitFor(t, 5*time.Second, "the store to report itself unavailable", func() bool { return !a.handle.store.Available() })
+	testkit.WaitFor(t, 5*time.Second, "the gauge to say 0", func() bool { return gauge() == 0 })
 
 	// The app takes it: the provider gets 200, though nothing is stored.
 	if status, body := pingback("37002"); status != http.StatusOK || body != "OK" {
 		t.Errorf("full disk, app up: %d %q, want 200 OK", status, body)
 	}
-	if stored("37002") || app.deliveries("captchaai:37002") != 1 {
-		t.Errorf("full disk, app up: stored %v, delivered %d times; want not stored, delivered once", stored("37002"), app.deliveries("captchaai:37002"))
+	if stored("37002") || app.Deliveries("captchaai:37002") != 1 {
+		t.Errorf("full disk, app up: stored %v, delivered %d times; want not stored, delivered once", stored("37002"), app.Deliveries("captchaai:37002"))
 	}
 	// The app refuses it: the provider must try again.
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	if status, body := pingback("37003"); status != http.StatusServiceUnavailable || body != "result not stored and not delivered" {
 		t.Errorf("full disk, app down: %d %q, want 503 \"result not stored and not delivered\"", status, body)
 	}
@@ -441,24 +442,24 @@ func TestFullDiskIsAStorageOutage(t *testing.T) {
 		t.Error("full disk: 37003 was stored")
 	}
 	// Caddy still serves other requests: the admin endpoint answers.
-	if status, _ := get(t, "http://"+testAdmin+"/config/"); status != http.StatusOK {
+	if status, _ := adminDo(t, http.MethodGet, "/config/", ""); status != http.StatusOK {
 		t.Errorf("admin endpoint answered %d during the outage", status)
 	}
 
-	app.setStatus(http.StatusOK)
+	app.SetStatus(http.StatusOK)
 	free()
-	waitFor(t, 5*time.Second, "storing to resume", func() bool { return a.handle.store.Available() })
+	testkit.WaitFor(t, 5*time.Second, "storing to resume", func() bool { return a.handle.store.Available() })
 	if status, body := pingback("37004"); status != http.StatusOK || body != "OK" {
 		t.Errorf("after freeing space: %d %q, want 200 OK", status, body)
 	}
-	rec := waitForState(t, "captchaai", "37004", store.StateDelivered)
+	rec := waitForState(t, 5*time.Second, "captchaai", "37004", store.StateDelivered)
 	if rec.Code != "TOKEN-37004" {
 		t.Errorf("37004 stored with code %q", rec.Code)
 	}
 	if rec := getRecord(t, "captchaai", "37001"); rec.State != store.StateDelivered || rec.Code != "TOKEN-37001" {
 		t.Errorf("the result stored before the outage: %s %q", rec.State, rec.Code)
 	}
-	waitFor(t, 5*time.Second, "the gauge to say 1", func() bool { return gauge() == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the gauge to say 1", func() bool { return gauge() == 1 })
 }
 
 // testLeaseTerm is the PostgreSQL lease term of the multi-instance tests.
@@ -486,31 +487,19 @@ type pgCluster struct {
 
 // caddyfile is the config of one instance.
 func (c *pgCluster) caddyfile(in *pgInstance) string {
-	return fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	auto_https off
-	skip_install_trust
-	persist_config off
-	grace_period 1ns
-	pingback {
-		store postgres {
-			dsn "%s"
-			schema %s
-			lease_term %s
-		}
-		%s
-	}
-}
-%s
-`, in.admin, in.port, c.dsn, c.schema, testLeaseTerm, c.global, c.site(in))
+	return testkit.Globals{
+		Admin:       in.admin,
+		HTTPPort:    in.port,
+		GracePeriod: "1ns",
+		Pingback:    fmt.Sprintf("store postgres {\n\tdsn \"%s\"\n\tschema %s\n\tlease_term %s\n}\n%s", c.dsn, c.schema, testLeaseTerm, c.global),
+	}.Caddyfile(c.site(in))
 }
 
 // instance describes instance i (0: the child ports; others: free ports).
 func (c *pgCluster) instance(t *testing.T, i int) *pgInstance {
 	in := &pgInstance{name: string(rune('A' + i)), port: childHTTPPort, admin: childAdmin}
 	if i > 0 {
-		in.port, in.admin = unusedLoopbackPort(t), "localhost:"+unusedLoopbackPort(t)
+		in.port, in.admin = testkit.UnusedLoopbackPort(t), "localhost:"+testkit.UnusedLoopbackPort(t)
 	}
 	return in
 }
@@ -537,15 +526,11 @@ func (in *pgInstance) base() string { return "http://localhost:" + in.port }
 // records lists the instance's view of the store (admin API).
 func (in *pgInstance) records(t *testing.T, state store.State) []*store.Record {
 	t.Helper()
-	resp, err := http.Get("http://" + in.admin + "/pingback/records?limit=10000&state=" + string(state))
-	if err != nil {
-		t.Fatalf("listing records on %s: %v", in.name, err)
-	}
-	defer resp.Body.Close()
+	a := testkit.Admin(in.admin).Do(t, http.MethodGet, "/pingback/records?limit=10000&state="+string(state), "")
 	var page struct {
 		Records []*store.Record `json:"records"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+	if err := json.Unmarshal(a.Body, &page); err != nil {
 		t.Fatalf("decoding records of %s: %v", in.name, err)
 	}
 	return page.Records
@@ -575,9 +560,9 @@ func newPGCluster(t *testing.T, global string, app func() string) *pgCluster {
 }
 
 // byInstance counts the app's requests of key per instance.
-func byInstance(app *appStub) map[string]int {
+func byInstance(app *testkit.App) map[string]int {
 	out := map[string]int{}
-	for _, r := range app.requests() {
+	for _, r := range app.Requests() {
 		out[r.Header.Get("X-Instance")]++
 	}
 	return out
@@ -589,10 +574,10 @@ func byInstance(app *appStub) map[string]int {
 // answers 200 on both.
 func TestInstancesShareOneTruth(t *testing.T) {
 	app := newAppStub(t)
-	cl := newPGCluster(t, "", app.hostPort)
+	cl := newPGCluster(t, "", app.HostPort)
 	ins := cl.start(t, 2)
 	for _, in := range ins {
-		if status, body := get(t, in.base()+"/healthz"); status != http.StatusOK || body != "store available\n" {
+		if status, body := testkit.Get(t, in.base()+"/healthz"); status != http.StatusOK || body != "store available\n" {
 			t.Errorf("health of %s: %d %q, want 200", in.name, status, body)
 		}
 	}
@@ -620,11 +605,11 @@ func TestInstancesShareOneTruth(t *testing.T) {
 			t.Errorf("duplicate %d via %s answered %d, want 200", i, ins[i%2].name, s)
 		}
 	}
-	waitFor(t, 15*time.Second, "the result to be delivered", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the result to be delivered", func() bool {
 		recs := ins[1].records(t, store.StateDelivered)
 		return len(recs) == 1
 	})
-	if n := app.count("captchaai:777"); n != 1 {
+	if n := app.Count("captchaai:777"); n != 1 {
 		t.Errorf("the app received the result %d times from 50 duplicates on two instances, want once", n)
 	}
 }
@@ -633,7 +618,7 @@ func TestInstancesShareOneTruth(t *testing.T) {
 // two instances; the app comes back: each is delivered once, and each
 // instance delivers some of them.
 func TestInstancesShareTheReplays(t *testing.T) {
-	port := unusedLoopbackPort(t)
+	port := testkit.UnusedLoopbackPort(t)
 	cl := newPGCluster(t, "replay {\n\t\t\tbackoff 100ms 1s\n\t\t\tmax_attempts 100000\n\t\t}", func() string { return "127.0.0.1:" + port })
 	ins := cl.start(t, 2)
 
@@ -663,12 +648,12 @@ func TestInstancesShareTheReplays(t *testing.T) {
 	}
 
 	app := newAppStubOn(t, port)
-	waitFor(t, 90*time.Second, "every result to be delivered", func() bool {
+	testkit.WaitFor(t, 90*time.Second, "every result to be delivered", func() bool {
 		return len(ins[0].records(t, store.StateDelivered)) == n
 	})
 	for i := range n {
 		key := fmt.Sprintf("captchaai:%d", 10000+i)
-		if c := app.count(key); c != 1 {
+		if c := app.Count(key); c != 1 {
 			t.Errorf("%s reached the app %d times, want once", key, c)
 		}
 	}
@@ -716,7 +701,7 @@ func TestInstanceKilledPollingTakenOver(t *testing.T) {
 	}
 	respond 404
 }
-`, in.port, app.hostPort(), in.name, aPort, sim.hostPort)
+`, in.port, app.HostPort(), in.name, aPort, sim.hostPort)
 	}
 	ins := cl.start(t, 2)
 	a, b := ins[0], ins[1]
@@ -735,9 +720,9 @@ func TestInstanceKilledPollingTakenOver(t *testing.T) {
 	killed := time.Now()
 
 	deadline := testLeaseTerm + interval + pollSlack
-	waitFor(t, deadline+10*time.Second, "B to deliver every polled result", func() bool {
+	testkit.WaitFor(t, deadline+10*time.Second, "B to deliver every polled result", func() bool {
 		for _, id := range ids {
-			if app.deliveries("2captcha:"+id) == 0 {
+			if app.Deliveries("2captcha:"+id) == 0 {
 				return false
 			}
 		}
@@ -748,14 +733,14 @@ func TestInstanceKilledPollingTakenOver(t *testing.T) {
 	}
 	for _, id := range ids {
 		key := "2captcha:" + id
-		if n := app.count(key); n != 1 {
+		if n := app.Count(key); n != 1 {
 			t.Errorf("%s reached the app %d times, want once", key, n)
 		}
 		if n := sim.callsFor(id); n > 10 {
 			t.Errorf("task %s cost %d res.php requests, over the per-task budget of 10", id, n)
 		}
 	}
-	for _, r := range app.requests() {
+	for _, r := range app.Requests() {
 		if r.Header.Get("X-Instance") != "B" || r.Header.Get(HeaderSource) != "poll" {
 			t.Errorf("app got %s from instance %q, source %q; want polled results from B", r.Header.Get(HeaderIdempotencyKey), r.Header.Get("X-Instance"), r.Header.Get(HeaderSource))
 		}
@@ -774,7 +759,7 @@ func TestInstanceKilledReplaysTakenOver(t *testing.T) {
 	var releaseOnce sync.Once
 	unhang := func() { releaseOnce.Do(func() { close(release) }) }
 	t.Cleanup(unhang) // before the app stub closes
-	app.delayFor = func(r *http.Request) time.Duration {
+	app.DelayFor = func(r *http.Request) time.Duration {
 		if hang.Load() && r.Header.Get("X-Instance") == "A" {
 			select { // A's forwards hang until A is dead
 			case <-release:
@@ -783,7 +768,7 @@ func TestInstanceKilledReplaysTakenOver(t *testing.T) {
 		}
 		return 0
 	}
-	cl := newPGCluster(t, "replay {\n\t\t\tbackoff 100ms 1s\n\t\t}", app.hostPort)
+	cl := newPGCluster(t, "replay {\n\t\t\tbackoff 100ms 1s\n\t\t}", app.HostPort)
 	ins := cl.start(t, 2)
 	a, b := ins[0], ins[1]
 	const n = 20
@@ -810,7 +795,7 @@ func TestInstanceKilledReplaysTakenOver(t *testing.T) {
 	// (not released: a handler released before it noticed would answer
 	// a dead connection, and count as a delivery A never saw).
 	hang.Store(false)
-	waitFor(t, testLeaseTerm+15*time.Second, "B to deliver every result A held", func() bool {
+	testkit.WaitFor(t, testLeaseTerm+15*time.Second, "B to deliver every result A held", func() bool {
 		return len(b.records(t, store.StateDelivered)) == n
 	})
 	if took := time.Since(killed); took > testLeaseTerm+5*time.Second {
@@ -818,7 +803,7 @@ func TestInstanceKilledReplaysTakenOver(t *testing.T) {
 	}
 	for i := range n {
 		key := fmt.Sprintf("captchaai:%d", 20000+i)
-		if d := app.deliveries(key); d != 1 {
+		if d := app.Deliveries(key); d != 1 {
 			t.Errorf("%s delivered %d times, want once", key, d)
 		}
 	}

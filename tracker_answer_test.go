@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,28 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
-
-// adminDo sends a request to the admin endpoint and returns status and
-// body.
-func adminDo(t *testing.T, method, path, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+testAdmin+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 // heapAllocs is the process's cumulative heap allocation, in bytes.
 func heapAllocs() uint64 {
@@ -135,39 +114,12 @@ func TestNoKeyInDebugLogs(t *testing.T) {
 	dir := t.TempDir()
 	logFile, accessFile := filepath.Join(dir, "caddy.log"), filepath.Join(dir, "access.log")
 	// A port that refuses connections: the provider is down.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := "127.0.0.1:" + testkit.UnusedLoopbackPort(t)
 	app := newAppStub(t)
-	cfg := fmt.Sprintf(`{
-	admin %s
-	http_port %s
-	https_port 9443
-	grace_period 1ns
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		output file %s
-		format json
-		level DEBUG
-	}
-	pingback {
-		storage_dir %s
-		provider 2captcha {
-			endpoint http://%s
-			api_endpoint http://%s
-			api_key %s
-		}
-		poll {
-			after 20s
-		}
-	}
-}
-http://localhost:%s {
+	g := testGlobals(fmt.Sprintf("storage_dir %s\nprovider 2captcha {\n\tendpoint http://%s\n\tapi_endpoint http://%s\n\tapi_key %s\n}\npoll {\n\tafter 20s\n}",
+		filepath.Join(dir, "store"), dead, dead, key))
+	g.LogFile, g.LogLevel = logFile, "DEBUG"
+	cfg := g.Caddyfile(fmt.Sprintf(`http://localhost:%s {
 	log {
 		output file %s
 		format filter {
@@ -193,7 +145,7 @@ http://localhost:%s {
 		reverse_proxy %s
 	}
 }
-`, testAdmin, testHTTPPort, logFile, filepath.Join(dir, "store"), dead, dead, key, testHTTPPort, accessFile, app.hostPort(), trkCallbackURL, dead)
+`, testHTTPPort, accessFile, app.HostPort(), trkCallbackURL, dead))
 	loadCaddyfile(t, cfg)
 	t.Cleanup(func() { unloadCaddy(t) })
 
@@ -222,13 +174,13 @@ http://localhost:%s {
 	}
 	// A task whose first poll is due now: the poller asks the dead
 	// provider's res.php (a POST) and backs off.
-	if s, b := adminCall(t, http.MethodPost, adminRegistration(t, map[string]string{"provider": "2captcha", "id": "777001",
+	if s, b := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{"provider": "2captcha", "id": "777001",
 		"pingback_url": trkCallbackURL, "submitted_at": time.Now().Add(-30 * time.Second).UTC().Format(time.RFC3339)})); s != 201 {
 		t.Fatalf("registering a task: %d %s", s, b)
 	}
 	errs := runningApp(t).metrics.resphp.WithLabelValues("2captcha", "error")
 	before := testutil.ToFloat64(errs)
-	waitFor(t, 10*time.Second, "a failed poll of the dead provider", func() bool { return testutil.ToFloat64(errs) > before })
+	testkit.WaitFor(t, 10*time.Second, "a failed poll of the dead provider", func() bool { return testutil.ToFloat64(errs) > before })
 	read := func(path string) string {
 		t.Helper()
 		b, err := os.ReadFile(path)
@@ -237,7 +189,7 @@ http://localhost:%s {
 		}
 		return string(b)
 	}
-	waitFor(t, 5*time.Second, "the poller's back-off line", func() bool { return strings.Contains(read(logFile), "provider unavailable for polling") })
+	testkit.WaitFor(t, 5*time.Second, "the poller's back-off line", func() bool { return strings.Contains(read(logFile), "provider unavailable for polling") })
 
 	logs, access := read(logFile), read(accessFile)
 	for _, want := range []string{`"level":"debug"`, "provider request failed; answered the app itself", "provider unavailable for polling"} {
@@ -262,7 +214,7 @@ http://localhost:%s {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	waitFor(t, 5*time.Second, "the GET submission's access line", func() bool { return strings.Count(read(accessFile), `"uri":"/in.php`) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the GET submission's access line", func() bool { return strings.Count(read(accessFile), `"uri":"/in.php`) == 2 })
 	for i, line := range strings.Split(read(logFile), "\n") {
 		if !strings.Contains(line, key) {
 			continue

@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddy-pingback/pingback/internal/store"
 )
@@ -43,53 +44,32 @@ func newJSONSim(t *testing.T, cfg captchasim.Config) *jsonSim {
 // (api_endpoint the simulator), the poll block, a pingback route
 // /cb/<provider> in front of app and pingback_track on /api/<provider>/*
 // (adding callbackUrl) in front of the simulator.
-func jsonCaddyfile(dir, logFile, provider, poll string, sim *jsonSim, app *appStub, providerLines string) string {
-	return fmt.Sprintf(`{
-	admin %[1]s
-	http_port %[2]s
-	https_port 9443
-	grace_period 1ns
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		output file %[3]s
-		format json
-		level INFO
-	}
-	pingback {
-		storage_dir %[4]s
-		provider %[5]s {
-			api_endpoint %[6]s
-			api_key %[7]s
-			%[11]s
-		}
-		%[8]s
-	}
-}
-http://localhost:%[2]s {
-	handle /cb/%[5]s {
+func jsonCaddyfile(dir, logFile, provider, poll string, sim *jsonSim, app *testkit.App, providerLines string) string {
+	g := testGlobals(fmt.Sprintf("storage_dir %s\nprovider %s {\n\tapi_endpoint %s\n\tapi_key %s\n\t%s\n}\n%s",
+		dir, provider, sim.url, captchasim.DefaultKey, providerLines, poll))
+	g.LogFile = logFile
+	return g.Caddyfile(fmt.Sprintf(`http://localhost:%[1]s {
+	handle /cb/%[2]s {
 		pingback {
-			provider %[5]s
+			provider %[2]s
 			# These tests send callbacks for ids no submission made.
 			unknown_ids accept
 		}
-		reverse_proxy %[9]s
+		reverse_proxy %[3]s
 	}
-	handle /api/%[5]s/* {
+	handle /api/%[2]s/* {
 		pingback_track {
-			provider %[5]s
-			pingback_url %[10]s/cb/%[5]s
+			provider %[2]s
+			pingback_url %[4]s/cb/%[2]s
 		}
-		reverse_proxy %[12]s
+		reverse_proxy %[5]s
 	}
 	respond 404
 }
-`, testAdmin, testHTTPPort, logFile, dir, provider, sim.url, captchasim.DefaultKey, poll, app.hostPort(), testBase, providerLines,
-		strings.TrimPrefix(sim.url, "http://"))
+`, testHTTPPort, provider, app.HostPort(), testBase, strings.TrimPrefix(sim.url, "http://")))
 }
 
-func startJSONCaddy(t *testing.T, provider, poll string, sim *jsonSim, app *appStub, providerLines string) string {
+func startJSONCaddy(t *testing.T, provider, poll string, sim *jsonSim, app *testkit.App, providerLines string) string {
 	t.Helper()
 	dir := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "caddy.log")
@@ -97,7 +77,7 @@ func startJSONCaddy(t *testing.T, provider, poll string, sim *jsonSim, app *appS
 	t.Cleanup(func() {
 		unloadCaddy(t)
 		if t.Failed() {
-			logTail(t, logFile, 60)
+			testkit.LogTail(t, logFile, 60)
 		}
 	})
 	return logFile
@@ -128,9 +108,9 @@ func createTask(t *testing.T, provider string) string {
 }
 
 // deliveriesOf returns what the app received for key.
-func deliveriesOf(app *appStub, key string) []seenRequest {
-	var out []seenRequest
-	for _, r := range app.requests() {
+func deliveriesOf(app *testkit.App, key string) []testkit.Received {
+	var out []testkit.Received
+	for _, r := range app.Requests() {
 		if r.Header.Get(HeaderIdempotencyKey) == key {
 			out = append(out, r)
 		}
@@ -178,7 +158,7 @@ func TestJSONAppPollsItself(t *testing.T) {
 				t.Fatalf("app's poll answered %q", r.body)
 			}
 		}
-		waitFor(t, 30*time.Second, "the task to expire at the limit", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "the task to expire at the limit", func() bool {
 			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "capmonster", ID: id})
 			return err == nil && task.State == store.TaskExpired
 		})
@@ -197,7 +177,7 @@ func TestJSONAppPollsItself(t *testing.T) {
 		sim := newJSONSim(t, captchasim.Config{DropRate: 1, SolveMin: time.Hour, SolveMax: time.Hour, ForgetAfter: 500 * time.Millisecond})
 		startJSONCaddy(t, "anticaptcha", pollBlock("after 1s"), sim, app, "")
 		id := createTask(t, "anticaptcha")
-		waitFor(t, 10*time.Second, "the task to expire", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the task to expire", func() bool {
 			task, err := runningApp(t).store(time.Second).GetTask(t.Context(), store.Key{Provider: "anticaptcha", ID: id})
 			return err == nil && task.State == store.TaskExpired
 		})
@@ -305,7 +285,7 @@ func TestCapSolverSynchronousAnswer(t *testing.T) {
 				}
 				return
 			}
-			waitFor(t, 10*time.Second, "the delivery", func() bool { return len(deliveriesOf(app, key)) == 1 })
+			testkit.WaitFor(t, 10*time.Second, "the delivery", func() bool { return len(deliveriesOf(app, key)) == 1 })
 			d := deliveriesOf(app, key)[0]
 			var cb struct {
 				TaskID   string          `json:"taskId"`
@@ -355,56 +335,31 @@ func TestOfficialNPMClients(t *testing.T) {
 			sim := newJSONSim(t, captchasim.Config{DropRate: 1, SolveMin: 200 * time.Millisecond, SolveMax: 400 * time.Millisecond})
 			caddyData := t.TempDir()
 			logFile := filepath.Join(t.TempDir(), "caddy.log")
-			loadCaddyfile(t, fmt.Sprintf(`{
-	admin %[1]s
-	http_port %[2]s
-	https_port %[3]s
-	grace_period 1ns
-	auto_https disable_redirects
-	local_certs
-	skip_install_trust
-	persist_config off
-	storage file_system %[4]s
-	log {
-		output file %[5]s
-		format json
-		level INFO
-	}
-	pingback {
-		storage_dir %[6]s
-		provider %[7]s {
-			api_endpoint %[8]s
-			api_key %[9]s
-		}
-		poll {
-			after 1s
-			interval 5s
-		}
-	}
-}
-%[10]s:%[3]s {
+			g := testGlobals(fmt.Sprintf("storage_dir %s\nprovider %s {\n\tapi_endpoint %s\n\tapi_key %s\n}\npoll {\n\tafter 1s\n\tinterval 5s\n}",
+				t.TempDir(), tc.provider, sim.url, captchasim.DefaultKey))
+			g.HTTPSPort, g.AutoHTTPS, g.Options, g.LogFile = npmHTTPSPort, "disable_redirects", "local_certs\n\tstorage file_system "+caddyData, logFile
+			loadCaddyfile(t, g.Caddyfile(fmt.Sprintf(`%[4]s:%[3]s {
 	tls internal
 	pingback_track {
-		provider %[7]s
+		provider %[1]s
 		pingback_url http://localhost:%[2]s/cb
 	}
-	reverse_proxy %[11]s
+	reverse_proxy %[5]s
 }
 http://localhost:%[2]s {
 	handle /cb {
 		pingback {
-			provider %[7]s
+			provider %[1]s
 		}
-		reverse_proxy %[12]s
+		reverse_proxy %[6]s
 	}
 	respond 404
 }
-`, testAdmin, testHTTPPort, npmHTTPSPort, caddyData, logFile, t.TempDir(), tc.provider, sim.url, captchasim.DefaultKey,
-				tc.host, strings.TrimPrefix(sim.url, "http://"), app.hostPort()))
+`, tc.provider, testHTTPPort, npmHTTPSPort, tc.host, strings.TrimPrefix(sim.url, "http://"), app.HostPort())))
 			t.Cleanup(func() {
 				unloadCaddy(t)
 				if t.Failed() {
-					logTail(t, logFile, 60)
+					testkit.LogTail(t, logFile, 60)
 				}
 			})
 			rootCA := filepath.Join(caddyData, "pki", "authorities", "local", "root.crt")
@@ -431,7 +386,7 @@ http://localhost:%[2]s {
 				t.Fatalf("%s printed %q: %v", tc.script, out, err)
 			}
 			var keys []string
-			for _, r := range app.requests() {
+			for _, r := range app.Requests() {
 				keys = append(keys, r.Header.Get(HeaderIdempotencyKey))
 			}
 			if len(keys) != 1 || !strings.HasPrefix(keys[0], tc.provider+":") {
@@ -448,7 +403,7 @@ http://localhost:%[2]s {
 			if !info.PingbackDrop || protocol.StripTokenURI(info.Pingback) != testBase+"/cb" || n != 1 || !protocol.ValidToken(token) {
 				t.Errorf("simulator task %+v: want the plugin's callbackUrl with one pingback token, dropped", info)
 			}
-			if r := app.requests()[0]; r.Header.Get(HeaderSource) != "poll" {
+			if r := app.Requests()[0]; r.Header.Get(HeaderSource) != "poll" {
 				t.Errorf("delivery source %q, want poll", r.Header.Get(HeaderSource))
 			}
 			if n := sim.Stats().CreateTaskCalls; n != 1 {
@@ -461,7 +416,7 @@ http://localhost:%[2]s {
 // waitTLS waits until Caddy serves host with a certificate of its local CA.
 func waitTLS(t *testing.T, rootCA, host string) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "Caddy's certificate for "+host, func() bool {
+	testkit.WaitFor(t, 30*time.Second, "Caddy's certificate for "+host, func() bool {
 		pem, err := os.ReadFile(rootCA)
 		if err != nil {
 			return false

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -22,6 +21,7 @@ import (
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // trkKey is the API key the apps of these tests send; the recording
@@ -153,6 +153,22 @@ func (p *trkProvider) requests(suffix string) []trkSeen {
 	return out
 }
 
+// holdResPHP makes the provider's res.php requests wait while hold says
+// so: each held request sends on entered (buffered n) and then waits until
+// gate is closed.
+func (p *trkProvider) holdResPHP(n int, hold func() bool) (entered, gate chan struct{}) {
+	entered, gate = make(chan struct{}, n), make(chan struct{})
+	orig := p.Server.Config.Handler
+	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "res.php") && hold() {
+			entered <- struct{}{}
+			<-gate
+		}
+		orig.ServeHTTP(w, r)
+	})
+	return entered, gate
+}
+
 // reset forgets the requests received so far.
 func (p *trkProvider) reset() {
 	p.mu.Lock()
@@ -163,7 +179,7 @@ func (p *trkProvider) reset() {
 // trkSite is a site with the pingback route /cb in front of app and,
 // for everything else, pingback_track (for 2captcha, with trackLines) in
 // front of a reverse_proxy to upstream, the provider's API.
-func trkSite(trackLines, upstream string, app *appStub) string {
+func trkSite(trackLines, upstream string, app *testkit.App) string {
 	return fmt.Sprintf(`http://localhost:%s {
 	handle /cb {
 		pingback {
@@ -181,7 +197,7 @@ func trkSite(trackLines, upstream string, app *appStub) string {
 		reverse_proxy %s
 	}
 }
-`, testHTTPPort, app.hostPort(), trackLines, upstream)
+`, testHTTPPort, app.HostPort(), trackLines, upstream)
 }
 
 // trkResponse is an answer as the app received it.
@@ -240,32 +256,6 @@ func trkImage(n int) []byte {
 	return img[:n]
 }
 
-// trkMultipart encodes fields (name, value pairs) and, if file is not nil,
-// a file part "file" as multipart/form-data.
-func trkMultipart(t *testing.T, file []byte, fields ...string) (string, []byte) {
-	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	for i := 0; i+1 < len(fields); i += 2 {
-		if err := mw.WriteField(fields[i], fields[i+1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if file != nil {
-		fw, err := mw.CreateFormFile("file", "captcha.png")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fw.Write(file); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := mw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return mw.FormDataContentType(), buf.Bytes()
-}
-
 // trkSubmissions returns one submission per encoding (GET: userrecaptcha,
 // urlencoded: hcaptcha, multipart: an image, method post), with the extra
 // fields (name, value pairs) appended (a pingback, say).
@@ -290,7 +280,7 @@ func trkSubmissions(t *testing.T, extra ...string) []trkSubmission {
 		fields = append(fields, extra[i], extra[i+1])
 	}
 	img := trkImage(3000)
-	ct, mp := trkMultipart(t, img, fields...)
+	ct, mp := testkit.Multipart(t, img, fields...)
 	return []trkSubmission{
 		{name: "GET query", method: http.MethodGet, target: "/in.php?" + get.Encode()},
 		{name: "urlencoded POST", method: http.MethodPost, target: "/in.php", contentType: "application/x-www-form-urlencoded", body: []byte(form.Encode())},
@@ -669,7 +659,7 @@ func TestTrackAnswersResultLocally(t *testing.T) {
 	trkPingback(t, "71000000062", "x=12,y=34|x=56,y=78")
 	trkPingback(t, "71000000063", "ERROR_CAPTCHA_UNSOLVABLE")
 	for _, id := range []string{"71000000061", "71000000062", "71000000063"} {
-		if n := app.count("2captcha:" + id); n != 1 {
+		if n := app.Count("2captcha:" + id); n != 1 {
 			t.Fatalf("app got the pingback of %s %d times, want 1", id, n)
 		}
 	}
@@ -774,7 +764,7 @@ func TestTrackResultPassThrough(t *testing.T) {
 		}
 
 		trkPingback(t, id, "TOKEN-071")
-		if n := app.count("2captcha:" + id); n != 0 {
+		if n := app.Count("2captcha:" + id); n != 0 {
 			t.Errorf("app got the pingback of a result it already fetched %d times, want 0", n)
 		}
 		if rec := getRecord(t, "2captcha", id); rec.Source != "poll" || rec.Code != "TOKEN-071" {
@@ -809,7 +799,7 @@ func TestTrackResultPassThrough(t *testing.T) {
 		}
 
 		trkPingback(t, id, "TOKEN-072")
-		if n := app.count("2captcha:" + id); n != 0 {
+		if n := app.Count("2captcha:" + id); n != 0 {
 			t.Errorf("app got the pingback of a result it already fetched %d times, want 0", n)
 		}
 	})
@@ -846,7 +836,7 @@ func TestTrackResultPassThrough(t *testing.T) {
 				t.Errorf("%s: provider got %d res.php requests, want 1", tc.id, n)
 			}
 			trkPingback(t, tc.id, "ERROR_CAPTCHA_UNSOLVABLE")
-			if n := app.count("2captcha:" + tc.id); n != 0 {
+			if n := app.Count("2captcha:" + tc.id); n != 0 {
 				t.Errorf("%s: app got the pingback of an error it already fetched %d times, want 0", tc.id, n)
 			}
 		}
@@ -876,7 +866,7 @@ func TestTrackMaxBody(t *testing.T) {
 	startCaddy(t, trkGlobal, trkSite("pingback_url "+trkCallbackURL+"\n\t\t\tmax_body 1KiB", prov.URL, app))
 
 	big := url.Values{"key": {trkKey}, "method": {"base64"}, "body": {strings.Repeat("iVBORw0KGgo", 200)}}.Encode()
-	ct, mp := trkMultipart(t, trkImage(2048), "key", trkKey, "method", "post")
+	ct, mp := testkit.Multipart(t, trkImage(2048), "key", trkKey, "method", "post")
 	tests := []struct {
 		name        string
 		contentType string
@@ -930,7 +920,7 @@ func TestTrackWithSimulator(t *testing.T) {
 	startCaddy(t, trkGlobal, trkSite("pingback_url "+trkCallbackURL, srv.URL, app))
 
 	img := trkImage(5000)
-	ct, mp := trkMultipart(t, img, "key", captchasim.DefaultKey, "method", "post", "json", "1")
+	ct, mp := testkit.Multipart(t, img, "key", captchasim.DefaultKey, "method", "post", "json", "1")
 	before := time.Now()
 	resp := trkDo(t, http.MethodPost, "/in.php", ct, bytes.NewReader(mp))
 	after := time.Now()
@@ -951,11 +941,11 @@ func TestTrackWithSimulator(t *testing.T) {
 	if !sim.Solve(id) {
 		t.Fatalf("simulator could not solve %s", id)
 	}
-	waitFor(t, 5*time.Second, "the simulator's pingback", func() bool { return sim.Stats().PingbacksSent == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the simulator's pingback", func() bool { return sim.Stats().PingbacksSent == 1 })
 	if st := sim.Stats(); st.PingbacksFailed != 0 {
 		t.Fatalf("pingback failed: %+v", st)
 	}
-	reqs := app.requests()
+	reqs := app.Requests()
 	if len(reqs) != 1 || reqs[0].Header.Get(HeaderIdempotencyKey) != "2captcha:"+id {
 		t.Fatalf("app got %+v, want the pingback of %s once", reqs, id)
 	}
@@ -1210,7 +1200,7 @@ func TestReusedTaskIDIsLogged(t *testing.T) {
 	}
 	submit()
 	var entries []map[string]any
-	waitFor(t, 5*time.Second, "the reuse warning", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the reuse warning", func() bool {
 		entries = logEntries(t, logFile, msg)
 		return len(entries) > 0
 	})

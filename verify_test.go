@@ -17,6 +17,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -34,7 +35,7 @@ func vfyGlobal(p *trkProvider) string {
 }
 
 // vfySite is trkSite with handler lines for the pingback handler.
-func vfySite(handlerLines, trackLines, upstream string, app *appStub) string {
+func vfySite(handlerLines, trackLines, upstream string, app *testkit.App) string {
 	return fmt.Sprintf(`http://localhost:%s {
 	handle /cb {
 		pingback {
@@ -51,7 +52,7 @@ func vfySite(handlerLines, trackLines, upstream string, app *appStub) string {
 		reverse_proxy %s
 	}
 }
-`, testHTTPPort, handlerLines, app.hostPort(), trackLines, upstream)
+`, testHTTPPort, handlerLines, app.HostPort(), trackLines, upstream)
 }
 
 // vfySubmit submits a task as an app would (POST form, no pingback: the
@@ -100,10 +101,10 @@ func quarantinedCount(t *testing.T) float64 {
 
 // wantDelivery checks the app's requests for key: exactly one, with the
 // given code in its body, URI and verification headers.
-func wantDelivery(t *testing.T, app *appStub, key, code, uri, verified, tracked, source string) seenRequest {
+func wantDelivery(t *testing.T, app *testkit.App, key, code, uri, verified, tracked, source string) testkit.Received {
 	t.Helper()
-	var got []seenRequest
-	for _, r := range app.requests() {
+	var got []testkit.Received
+	for _, r := range app.Requests() {
 		if r.Header.Get(HeaderIdempotencyKey) == key {
 			got = append(got, r)
 		}
@@ -156,7 +157,7 @@ func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
 	if task, _ := trkTask(t, id); task.State != store.TaskPending {
 		t.Errorf("a quarantined forgery completed the task: %s", task.State)
 	}
-	if n := len(app.requests()); n != 0 {
+	if n := len(app.Requests()); n != 0 {
 		t.Fatalf("the app got %d requests from forgeries", n)
 	}
 	// pingback_track's local res.php does not serve the quarantined code:
@@ -166,13 +167,13 @@ func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
 		t.Errorf("res.php for a quarantined result answered %q (provider asked %d times); want the provider's answer", r.body, len(p.requests("res.php")))
 	}
 	// Visible in the admin API's list by state.
-	code, body := get(t, "http://"+testAdmin+"/pingback/records?state=quarantined")
-	if code != http.StatusOK || !strings.Contains(body, `"id":"`+id+`"`) || !strings.Contains(body, `"quarantine":"token_mismatch"`) {
+	code, body := adminDo(t, http.MethodGet, "/pingback/records?state=quarantined", "")
+	if code != http.StatusOK || !strings.Contains(string(body), `"id":"`+id+`"`) || !strings.Contains(string(body), `"quarantine":"token_mismatch"`) {
 		t.Errorf("GET records?state=quarantined = %d %s", code, body)
 	}
 
 	vfyPingback(t, pathOf(t, pb), id, "REAL")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "token", "true", "callback")
 	rec = getRecord(t, "2captcha", id)
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || rec.Verified != "token" {
@@ -186,7 +187,7 @@ func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
 	if rec := getRecord(t, "2captcha", id); rec.Code != "REAL" || rec.State != store.StateDelivered {
 		t.Errorf("after a late forgery: %s %q", rec.State, rec.Code)
 	}
-	if n := len(app.requests()); n != 1 {
+	if n := len(app.Requests()); n != 1 {
 		t.Errorf("app got %d requests, want the real one only", n)
 	}
 }
@@ -197,7 +198,7 @@ func TestVerifyInboundHeaders(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, "", pingbackSite("2captcha", "", app))
 	vfyPingback(t, "/cb", "601", "A", HeaderVerified, "token", HeaderTracked, "true", "X-Pingback-Anything", "x", HeaderSource, "poll")
-	waitForState(t, "2captcha", "601", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "601", store.StateDelivered)
 	r := wantDelivery(t, app, "2captcha:601", "A", "/cb", "none", "false", "callback")
 	if r.Header.Get("X-Pingback-Anything") != "" {
 		t.Errorf("an inbound X-Pingback-* header reached the app: %v", r.Header)
@@ -216,7 +217,7 @@ func TestVerifyResPHPForgery(t *testing.T) {
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
 	vfyPingback(t, "/cb", id, "FORGED")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "res_php", "true", "poll")
 	rec := getRecord(t, "2captcha", id)
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" {
@@ -233,7 +234,7 @@ func TestVerifyResPHPForgery(t *testing.T) {
 	}
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"SAME"}`)})
 	vfyPingback(t, "/cb", id2, "SAME")
-	waitForState(t, "2captcha", id2, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id2, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id2, "SAME", "/cb", "res_php", "true", "callback")
 	wantHistorySources(t, "2captcha", id, store.SourcePoll)
 	wantHistorySources(t, "2captcha", id2, store.SourceCallback)
@@ -256,7 +257,7 @@ func TestVerifyResPHPNotReady(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("the provider waited %s for its answer", took)
 	}
-	waitFor(t, 10*time.Second, "not confirmed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "not confirmed", func() bool {
 		return getRecord(t, "2captcha", id).Quarantine == "not_confirmed"
 	})
 	if got := len(p.requests("res.php")); got != 4 {
@@ -268,7 +269,7 @@ func TestVerifyResPHPNotReady(t *testing.T) {
 	if rec := getRecord(t, "2captcha", id); rec.State != store.StateQuarantined {
 		t.Errorf("state %s, want quarantined", rec.State)
 	}
-	if n := len(app.requests()); n != 0 {
+	if n := len(app.Requests()); n != 0 {
 		t.Errorf("app got %d requests", n)
 	}
 }
@@ -303,12 +304,12 @@ func TestVerifyAcceptConflictCorrection(t *testing.T) {
 	startCaddy(t, vfyGlobal(p), vfySite("verify none\n\t\t\tunknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
 	pb, id := vfySubmit(t, p)
 	vfyPingback(t, "/cb", id, "FORGED")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id, "FORGED", "/cb", "none", "true", "callback")
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
 	vfyPingback(t, pathOf(t, pb), id, "REAL")
-	waitFor(t, 10*time.Second, "the correction", func() bool {
-		for _, r := range app.requests() {
+	testkit.WaitFor(t, 10*time.Second, "the correction", func() bool {
+		for _, r := range app.Requests() {
 			if r.Header.Get(HeaderIdempotencyKey) == "2captcha:"+id+":correction" {
 				return true
 			}
@@ -316,7 +317,7 @@ func TestVerifyAcceptConflictCorrection(t *testing.T) {
 		return false
 	})
 	wantDelivery(t, app, "2captcha:"+id+":correction", "REAL", "/cb", "res_php", "true", "correction")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	rec := getRecord(t, "2captcha", id)
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || !rec.Correction {
 		t.Errorf("record code %q other %q correction %v", rec.Code, rec.OtherCode, rec.Correction)
@@ -348,10 +349,10 @@ func TestVerifyUnknownIDs(t *testing.T) {
 				trkAssertNotStored(t, "999")
 				return
 			}
-			waitForState(t, "2captcha", "999", tc.wantState)
+			waitForState(t, 5*time.Second, "2captcha", "999", tc.wantState)
 			if tc.wantState == store.StateDelivered {
 				wantDelivery(t, app, "2captcha:999", "X", "/cb", "none", "false", "callback")
-			} else if n := len(app.requests()); n != 0 {
+			} else if n := len(app.Requests()); n != 0 {
 				t.Errorf("app got %d requests", n)
 			}
 		})
@@ -389,12 +390,12 @@ func TestVerifyLeadingZeros(t *testing.T) {
 	startCaddy(t, "", pingbackSite("2captcha", "", app))
 	vfyPingback(t, "/cb", "000123", "A")
 	vfyPingback(t, "/cb", "123", "A")
-	waitForState(t, "2captcha", "123", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "123", store.StateDelivered)
 	r := wantDelivery(t, app, "2captcha:123", "A", "/cb", "none", "false", "callback")
 	if r.Body != "code=A&id=000123" {
 		t.Errorf("forwarded body %q, want the request as sent", r.Body)
 	}
-	if code, body := get(t, "http://"+testAdmin+"/pingback/records/2captcha/0123"); code != http.StatusOK || !strings.Contains(body, `"id":"123"`) {
+	if code, body := adminDo(t, http.MethodGet, "/pingback/records/2captcha/0123", ""); code != http.StatusOK || !strings.Contains(string(body), `"id":"123"`) {
 		t.Errorf("GET records/2captcha/0123 = %d %s", code, body)
 	}
 }
@@ -408,19 +409,19 @@ func TestVerifyRelease(t *testing.T) {
 	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
 	vfyPingback(t, "/cb", "801", "A")
 	vfyPingback(t, "/cb", "802", "B")
-	admin := "http://" + testAdmin + "/pingback/records/2captcha/"
-	if code, body := trkPost(t, admin+"801/replay"); code != http.StatusConflict || !strings.Contains(body, "release") {
+	admin := "/pingback/records/2captcha/"
+	if code, body := adminDo(t, http.MethodPost, admin+"801/replay", ""); code != http.StatusConflict || !strings.Contains(string(body), "release") {
 		t.Errorf("replay of a quarantined result = %d %s, want 409 naming release", code, body)
 	}
-	if code, body := trkPost(t, admin+"801/release"); code != http.StatusOK || !strings.Contains(body, `"state":"delivered"`) {
+	if code, body := adminDo(t, http.MethodPost, admin+"801/release", ""); code != http.StatusOK || !strings.Contains(string(body), `"state":"delivered"`) {
 		t.Fatalf("release = %d %s", code, body)
 	}
 	wantDelivery(t, app, "2captcha:801", "A", "/cb", "none", "false", "replay")
 	wantHistorySources(t, "2captcha", "801", store.SourceManual)
-	if code, _ := trkPost(t, admin+"801/release"); code != http.StatusConflict {
+	if code, _ := adminDo(t, http.MethodPost, admin+"801/release", ""); code != http.StatusConflict {
 		t.Errorf("second release = %d, want 409", code)
 	}
-	if code, _ := trkPost(t, admin+"999/release"); code != http.StatusNotFound {
+	if code, _ := adminDo(t, http.MethodPost, admin+"999/release", ""); code != http.StatusNotFound {
 		t.Errorf("release of an unknown result = %d, want 404", code)
 	}
 	out, errOut, err := runCLI(t, "release", "--address="+testAdmin, "2captcha", "802")
@@ -431,18 +432,6 @@ func TestVerifyRelease(t *testing.T) {
 	if _, _, err := runCLI(t, "release", "--address="+testAdmin, "2captcha", "802"); err == nil {
 		t.Error("releasing a delivered result succeeded")
 	}
-}
-
-// trkPost POSTs to an admin URL.
-func trkPost(t *testing.T, u string) (int, string) {
-	t.Helper()
-	resp, err := http.Post(u, "application/json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // heldProvider answers in.php only after it has sent the pingback of the
@@ -494,7 +483,7 @@ func TestVerifyHeldUntilCommit(t *testing.T) {
 			if status != http.StatusOK {
 				t.Fatalf("the early pingback was answered %d", status)
 			}
-			waitForState(t, "2captcha", "4242", store.StateDelivered)
+			waitForState(t, 5*time.Second, "2captcha", "4242", store.StateDelivered)
 			wantDelivery(t, app, "2captcha:4242", "FAST", "/cb", "token", "true", "callback")
 			wantHistorySources(t, "2captcha", "4242", store.SourceCallback)
 			if task, _ := trkTask(t, "4242"); task.State != store.TaskDone {
@@ -527,7 +516,7 @@ func TestVerifyGetSubmissionWithQuery(t *testing.T) {
 	}
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"OKAY"}`)})
 	vfyPingback(t, "/cb?tenant=7", "71000000001", "OKAY")
-	waitForState(t, "2captcha", "71000000001", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "71000000001", store.StateDelivered)
 	wantDelivery(t, app, "2captcha:71000000001", "OKAY", "/cb?tenant=7", "res_php", "true", "callback")
 }
 
@@ -594,14 +583,14 @@ func TestVerifyQuarantineCap(t *testing.T) {
 	if got := full() - before; got != 2 {
 		t.Errorf("callbacks{result=quarantine_full} rose by %v, want 2", got)
 	}
-	if code, _ := trkPost(t, "http://"+testAdmin+"/pingback/records/2captcha/900/release"); code != http.StatusOK {
+	if code, _ := adminDo(t, http.MethodPost, "/pingback/records/2captcha/900/release", ""); code != http.StatusOK {
 		t.Fatalf("release: %d", code)
 	}
 	vfyPingback(t, "/cb", "905", "FORGED")
 	if rec := getRecord(t, "2captcha", "905"); rec.State != store.StateQuarantined {
 		t.Errorf("after a release, a forgery is %s, want quarantined", rec.State)
 	}
-	if n := len(app.requests()); n != 1 {
+	if n := len(app.Requests()); n != 1 {
 		t.Errorf("app got %d requests, want the released one", n)
 	}
 }
@@ -629,14 +618,14 @@ func TestVerifyQuarantineByteCap(t *testing.T) {
 func TestVerifyReplayStripsToken(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	app.setStatus(http.StatusServiceUnavailable)
+	app.SetStatus(http.StatusServiceUnavailable)
 	startCaddy(t, vfyGlobal(p)+"\n\t\treplay {\n\t\t\tbackoff 20ms 40ms\n\t\t}", vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
 	pb, id := vfySubmit(t, p)
 	vfyPingback(t, pathOf(t, pb), id, "REAL")
-	waitForState(t, "2captcha", id, store.StateFailed)
-	app.setStatus(http.StatusOK)
-	waitForState(t, "2captcha", id, store.StateDelivered)
-	reqs := app.requests()
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateFailed)
+	app.SetStatus(http.StatusOK)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
+	reqs := app.Requests()
 	if len(reqs) < 2 {
 		t.Fatalf("app got %d requests", len(reqs))
 	}
@@ -673,7 +662,7 @@ func TestVerifyUnstoredNeverForwarded(t *testing.T) {
 	if resp.status != http.StatusServiceUnavailable {
 		t.Errorf("answered %d %q, want 503", resp.status, resp.body)
 	}
-	if n := len(app.requests()); n != 0 {
+	if n := len(app.Requests()); n != 0 {
 		t.Errorf("the app got %d requests of an unverified, unstored pingback", n)
 	}
 }
@@ -688,7 +677,7 @@ func TestVerifyLocalResSkipsPreSubmission(t *testing.T) {
 	p := newTrkProvider(t)
 	startCaddy(t, vfyGlobal(p), vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
 	vfyPingback(t, "/cb", "71000000001", "FORGED-FUTURE")
-	waitForState(t, "2captcha", "71000000001", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "71000000001", store.StateDelivered)
 	_, id := vfySubmit(t, p)
 	if id != "71000000001" {
 		t.Fatalf("the provider gave id %s, want the forged one", id)
@@ -716,16 +705,7 @@ func TestVerifyLocalResSkipsPreSubmission(t *testing.T) {
 func TestVerifyForgeryDuringConfirmation(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	gate := make(chan struct{})
-	entered := make(chan struct{}, 16)
-	orig := p.Server.Config.Handler
-	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "res.php") {
-			entered <- struct{}{}
-			<-gate
-		}
-		orig.ServeHTTP(w, r)
-	})
+	entered, gate := p.holdResPHP(16, func() bool { return true })
 	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
@@ -733,7 +713,7 @@ func TestVerifyForgeryDuringConfirmation(t *testing.T) {
 	<-entered // the confirmation is asking the provider
 	vfyPingback(t, "/cb", id, "FORGED")
 	close(gate)
-	rec := waitForState(t, "2captcha", id, store.StateDelivered)
+	rec := waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || rec.Verified != VerifyResPHP {
 		t.Errorf("record: code %q other %q verified %q, want REAL, FORGED, res_php", rec.Code, rec.OtherCode, rec.Verified)
 	}
@@ -786,7 +766,7 @@ func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
 	if resp := <-done; resp.status != http.StatusOK {
 		t.Fatalf("pingback answered %d %s", resp.status, resp.body)
 	}
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "token", "true", "callback")
 }
 
@@ -802,16 +782,16 @@ func TestVerifyUntrackedConflictConfirmed(t *testing.T) {
 	startCaddy(t, vfyGlobal(p), vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
 	id := "72000000001"
 	vfyPingback(t, "/cb?tenant=3", id, "FORGED")
-	waitForState(t, "2captcha", id, store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
 	vfyPingback(t, "/cb?tenant=3", id, "REAL")
 	key := "2captcha:" + id + ":correction"
-	waitFor(t, 10*time.Second, "the correction", func() bool { return len(app.withKey(key)) > 0 })
+	testkit.WaitFor(t, 10*time.Second, "the correction", func() bool { return len(app.WithKey(key)) > 0 })
 	wantDelivery(t, app, key, "REAL", "/cb?tenant=3", "res_php", "false", "correction")
 	if n := len(p.requests("res.php")); n != 1 {
 		t.Errorf("the provider was asked %d times, want 1", n)
 	}
-	rec := waitForState(t, "2captcha", id, store.StateDelivered)
+	rec := waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || !rec.Correction || rec.Tracked {
 		t.Errorf("record code %q other %q correction %v tracked %v", rec.Code, rec.OtherCode, rec.Correction, rec.Tracked)
 	}

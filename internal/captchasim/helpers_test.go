@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // testKey is the key every test sim uses.
@@ -87,32 +88,18 @@ func postForm(t *testing.T, base, endpoint string, vals url.Values) response {
 // upload.
 func postMultipart(t *testing.T, base, endpoint string, vals url.Values, file []byte) response {
 	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
+	var fields []string
 	for k, vs := range vals {
 		for _, v := range vs {
-			if err := mw.WriteField(k, v); err != nil {
-				t.Fatal(err)
-			}
+			fields = append(fields, k, v)
 		}
 	}
-	if file != nil {
-		fw, err := mw.CreateFormFile("file", "captcha.png")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fw.Write(file); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := mw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodPost, base+"/"+endpoint, &buf)
+	ctype, body := testkit.Multipart(t, file, fields...)
+	req, err := http.NewRequest(http.MethodPost, base+"/"+endpoint, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
+	req.Header.Set("Content-Type", ctype)
 	return do(t, req)
 }
 
@@ -168,19 +155,6 @@ func (r jsonReply) requestString(t *testing.T) string {
 		t.Fatalf("request %s is not a string: %v", r.Request, err)
 	}
 	return s
-}
-
-// waitFor polls cond every few milliseconds until it holds or the deadline
-// passes, then fails the test with what.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // hit is one request a receiver got.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // pngHeader is a few bytes standing in for a captcha image.
@@ -114,7 +116,7 @@ func TestSubmitEncodings(t *testing.T) {
 
 			// The answer arrives through res.php once solved.
 			var answer string
-			waitFor(t, 3*time.Second, "task "+id+" solved", func() bool {
+			testkit.WaitFor(t, 3*time.Second, "task "+id+" solved", func() bool {
 				r := res(t, base, url.Values{"action": {"get"}, "id": {id}})
 				a, ok := strings.CutPrefix(r.body, "OK|")
 				if !ok && r.body != CodeNotReady {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // postJSON POSTs body to base/endpoint and decodes the JSON answer.
@@ -105,7 +107,7 @@ func TestJSONAPIFlavors(t *testing.T) {
 			if got["status"] != "ready" || sol["gRecaptchaResponse"] != info.Code {
 				t.Errorf("after solving: %v (want token %s)", got, info.Code)
 			}
-			waitFor(t, 5*time.Second, "the callback", func() bool { b, _ := rc.bodies(); return len(b) == 1 })
+			testkit.WaitFor(t, 5*time.Second, "the callback", func() bool { b, _ := rc.bodies(); return len(b) == 1 })
 			bodies, types := rc.bodies()
 			if tc.callbackForm {
 				if types[0] != "application/x-www-form-urlencoded" || !strings.HasPrefix(bodies[0], "id="+id+"&code=") {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 func TestPingbackDelivery(t *testing.T) {
@@ -51,7 +53,7 @@ func TestPingbackDelivery(t *testing.T) {
 				t.Fatalf("submit %q: task %+v", r.body, info)
 			}
 
-			waitFor(t, 3*time.Second, "one pingback", func() bool { return rc.count() >= 1 })
+			testkit.WaitFor(t, 3*time.Second, "one pingback", func() bool { return rc.count() >= 1 })
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +127,7 @@ func TestPingbackFaults(t *testing.T) {
 				ids = append(ids, submit(t, base, "hcaptcha", url.Values{"pingback": {rc.url + "/cb"}}))
 			}
 			want := int64(tasks * tc.wantPerID)
-			waitFor(t, 3*time.Second, "tasks solved and pingbacks sent", func() bool {
+			testkit.WaitFor(t, 3*time.Second, "tasks solved and pingbacks sent", func() bool {
 				st := s.Stats()
 				return st.TasksSolved == tasks && st.PingbacksSent == want
 			})
@@ -154,10 +156,10 @@ func TestPingbackLate(t *testing.T) {
 	s, base := startSim(t, Config{LateRate: 1, LateDelay: lateDelay})
 	start := time.Now()
 	id := submit(t, base, "userrecaptcha", url.Values{"pingback": {rc.url}})
-	waitFor(t, 3*time.Second, "solved", func() bool { return s.Stats().TasksSolved == 1 })
-	waitFor(t, 3*time.Second, "late pingback", func() bool { return rc.count() == 1 })
+	testkit.WaitFor(t, 3*time.Second, "solved", func() bool { return s.Stats().TasksSolved == 1 })
+	testkit.WaitFor(t, 3*time.Second, "late pingback", func() bool { return rc.count() == 1 })
 	// The receiver sees the call before the simulator counts it as sent.
-	waitFor(t, 3*time.Second, "the pingback counted as sent", func() bool { return s.Stats().PingbacksSent == 1 })
+	testkit.WaitFor(t, 3*time.Second, "the pingback counted as sent", func() bool { return s.Stats().PingbacksSent == 1 })
 	h := rc.got()[0]
 	if h.id != id {
 		t.Errorf("pingback for %q, want %q", h.id, id)
@@ -179,7 +181,7 @@ func TestPingbackUnreachable(t *testing.T) {
 	ln.Close()
 	s, base := startSim(t, Config{PingbackTimeout: time.Second})
 	submit(t, base, "hcaptcha", url.Values{"pingback": {dead}})
-	waitFor(t, 3*time.Second, "failed pingback", func() bool { return s.Stats().PingbacksFailed == 1 })
+	testkit.WaitFor(t, 3*time.Second, "failed pingback", func() bool { return s.Stats().PingbacksFailed == 1 })
 	_ = s.Close()
 	if st := s.Stats(); st.PingbacksSent != 1 {
 		t.Errorf("sent %d, want exactly one attempt", st.PingbacksSent)
@@ -191,7 +193,7 @@ func TestCloseCancelsLatePingbacks(t *testing.T) {
 	s, base := startSim(t, Config{LateRate: 1, LateDelay: time.Hour})
 	submit(t, base, "hcaptcha", url.Values{"pingback": {rc.url}})
 	submit(t, base, "hcaptcha", nil) // no pingback
-	waitFor(t, 3*time.Second, "solved", func() bool { return s.Stats().TasksSolved == 2 })
+	testkit.WaitFor(t, 3*time.Second, "solved", func() bool { return s.Stats().TasksSolved == 2 })
 
 	done := make(chan struct{})
 	go func() { _ = s.Close(); close(done) }()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 func TestGetBeforeAndAfterSolving(t *testing.T) {
@@ -53,7 +55,7 @@ func TestGetBeforeAndAfterSolving(t *testing.T) {
 				t.Fatal("ready right after submit")
 			}
 			var answer string
-			waitFor(t, 3*time.Second, "solved", func() bool {
+			testkit.WaitFor(t, 3*time.Second, "solved", func() bool {
 				var ready bool
 				answer, ready = readAnswer()
 				return ready

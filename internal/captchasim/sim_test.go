@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 func TestNewValidation(t *testing.T) {
@@ -97,7 +99,7 @@ func TestStatsEndpoint(t *testing.T) {
 		t.Fatalf("wrong key submit: %q", r.body)
 	}
 	s.Solve(a)
-	waitFor(t, 3*time.Second, "pingback", func() bool { return s.Stats().PingbacksSent == 1 })
+	testkit.WaitFor(t, 3*time.Second, "pingback", func() bool { return s.Stats().PingbacksSent == 1 })
 	res(t, base, url.Values{"action": {"get"}, "id": {a}})
 	res(t, base, url.Values{"action": {"get"}, "id": {a}})
 	res(t, base, url.Values{"action": {"get"}, "id": {c}})

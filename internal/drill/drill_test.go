@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // drillOutput is a run of `caddy pingback drill --json` in a child
@@ -39,7 +41,7 @@ const exampleConfig = "../../Caddyfile.example"
 // of its own, and checks the drill left both untouched.
 func runDrillChild(t *testing.T, config string, extra ...string) drillOutput {
 	t.Helper()
-	bin := caddyBinary(t)
+	bin := testkit.CaddyBinary(t)
 	abs, err := filepath.Abs(config)
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +286,7 @@ func TestDrillEndsItsProcesses(t *testing.T) {
 		t.Fatalf("after the timeout, still running: %v", left)
 	}
 
-	bin := caddyBinary(t)
+	bin := testkit.CaddyBinary(t)
 	cmd := exec.Command(bin, "pingback", "drill", "--json", "--config", exampleConfig)
 	cmd.Dir = t.TempDir()
 	cmd.Args[len(cmd.Args)-1], _ = filepath.Abs(exampleConfig)

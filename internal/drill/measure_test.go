@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // The balance request is timed against each configured endpoint of both
@@ -173,7 +174,7 @@ func startInstance(t *testing.T) *instance {
 			},
 		},
 	}
-	child := &drillChild{sb: sb, exe: caddyBinary(t)}
+	child := &drillChild{sb: sb, exe: testkit.CaddyBinary(t)}
 	t.Cleanup(child.stop)
 	if err := child.start(t.Context()); err != nil {
 		t.Fatal(err)
