@@ -242,7 +242,8 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 			continue
 		}
 		// Badger formats the lock error with %+v, so errors.Is cannot
-		// see it; match the text (badger dir_unix.go, dir_windows.go).
+		// see it; match the text (its directory lock, in Badger's source:
+		// https://github.com/dgraph-io/badger/blob/v4.9.6/dir_unix.go).
 		locked := strings.Contains(err.Error(), "Another process is using this Badger database")
 		if !locked {
 			return nil, fmt.Errorf("opening badger database in %s: %w", opts.Dir, err)
@@ -1290,7 +1291,8 @@ func ProcessStats() Stats {
 	}
 }
 
-// gcLoop runs value-log GC periodically (badger docs/quickstart.md).
+// gcLoop runs value-log GC periodically, as Badger asks of its users
+// (https://pkg.go.dev/github.com/dgraph-io/badger/v4#DB.RunValueLogGC).
 func (b *Badger) gcLoop(every time.Duration) {
 	defer close(b.gcDone)
 	t := time.NewTicker(every)

@@ -20,8 +20,8 @@ const (
 // isStoreFile reports whether name is one of the files a Badger store
 // keeps in its directory: Badger's own (MANIFEST, KEYREGISTRY, LOCK,
 // DISCARD, their rewrite files, *.sst tables, *.vlog value logs, *.mem
-// memtable logs; badger/v4 manifest.go, key_registry.go, db.go,
-// discard.go, table/table.go, memtable.go) and the journal's
+// memtable logs; the names are those of Badger v4.9.6's source,
+// https://github.com/dgraph-io/badger/blob/v4.9.6/) and the journal's
 // (pingback-journal.0, .1 and .ckpt).
 func isStoreFile(name string) bool {
 	switch name {

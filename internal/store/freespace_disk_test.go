@@ -219,8 +219,8 @@ func TestBadgerSIGBUSWithoutGuard(t *testing.T) {
 		}
 		t.Fatalf("child died (%v), but not of SIGBUS:\n%s", err, tail(out))
 	}
-	// Where it died: the memtable WAL (memtable.go (*logFile).writeEntry)
-	// is the first mapped file a small write touches.
+	// Where it died: the memtable WAL (Badger's (*logFile).writeEntry) is
+	// the first mapped file a small write touches.
 	where := "somewhere in Badger"
 	if bytes.Contains(out, []byte("(*logFile).writeEntry")) {
 		where = "in (*logFile).writeEntry, Badger's memtable WAL"
