@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
@@ -379,13 +378,6 @@ const (
 	confirmCoalesced              // a job for the key is in flight: it settles this one too
 	confirmDropped                // the provider's queue is full (or the store is closing)
 )
-
-// confirmations counts confirmation jobs by provider and outcome
-// (started, coalesced, dropped).
-var confirmations = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "caddy", Subsystem: "pingback", Name: "confirmations_total",
-	Help: "Confirmations with the provider (res_php, conflicts), by provider and outcome: started, coalesced (one for the id already in flight), dropped (the provider's queue of confirmation_queue jobs full).",
-}, []string{"provider", "outcome"})
 
 // confirmDropLog throttles the warn lines of dropped confirmations.
 var confirmDropLog = newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)")

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the plugin's Prometheus collectors. They are created once per
@@ -334,6 +334,19 @@ func boolGauge(b bool) float64 {
 	}
 	return 0
 }
+
+// quarantineBytes is the gauge of quarantined bytes per provider.
+var quarantineBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "caddy", Subsystem: "pingback", Name: "quarantine_bytes",
+	Help: "Bytes of quarantined pingbacks (request body, headers, URI, code) held per provider, capped by max_quarantine.",
+}, []string{"provider"})
+
+// confirmations counts confirmation jobs by provider and outcome
+// (started, coalesced, dropped).
+var confirmations = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "caddy", Subsystem: "pingback", Name: "confirmations_total",
+	Help: "Confirmations with the provider (res_php, conflicts), by provider and outcome: started, coalesced (one for the id already in flight), dropped (the provider's queue of confirmation_queue jobs full).",
+}, []string{"provider", "outcome"})
 
 // Interface guards
 var _ prometheus.Collector = countGauges{}

@@ -9,8 +9,6 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/store"
 	"go.uber.org/zap"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The quarantine is capped per provider, in records and in bytes, so that
@@ -55,12 +53,6 @@ type quarantineKey struct {
 	st       store.Store
 	provider string
 }
-
-// quarantineBytes is the gauge of quarantined bytes per provider.
-var quarantineBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "caddy", Subsystem: "pingback", Name: "quarantine_bytes",
-	Help: "Bytes of quarantined pingbacks (request body, headers, URI, code) held per provider, capped by max_quarantine.",
-}, []string{"provider"})
 
 // recordBytes is what a quarantined record costs against the cap.
 func recordBytes(r *store.Record) int64 {
