@@ -18,7 +18,7 @@
 #   :9097 -> the app: `respond "ok" 200` (a site of the same Caddy)
 # and loads both paths with wrk: CONNS connections, THREADS threads, every
 # request a form POST with a NEW task id (bench/post.lua), so every plugin
-# request is a durable insert (SyncWrites on) plus an outcome update. Rounds
+# request is a durable insert (the journal synced) plus an outcome update. Rounds
 # alternate bare/plugin (ABBA order) after a warm-up; it prints each round,
 # the medians and the plugin/bare ratios. wrk shares the machine's cores
 # with Caddy. The store lives in a temp dir under BENCH_DIR (default
