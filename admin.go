@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 func init() {

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // handleRecord serves /pingback/records/<provider>/<id> (GET),

@@ -12,11 +12,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/adminapi"
-	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // handleStartReplays answers POST /pingback/replays: the body is a JSON

@@ -8,12 +8,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-
-	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {

@@ -15,14 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
-
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // Answers from https://2captcha.com/2captcha-api: Turnstile in

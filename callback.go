@@ -11,8 +11,9 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/caddy-pingback/pingback/internal/protocol"
 	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // callback is a parsed pingback: the task id, its result and the raw body.

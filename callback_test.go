@@ -17,10 +17,9 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
-
-	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // fuzzMaxBody is the max_body the fuzzer runs with: small, so that the

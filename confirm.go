@@ -7,11 +7,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/caddy-pingback/pingback/internal/store"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/providerclient"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // errNotConfirmed is the answer of askResult when the provider gave no

@@ -17,15 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/testkit"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // consoleHosts are the two sites of the console tests: the console at

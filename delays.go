@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-
 	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // delayQueueSize bounds the submit-to-pingback delays waiting to be

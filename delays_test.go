@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // TestObserveDelayBounded: with the PostgreSQL store and a database that

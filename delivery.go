@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 const (

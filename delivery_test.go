@@ -14,18 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
-	"go.uber.org/zap"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testfs"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // sendPingbacks sends a captchaai GET pingback for each id at once and

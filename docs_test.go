@@ -24,14 +24,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/protocol"
-	"github.com/caddy-pingback/pingback/internal/testkit"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
+	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // The tests in this file read the configs shown in the documentation at test

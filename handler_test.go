@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
-
-	dto "github.com/prometheus/client_model/go"
+	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // pbRoute is one pingback route of a test site: requests to path go through

@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
-
-	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // TestAdminAnswersHideToken: no admin answer shows a task's pingback

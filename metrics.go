@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/caddyserver/caddy/v2"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // metrics are the plugin's Prometheus collectors. They are created once per

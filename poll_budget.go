@@ -6,10 +6,10 @@ import (
 	"math"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // sharedTimeout bounds one call for the shared state.

@@ -13,14 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/drill"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 
+	"github.com/caddy-pingback/pingback/internal/drill"
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/providerclient"
 	"github.com/caddy-pingback/pingback/internal/store"
-	"go.uber.org/zap"
-
-	"golang.org/x/time/rate"
 )
 
 // providerState is the poller's process-wide state for one provider, kept

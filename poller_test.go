@@ -20,14 +20,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
-
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-pingback/pingback/internal/protocol"
-	"go.uber.org/zap"
 )
 
 // The poller tests run a real in-process Caddy (Badger on disk) and the

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
 )
 
 // provider is what the plugin knows of one solving service; the facts and

@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
 	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // The quarantine is capped per provider, in records and in bytes, so that

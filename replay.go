@@ -7,8 +7,9 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/store"
 	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // housekeepingEvery is the period of the replay loop's slow chores: the

@@ -16,16 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/testkit"
-
 	"github.com/caddy-pingback/pingback/internal/testfs"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // TestStoreCaddyfile: `store badger|postgres { ... }` adapts to the app's

@@ -16,12 +16,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/protocol"
-	"github.com/caddy-pingback/pingback/internal/store"
-	"go.uber.org/zap"
-
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/protocol"
+	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 func init() {

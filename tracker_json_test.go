@@ -17,9 +17,8 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/protocol"
-	"github.com/caddy-pingback/pingback/internal/testkit"
-
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
 // jsonSim is a simulator speaking one provider's JSON API on loopback.

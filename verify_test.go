@@ -15,12 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
-
-	"github.com/caddyserver/caddy/v2/caddyconfig"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // The verification tests run a real Caddy with pingback_track in front of
