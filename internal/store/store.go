@@ -1,5 +1,6 @@
 // Package store defines the durable storage behind the pingback plugin and
-// its single-node implementation on Badger.
+// its two implementations: Badger (one node) and PostgreSQL (shared by
+// several Caddy instances).
 //
 // The Store interface is the contract every backend meets (and that a
 // store shared by several Caddy instances can meet too): a write returns

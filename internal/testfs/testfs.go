@@ -8,4 +8,7 @@
 // image file and no loop device, and one umount removes it. Mounting needs
 // root (CAP_SYS_ADMIN); where that is missing the test is skipped. CI runs
 // as root.
+//
+// FilesContaining and Unpack search and unpack on-disk fixtures (which
+// files hold a marker; a store written by an earlier format).
 package testfs
