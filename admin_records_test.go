@@ -92,9 +92,7 @@ func TestAdminParkedVisibleAndReplayable(t *testing.T) {
 		{http.MethodGet, "/pingback/records?provider=deathbycaptcha", http.StatusBadRequest},
 		{http.MethodGet, "/pingback/records?limit=0", http.StatusBadRequest},
 	} {
-		if status, body := adminDo(t, tc.method, tc.path, ""); status != tc.status || !strings.Contains(string(body), `"error"`) {
-			t.Errorf("%s %s: %d %s, want %d with an error", tc.method, tc.path, status, body, tc.status)
-		}
+		wantAdminError(t, tc.method, tc.path, tc.status)
 	}
 }
 
@@ -201,9 +199,7 @@ func TestAdminGetRecordAndTask(t *testing.T) {
 		{http.MethodGet, "/pingback/tasks//1", http.StatusNotFound},
 		{http.MethodPost, "/pingback/tasks/2captcha/73000000001", http.StatusMethodNotAllowed},
 	} {
-		if status, body := adminDo(t, tc.method, tc.path, ""); status != tc.status || !strings.Contains(string(body), `"error"`) {
-			t.Errorf("%s %s: %d %s, want %d with an error", tc.method, tc.path, status, body, tc.status)
-		}
+		wantAdminError(t, tc.method, tc.path, tc.status)
 	}
 }
 
@@ -376,5 +372,14 @@ func TestAdminListRecordsPages(t *testing.T) {
 	var second adminapi.RecordsPage
 	if status != http.StatusOK || json.Unmarshal(body, &second) != nil || len(second.Records) != 1 || second.Records[0].Key().String() != all[1].Key().String() {
 		t.Errorf("second page of one: %d %s, want %s", status, body, all[1].Key())
+	}
+}
+
+// wantAdminError sends method path (no body) to the admin API and fails t
+// unless the answer has status and a JSON error.
+func wantAdminError(t *testing.T, method, path string, status int) {
+	t.Helper()
+	if got, body := adminDo(t, method, path, ""); got != status || !strings.Contains(string(body), `"error"`) {
+		t.Errorf("%s %s: %d %s, want %d with an error", method, path, got, body, status)
 	}
 }

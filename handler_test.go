@@ -114,6 +114,18 @@ func waitState(t *testing.T, provider, id string) *store.Record {
 // provider sent.
 var forwardedHeaders = []string{"Via", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
+// receiveCase is one pingback sent as a provider would (method, target,
+// content type and body) and the task id and code it must be stored with.
+type receiveCase struct {
+	name        string
+	provider    string
+	method      string
+	target      string
+	contentType string
+	body        []byte
+	id, code    string
+}
+
 // TestReceiveForms checks that each legacy pingback form is stored and
 // reaches the app exactly as the provider sent it, plus the three delivery
 // headers; an error string as code is an ordinary result.
@@ -126,15 +138,7 @@ func TestReceiveForms(t *testing.T) {
 	))
 	mpType, mpBody := testkit.Multipart(t, nil, "id", "3003", "code", "03AGdBq2")
 
-	tests := []struct {
-		name        string
-		provider    string
-		method      string
-		target      string
-		contentType string
-		body        []byte
-		id, code    string
-	}{
+	tests := []receiveCase{
 		{name: "GET query", provider: "captchaai", method: http.MethodGet,
 			target: "/captchaai?id=1001&code=03AGdBq24PBC%2Bx_y", id: "1001", code: "03AGdBq24PBC+x_y"},
 		{name: "POST urlencoded", provider: "2captcha", method: http.MethodPost,
@@ -579,15 +583,7 @@ func TestReceiveLenientForms(t *testing.T) {
 	const form = "application/x-www-form-urlencoded"
 	mpType, mpBody := testkit.Multipart(t, nil, "id", "7105", "code", "x=1,y=2;x=3,y=4")
 
-	tests := []struct {
-		name        string
-		provider    string
-		method      string
-		target      string
-		contentType string
-		body        []byte
-		id, code    string
-	}{
+	tests := []receiveCase{
 		{name: "semicolon in a POST body", provider: "2captcha", method: http.MethodPost,
 			target: "/2captcha", contentType: form,
 			body: []byte("id=7101&code=x=1,y=2;x=3,y=4"), id: "7101", code: "x=1,y=2;x=3,y=4"},
