@@ -299,7 +299,36 @@ type ClaimRequest struct {
 	// replay loop names an attempt's source from the record's Source and
 	// Correction. The same rules as for Decide apply.
 	DecideRecord func(rec *Record, d *Delivery, lapsed bool)
+
+	// Reserved, if positive, is how many of Limit go first to due records
+	// (queued or failed) with at most FewFailures failures, the earliest
+	// due first: fair claims, so that a backlog of records that failed
+	// many times cannot starve a result that failed once or twice. Lapsed
+	// leases are claimed before either (their forward was cut); the slots
+	// that neither takes are filled by due time among all due records.
+	// Ignored with Keys.
+	Reserved int
+	// Route, if set with Room, names the route of a claimable record (the
+	// replay loop's host and path). Room maps a route to how many of its
+	// records this claim may take at most: a route absent from Room is not
+	// limited, 0 takes none. A record whose route has no room left is
+	// skipped: left as it is, not shown to Decide, not returned. Skipping
+	// is bounded: a claim examines at most Limit+ClaimSkipBudget
+	// candidates in each of its passes, so records of limited routes
+	// ahead of the others cost a bounded scan, not a full one. Route runs
+	// inside the transaction like Decide and must be pure. Ignored with
+	// Keys.
+	Route func(rec *Record) string
+	Room  map[string]int
 }
+
+// FewFailures is the most failures a due record may have to be claimed in
+// the slots ClaimRequest.Reserved keeps for it.
+const FewFailures = 2
+
+// ClaimSkipBudget bounds how many candidates of routes without room a
+// claim skips in each of its passes (lapsed leases, fair, by due time).
+const ClaimSkipBudget = 256
 
 // valid reports whether req can be claimed: a positive limit and a
 // decide function.
