@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strings"
@@ -574,7 +573,8 @@ func (b *Badger) ownLease(d *Delivery) {
 	d.DueAt = time.Time{}
 }
 
-// Claim implements Store.
+// Claim implements Store. Its candidates are gathered by claimable
+// (badger_claim.go): lapsed leases, fair claims, due records.
 func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error) {
 	if !req.valid() {
 		return nil, errors.New("claim: need a positive limit and a decide function")
@@ -582,41 +582,24 @@ func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error)
 	var out []*Record
 	o := &op{size: 512 * req.Limit, apply: func(w *batch) error {
 		out = nil
-		cands, err := b.claimable(w, req)
+		picks, err := b.claimable(w, req)
 		if err != nil {
 			return err
 		}
-		for _, c := range cands {
-			old, exp, err := w.delivery(c.key)
-			if errors.Is(err, ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			lapsed, ok := b.stillClaimable(&old, c, req)
-			if !ok {
-				continue
-			}
-			rec, err := w.recordOnly(c.key)
-			if errors.Is(err, ErrNotFound) {
-				continue // expired with its index entries racing behind
-			}
-			if err != nil {
-				return err
-			}
+		for _, c := range picks {
+			rec, old := c.rec, c.old
 			w.noteReceived(c.key, rec.ReceivedAt)
 			cur := old
-			if lapsed != "" {
-				cur.LastStatus, cur.LastError = 0, lapsed
+			if c.lapse != "" {
+				cur.LastStatus, cur.LastError = 0, c.lapse
 				cur.Lease = Lease{}
 			}
-			req.decide(rec, &cur, lapsed != "")
+			req.decide(rec, &cur, c.lapse != "")
 			if cur.State == StateForwarding {
 				cur.Lease = Lease{Owner: b.owner, Until: req.Now.Add(req.Lease)}
 			}
 			b.ownLease(&cur)
-			w.writeDelivery(c.key, &old, &cur, exp, nil)
+			w.writeDelivery(c.key, &old, &cur, c.exp, nil)
 			rec.Delivery = cur
 			out = append(out, rec)
 		}
@@ -626,125 +609,6 @@ func (b *Badger) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error)
 		return nil, err
 	}
 	return out, nil
-}
-
-// candidate is a record an index says may be claimable.
-type candidate struct {
-	key   Key
-	lapse string // why its lease lapsed, "" for a due record
-}
-
-// Reasons a lease lapsed, as last_error.
-const (
-	lapseRestart = "interrupted by restart"
-	lapseExpired = "interrupted: lease expired before the forward reported"
-)
-
-// claimable lists the candidates of a claim: req.Keys, or the leases of
-// earlier epochs, then this epoch's expired leases, then the due records.
-func (b *Badger) claimable(w *batch, req ClaimRequest) ([]candidate, error) {
-	if len(req.Keys) > 0 {
-		// Each record once, however often it is named: a claim that
-		// returned a record twice would forward it twice.
-		out := make([]candidate, 0, min(len(req.Keys), req.Limit))
-		named := make(map[Key]bool, len(req.Keys))
-		for _, k := range req.Keys {
-			if len(out) == req.Limit {
-				break
-			}
-			if !named[k] {
-				named[k] = true
-				out = append(out, candidate{key: k})
-			}
-		}
-		return out, nil
-	}
-	var out []candidate
-	seen := make(map[Key]bool)
-	add := func(k Key, lapse string) bool {
-		if !seen[k] {
-			seen[k] = true
-			out = append(out, candidate{key: k, lapse: lapse})
-		}
-		return len(out) < req.Limit
-	}
-	// Leases: l/<epoch><until><provider>/<id>; earlier epochs sort
-	// first, all lapsed. This epoch's are scanned from the earliest lease
-	// this handle holds (b.leases): entries before it are of leases that
-	// ended.
-	if b.leases.older {
-		older := false
-		err := w.scan(leasePrefix, func(k []byte) bool {
-			epoch, _, key, ok := parseLeaseKey(k)
-			if !ok {
-				return true
-			}
-			if epoch >= b.epoch {
-				return false
-			}
-			older = true
-			return add(key, lapseRestart)
-		})
-		if err != nil || len(out) >= req.Limit {
-			return out, err
-		}
-		if !older {
-			b.leases.older = false
-		}
-	}
-	if floor := b.leases.floor(); floor != math.MaxUint64 {
-		err := w.scanFrom(leasePrefix, leaseScanStart(b.epoch, floor), func(k []byte) bool {
-			epoch, until, key, ok := parseLeaseKey(k)
-			if !ok {
-				return true
-			}
-			if why := b.lapse(epoch, until, req.Now); why != "" {
-				return add(key, why)
-			}
-			return false // this epoch's leases from here on hold
-		})
-		if err != nil || len(out) >= req.Limit {
-			return out, err
-		}
-	}
-	err := w.scan(duePrefix, func(k []byte) bool {
-		at, key, ok := parseTimeKey(duePrefix, k)
-		if !ok {
-			return true
-		}
-		if at.After(req.Now) {
-			return false
-		}
-		return add(key, "")
-	})
-	return out, err
-}
-
-// lapse says why a lease of epoch until until has lapsed at now, or ""
-// if it holds: every lease of an earlier open lapsed with it, and one of
-// this open lapses at its end.
-func (b *Badger) lapse(epoch uint64, until, now time.Time) string {
-	switch {
-	case epoch < b.epoch:
-		return lapseRestart
-	case !until.After(now):
-		return lapseExpired
-	}
-	return ""
-}
-
-// stillClaimable checks the delivery state behind a candidate (an index
-// entry may be stale) and returns why its lease lapsed ("" if it had none).
-func (b *Badger) stillClaimable(d *Delivery, c candidate, req ClaimRequest) (lapse string, ok bool) {
-	if d.State == StateForwarding {
-		why := b.lapse(ownerEpoch(d.Lease.Owner), d.Lease.Until, req.Now)
-		return why, why != ""
-	}
-	if len(req.Keys) > 0 {
-		return "", true
-	}
-	due := d.State == StateQueued || d.State == StateFailed
-	return "", due && !d.DueAt.IsZero() && !d.DueAt.After(req.Now)
 }
 
 // Renew implements Store.

@@ -20,13 +20,14 @@ import (
 //	r/<provider>/<id>                         → JSON Record, as first stored
 //	s/<provider>/<id>                         → JSON Delivery: the record's current delivery state
 //	q/<DueAt><provider>/<id>                  → empty; queued and failed records by due time
+//	f/<DueAt><provider>/<id>                  → empty; those of q/ with at most FewFailures failures (fair claims)
 //	l/<epoch><Lease.Until><provider>/<id>     → empty; forwarding records by lease
 //	x/<ExpiresAt><provider>/<id>              → empty; the expiry watch of records ever left undelivered
 //	v/<state>/<provider>/<id>                 → empty; queued, failed, rejected and parked records by state (List)
 //	i/<provider>/<ReceivedAt><id>             → empty; every record by received time (ListPage; badger_list.go)
 //	g/<provider>/<id>                         → empty; the tombstone of a purged record (badger_purge.go)
 //
-// r/, q/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
+// r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
 // delivered.
 const (
@@ -35,6 +36,7 @@ const (
 	recordPrefix   = "r/"
 	deliveryPrefix = "s/"
 	duePrefix      = "q/"
+	fairPrefix     = "f/"
 	leasePrefix    = "l/"
 	expiryPrefix   = "x/"
 	statePrefix    = "v/"
@@ -249,11 +251,11 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 		}
 		w.counted = append(w.counted, countDelta{provider: k.Provider, state: d.State, n: 1})
 	}
-	var oldDue, oldLease []byte
+	var oldDue, oldFair, oldLease []byte
 	if old != nil {
-		oldDue, oldLease = dueIndexKey(k, old), leaseIndexKey(k, old)
+		oldDue, oldFair, oldLease = dueIndexKey(k, old), fairIndexKey(k, old), leaseIndexKey(k, old)
 	}
-	newDue, newLease := dueIndexKey(k, d), leaseIndexKey(k, d)
+	newDue, newFair, newLease := dueIndexKey(k, d), fairIndexKey(k, d), leaseIndexKey(k, d)
 	var oldState []byte
 	if old != nil {
 		oldState = stateIndexKey(k, old)
@@ -268,12 +270,18 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 	if oldDue != nil && string(oldDue) != string(newDue) {
 		w.del(oldDue)
 	}
+	if oldFair != nil && string(oldFair) != string(newFair) {
+		w.del(oldFair)
+	}
 	if oldLease != nil && string(oldLease) != string(newLease) {
 		w.del(oldLease)
 		w.leaseChange(k, old, false)
 	}
 	if newDue != nil {
 		w.set(newDue, nil, exp)
+	}
+	if newFair != nil {
+		w.set(newFair, nil, exp)
 	}
 	if newLease != nil {
 		w.set(newLease, nil, exp)
@@ -320,6 +328,16 @@ func dueIndexKey(k Key, d *Delivery) []byte {
 		return nil
 	}
 	return timeKey(duePrefix, d.DueAt, k)
+}
+
+// fairIndexKey is the f/ entry of a queued or failed delivery with at
+// most FewFailures failures (the candidates of ClaimRequest.Reserved),
+// else nil.
+func fairIndexKey(k Key, d *Delivery) []byte {
+	if (d.State != StateQueued && d.State != StateFailed) || d.DueAt.IsZero() || d.Failures > FewFailures {
+		return nil
+	}
+	return timeKey(fairPrefix, d.DueAt, k)
 }
 
 // leaseIndexKey is the l/ entry of a forwarding delivery, else nil.

@@ -27,7 +27,10 @@ import (
 //	5: the task order index o/ (badger_taskorder.go), by state, provider
 //	  and submission time; opening a store of an earlier format writes
 //	  the o/ entries of its tasks.
-const formatVersion = 5
+//	6: the fair claims index f/ (badger_claim.go), the due records of q/
+//	  with at most FewFailures failures; opening a store of an earlier
+//	  format writes the f/ entries of its due records.
+const formatVersion = 6
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
@@ -63,6 +66,13 @@ func openFormat(db badgerDB, log *zap.Logger) (uint64, error) {
 			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
 		}
 		log.Info("built the task order index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("tasks", n))
+	}
+	if version >= 1 && version < 6 {
+		n, err := buildFairIndex(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
+		}
+		log.Info("built the fair claims index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("records", n))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {
@@ -181,6 +191,46 @@ func buildReceivedIndex(db badgerDB) (int, error) {
 				return fmt.Errorf("decoding record %s: %w", k, err)
 			}
 			keys, exps = append(keys, receivedIndexKey(k, rec.ReceivedAt)), append(exps, item.ExpiresAt())
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(keys), inChunks(db, len(keys), 1000, func(w *batch, i int) { w.set(keys[i], nil, exps[i]) })
+}
+
+// buildFairIndex writes the f/ entry of every due record (q/) with at
+// most FewFailures failures, with the q/ entry's TTL (stores of format 5
+// and earlier had none). Running it again is harmless.
+func buildFairIndex(db badgerDB) (int, error) {
+	var keys [][]byte
+	var exps []uint64
+	err := db.View(func(txn *badger.Txn) error {
+		w := &batch{txn: txn}
+		type entry struct {
+			key Key
+			exp uint64
+		}
+		var due []entry
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(duePrefix)})
+		for it.Rewind(); it.Valid(); it.Next() {
+			if _, k, ok := parseTimeKey(duePrefix, it.Item().Key()); ok {
+				due = append(due, entry{k, it.Item().ExpiresAt()})
+			}
+		}
+		it.Close()
+		for _, e := range due {
+			d, _, err := w.delivery(e.key)
+			if errors.Is(err, ErrNotFound) {
+				continue // expired; its q/ entry expires too
+			}
+			if err != nil {
+				return err
+			}
+			if fk := fairIndexKey(e.key, &d); fk != nil {
+				keys, exps = append(keys, fk), append(exps, e.exp)
+			}
 		}
 		return nil
 	})

@@ -198,7 +198,7 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 
 func TestBadgerFormatNewer(t *testing.T) {
 	for _, x := range []struct{ format, want string }{
-		{"6", "stored format 6 is newer than this plugin's (5)"},
+		{"7", "stored format 7 is newer than this plugin's (6)"},
 		{"two", `format key "two"`},
 	} {
 		t.Run(x.format, func(t *testing.T) {

@@ -107,7 +107,7 @@ func checkIndexes(txn *badger.Txn) error {
 	}
 	for k, e := range keys {
 		switch {
-		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix),
+		case strings.HasPrefix(k, duePrefix), strings.HasPrefix(k, fairPrefix), strings.HasPrefix(k, leasePrefix), strings.HasPrefix(k, pollPrefix), strings.HasPrefix(k, statePrefix),
 			strings.HasPrefix(k, receivedPrefix), strings.HasPrefix(k, taskOrderPrefix):
 			exp, ok := want[k]
 			if !ok {
@@ -143,6 +143,9 @@ func checkIndexes(txn *badger.Txn) error {
 func wantIndexes(want map[string]uint64, key Key, d *Delivery, exp uint64) {
 	if dk := dueIndexKey(key, d); dk != nil {
 		want[string(dk)] = exp
+	}
+	if fk := fairIndexKey(key, d); fk != nil {
+		want[string(fk)] = exp
 	}
 	if lk := leaseIndexKey(key, d); lk != nil {
 		want[string(lk)] = exp
