@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -638,10 +639,12 @@ func (p *Postgres) readModifyWriteLocked(ctx context.Context, lock *Key, query s
 // Claim implements Store. The time is the database's (now(), one value
 // for the whole claim): due records are those whose DueAt is at or before
 // it, and a lease runs req.Lease from it; req.Now is not used. Lapsed
-// leases come first (oldest end first), then due records (earliest
-// first); rows another instance is claiming are skipped (FOR UPDATE SKIP
-// LOCKED), so every record goes to one claimer. By keys, rows are locked
-// in key order and waited for.
+// leases come first (oldest end first), then req.Reserved due records
+// with at most FewFailures failures (records_fair), then due records
+// (earliest first), each pass skipping rows of routes without room (see
+// pgClaimScan.pass); rows another instance is claiming are skipped (FOR
+// UPDATE SKIP LOCKED), so every record goes to one claimer. By keys, rows
+// are locked in key order and waited for.
 func (p *Postgres) Claim(ctx context.Context, req ClaimRequest) ([]*Record, error) {
 	if !req.valid() {
 		return nil, errors.New("claim: need a positive limit and a decide function")
@@ -722,16 +725,124 @@ func (p *Postgres) claimable(ctx context.Context, tx pgx.Tx, req ClaimRequest, n
 		})
 		return recs, nil
 	}
-	lapsed, err := p.queryRecords(ctx, tx, `SELECT `+pgRecordCols+` FROM records
-		WHERE state = 'forwarding' AND lease_until <= $1
-		ORDER BY lease_until LIMIT $2 FOR UPDATE SKIP LOCKED`, now.UnixNano(), req.Limit)
-	if err != nil || len(lapsed) >= req.Limit {
-		return lapsed, err
+	c := &pgClaimScan{p: p, ctx: ctx, tx: tx, req: &req, now: now.UnixNano()}
+	if req.Route != nil && len(req.Room) > 0 {
+		c.room = make(map[string]int, len(req.Room))
+		for r, n := range req.Room {
+			c.room[r] = n
+		}
 	}
-	due, err := p.queryRecords(ctx, tx, `SELECT `+pgRecordCols+` FROM records
-		WHERE state IN ('queued', 'failed') AND due_at <= $1
-		ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED`, now.UnixNano(), req.Limit-len(lapsed))
-	return append(lapsed, due...), err
+	if err := c.pass(pgLapsedPass, req.Limit); err != nil {
+		return nil, err
+	}
+	if left := req.Limit - len(c.out); req.Reserved > 0 && left > 0 {
+		if err := c.pass(pgFairPass, min(req.Reserved, left)); err != nil {
+			return nil, err
+		}
+	}
+	if left := req.Limit - len(c.out); left > 0 {
+		if err := c.pass(pgDuePass, left); err != nil {
+			return nil, err
+		}
+	}
+	return c.out, nil
+}
+
+// pgClaimPass is a pass of a claim: which rows it takes (where, with $1
+// the claim's time in Unix nanoseconds) and the column they are taken in
+// the order of (then provider and id).
+type pgClaimPass struct{ where, order string }
+
+// The passes of a claim without keys. The fair pass's condition is the
+// predicate of the records_fair index (0008_fair_claims.sql), FewFailures
+// written out.
+var (
+	pgLapsedPass = pgClaimPass{where: `state = 'forwarding' AND lease_until <= $1`, order: "lease_until"}
+	pgFairPass   = pgClaimPass{where: `state IN ('queued', 'failed') AND failures <= ` + strconv.Itoa(FewFailures) + ` AND due_at <= $1`, order: "due_at"}
+	pgDuePass    = pgClaimPass{where: `state IN ('queued', 'failed') AND due_at <= $1`, order: "due_at"}
+)
+
+// pgClaimScan is one claim's rows being gathered: those taken so far, in
+// order, and the room left to each limited route.
+type pgClaimScan struct {
+	p     *Postgres
+	ctx   context.Context
+	tx    pgx.Tx
+	req   *ClaimRequest
+	now   int64
+	room  map[string]int // nil: no route is limited
+	out   []*Record
+	provs []string // the keys of out, for the next pass to leave out
+	ids   []string
+}
+
+// pass takes up to need rows of pass x, locked (FOR UPDATE SKIP LOCKED:
+// rows another claim holds are not seen), leaving out the rows an earlier
+// pass took. A row of a route without room is skipped (it stays locked
+// until the claim commits, unchanged). The rows are read a chunk at a time
+// after the last one read, and the pass stops once it took need rows or
+// examined need+ClaimSkipBudget.
+func (c *pgClaimScan) pass(x pgClaimPass, need int) error {
+	budget := need + ClaimSkipBudget
+	examined, took := 0, 0
+	var after *Record
+	for took < need && examined < budget {
+		chunk := min(budget-examined, max(need-took, 16))
+		if c.room == nil {
+			chunk = need - took // nothing is skipped
+		}
+		q := `SELECT ` + pgRecordCols + ` FROM records WHERE ` + x.where + `
+			AND (provider, id) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))`
+		args := []any{c.now, c.provs, c.ids, chunk}
+		if after != nil {
+			at := after.DueAt
+			if x.order == "lease_until" {
+				at = after.Lease.Until
+			}
+			q += ` AND ` + x.order + ` >= $5 AND (` + x.order + `, provider, id) > ($5, $6, $7)`
+			args = append(args, at.UnixNano(), after.Provider, after.ID)
+		}
+		q += ` ORDER BY ` + x.order + `, provider, id LIMIT $4 FOR UPDATE SKIP LOCKED`
+		rows, err := c.p.queryRecords(c.ctx, c.tx, q, args...)
+		if err != nil {
+			return err
+		}
+		for _, rec := range rows {
+			if took >= need {
+				break
+			}
+			examined++
+			after = rec
+			if !c.hasRoom(rec) {
+				continue
+			}
+			took++
+			c.out = append(c.out, rec)
+			c.provs, c.ids = append(c.provs, rec.Provider), append(c.ids, rec.ID)
+		}
+		if len(rows) < chunk {
+			return nil
+		}
+	}
+	return nil
+}
+
+// hasRoom reports whether rec's route may give this claim one more
+// record, and counts it if so.
+func (c *pgClaimScan) hasRoom(rec *Record) bool {
+	if c.room == nil {
+		return true
+	}
+	r := c.req.Route(rec)
+	n, limited := c.room[r]
+	if !limited {
+		return true
+	}
+	if n <= 0 {
+		return false
+	}
+	c.room[r] = n - 1
+	return true
 }
 
 func (p *Postgres) queryRecords(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]*Record, error) {
