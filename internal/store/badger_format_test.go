@@ -184,6 +184,9 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 		if _, err := buildTaskOrder(db); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := buildFairIndex(db); err != nil {
+			t.Fatal(err)
+		}
 	}
 	err = db.View(func(txn *badger.Txn) error { return checkIndexes(txn) })
 	if cerr := db.Close(); cerr != nil {
@@ -194,6 +197,92 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 	}
 	b := openTestBadger(t, BadgerOptions{Dir: dir}) // and a third time
 	checkFormat1Records(t, b)
+}
+
+// TestBadgerFormat5: a store of format 5 had no fair claims index (f/);
+// opening it builds the index from its due records, and fair claims find
+// a record with few failures behind older records with many.
+func TestBadgerFormat5(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, BadgerOptions{Dir: dir})
+	failed := func(id string, failures int, due time.Time) *Record {
+		r := testRecord(id, StateFailed)
+		r.Attempts, r.Failures, r.DueAt = failures, failures, due
+		return r
+	}
+	mustInsert(t, b,
+		failed("f5", 5, t0.Add(-3*time.Second)),
+		failed("f4", 4, t0.Add(-2*time.Second)),
+		failed("f1", 1, t0.Add(-time.Second)),
+		testRecord("q0", StateQueued),
+		failed("later", 1, t0.Add(time.Hour)),
+		testRecord("done", StateDelivered),
+	)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The layout of format 5: the same keys without f/.
+	if n := dropRaw(t, dir, fairPrefix); n != 3 {
+		t.Fatalf("the store of format 6 held %d f/ entries, want 3 (f1, q0, later)", n)
+	}
+	setRaw(t, dir, metaFormatKey, "5")
+
+	b = openTestBadger(t, BadgerOptions{Dir: dir})
+	checkIndexesOK(t, b) // every f/ entry the records call for, and no other
+	if v, err := storedFormat(b.db); err != nil || v != formatVersion {
+		t.Errorf("stored format after the upgrade: %d, %v; want %d", v, err, formatVersion)
+	}
+	claim := func(reserved int) string {
+		t.Helper()
+		recs, err := b.Claim(ctx, ClaimRequest{Now: t0, Limit: 2, Reserved: reserved, Lease: time.Minute, Decide: forward})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recIDs(recs)
+	}
+	if got := claim(1); got != "f1,f5" {
+		t.Errorf("fair claim after the upgrade = %q, want f1,f5 (the one failure first, then the oldest)", got)
+	}
+	if got := claim(1); got != "q0,f4" {
+		t.Errorf("second fair claim = %q, want q0,f4", got)
+	}
+	if got := claim(1); got != "" {
+		t.Errorf("third fair claim = %q, want none (later is not due)", got)
+	}
+	checkIndexesOK(t, b)
+}
+
+// dropRaw deletes every key under prefix in the Badger database in dir and
+// returns how many there were.
+func dropRaw(t *testing.T, dir, prefix string) int {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	err = db.Update(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+		var keys [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		it.Close()
+		n = len(keys)
+		for _, k := range keys {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestBadgerFormatNewer(t *testing.T) {
