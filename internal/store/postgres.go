@@ -762,6 +762,19 @@ var (
 	pgDuePass    = pgClaimPass{where: `state IN ('queued', 'failed') AND due_at <= $1`, order: "due_at"}
 )
 
+// query is the pass's query of a chunk: $1 the claim's time, $2 and $3
+// the providers and ids to leave out, $4 the chunk's size and, after the
+// first chunk, $5 to $7 the order column, provider and id of the last row
+// read.
+func (x pgClaimPass) query(after bool) string {
+	q := `SELECT ` + pgRecordCols + ` FROM records WHERE ` + x.where + `
+		AND (provider, id) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))`
+	if after {
+		q += ` AND ` + x.order + ` >= $5 AND (` + x.order + `, provider, id) > ($5, $6, $7)`
+	}
+	return q + ` ORDER BY ` + x.order + `, provider, id LIMIT $4 FOR UPDATE SKIP LOCKED`
+}
+
 // pgClaimScan is one claim's rows being gathered: those taken so far, in
 // order, and the room left to each limited route.
 type pgClaimScan struct {
@@ -791,18 +804,15 @@ func (c *pgClaimScan) pass(x pgClaimPass, need int) error {
 		if c.room == nil {
 			chunk = need - took // nothing is skipped
 		}
-		q := `SELECT ` + pgRecordCols + ` FROM records WHERE ` + x.where + `
-			AND (provider, id) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))`
 		args := []any{c.now, c.provs, c.ids, chunk}
 		if after != nil {
 			at := after.DueAt
 			if x.order == "lease_until" {
 				at = after.Lease.Until
 			}
-			q += ` AND ` + x.order + ` >= $5 AND (` + x.order + `, provider, id) > ($5, $6, $7)`
 			args = append(args, at.UnixNano(), after.Provider, after.ID)
 		}
-		q += ` ORDER BY ` + x.order + `, provider, id LIMIT $4 FOR UPDATE SKIP LOCKED`
+		q := x.query(after != nil)
 		rows, err := c.p.queryRecords(c.ctx, c.tx, q, args...)
 		if err != nil {
 			return err

@@ -209,3 +209,56 @@ func TestPostgresConcurrentDuplicates(t *testing.T) {
 		t.Errorf("%d stored and %d duplicates of one key, want 1 and %d", stored.Load(), dups.Load(), n-1)
 	}
 }
+
+// TestPostgresFairClaimIndex: the claim's fair pass reads the partial index
+// records_fair (0008_fair_claims.sql), not the whole due backlog, even when
+// most due records failed many times: the query's condition implies the
+// index's predicate.
+func TestPostgresFairClaimIndex(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	openPG(t, dsn, schema)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		"SET search_path TO " + pgx.Identifier{schema}.Sanitize(),
+		// A backlog of 5,000 due records with 5 failures, 20 with one.
+		`INSERT INTO records (provider, id, code, source, request, state, failures, due_at, expires_at)
+			SELECT 'p', 'b' || g, '', 'callback', '{}', 'failed', 5, g, 9000000000000000000 FROM generate_series(1, 5000) g`,
+		`INSERT INTO records (provider, id, code, source, request, state, failures, due_at, expires_at)
+			SELECT 'p', 'f' || g, '', 'callback', '{}', 'failed', 1, 5000 + g, 9000000000000000000 FROM generate_series(1, 20) g`,
+		"ANALYZE records",
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, after := range []bool{false, true} {
+		args := []any{int64(6000), []string{}, []string{}, 4}
+		if after {
+			args = append(args, int64(5001), "p", "f1")
+		}
+		rows, err := conn.Query(ctx, "EXPLAIN "+store.PostgresFairClaimQuery(after), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if text := strings.Join(plan, "\n"); !strings.Contains(text, "records_fair") {
+			t.Errorf("plan of the fair pass (after a row: %v) does not use records_fair:\n%s", after, text)
+		}
+	}
+}
