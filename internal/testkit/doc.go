@@ -1,6 +1,8 @@
 // Package testkit holds the test helpers that need no Caddy and nothing of
 // the plugin's own packages: a stand-in for the application behind Caddy
-// (App), a client of a Caddy admin endpoint (Admin), a builder for the
+// (App) and one that serves only so many requests at once and refuses
+// the rest with a Retry-After (CappedApp), a client of a Caddy admin
+// endpoint (Admin), a builder for the
 // global options block of a test Caddyfile (Globals), a multipart body
 // builder, waits on a condition (WaitFor, HoldsFor), plain HTTP calls, a
 // loopback port where nothing listens, a buffer safe for a writer and
