@@ -40,9 +40,13 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the poll budget: %w", err)}
 	}
 	ans := adminapi.StatusAnswer{Records: c.Records, Tasks: map[string]adminapi.TaskStatus{}, Loops: map[string]adminapi.LoopStatus{},
-		OldestUndeliveredAgeSeconds: map[string]float64{}, LastCallbackAt: ages.LastCallback, Budget: budget}
+		OldestUndeliveredAgeSeconds: map[string]float64{}, LastCallbackAt: ages.LastCallback, Budget: budget,
+		Routes: a.routeStatuses(time.Now())}
 	if ans.Records == nil {
 		ans.Records = map[string]map[store.State]int64{}
+	}
+	if ans.Routes == nil {
+		ans.Routes = map[string]adminapi.RouteStatus{}
 	}
 	if ans.LastCallbackAt == nil {
 		ans.LastCallbackAt = map[string]time.Time{}

@@ -105,6 +105,13 @@ func TestStatusAndCountGauges(t *testing.T) {
 			t.Errorf("status loops[%s] = %+v, want a recent run and the next after it", loop, l)
 		}
 	}
+	// No route was answered 429 or 503 with Retry-After: routes is there,
+	// and empty.
+	_, raw := adminDo(t, http.MethodGet, "/pingback/status", "")
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || string(fields["routes"]) != "{}" {
+		t.Errorf("status routes = %s (%v), want {} with no route held back", fields["routes"], err)
+	}
 	if code, body := adminDo(t, http.MethodPost, "/pingback/status", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /pingback/status: %d %s, want 405", code, body)
 	}

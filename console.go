@@ -43,7 +43,8 @@ var consoleFiles embed.FS
 var consolePage = template.Must(template.ParseFS(consoleFiles, "console/index.html"))
 
 // Console is the operator's web page (handler pingback_console): the
-// overview of GET /pingback/status, the stored results by state (the
+// overview of GET /pingback/status (with the routes whose replays are held
+// back, while there are any), the stored results by state (the
 // dead-letter queue) with linkable filters (?state=parked&provider=...),
 // one result with its attempt history, the tracked tasks, replay of one
 // result, bulk replay with its progress, and purge where the admin API

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
@@ -781,4 +784,170 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Errorf("2captcha:%s after the bulk purge: %d, want 404", id, status)
 		}
 	}
+}
+
+// statusRoutes rewrites the "routes" of the console's api/status answers
+// in a browser tab: each 200 answer of the running Caddy reaches the page
+// with "routes" replaced by what routes returns at that moment, the rest
+// as Caddy sent it. It intercepts the response in Chromium (Fetch
+// domain), so the page's code and its request are the real ones.
+type statusRoutes struct {
+	mu     sync.Mutex
+	routes map[string]adminapi.RouteStatus
+	errs   []string
+}
+
+func (s *statusRoutes) set(routes map[string]adminapi.RouteStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.routes = routes
+}
+
+// intercept starts rewriting the tab's api/status answers.
+func (s *statusRoutes) intercept(t *testing.T, b *browserTab) {
+	t.Helper()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, e := range s.errs {
+			t.Errorf("rewriting api/status: %s", e)
+		}
+	})
+	b.do(t, "intercepting api/status", func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		// Subscribed on the tab's context: events arrive after this step.
+		paused := cdp.Events(b.ctx, tgt, fetch.RequestPaused)
+		if _, err := cdp.Call(ctx, tgt, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{
+			{URLPattern: "*/api/status", RequestStage: fetch.RequestStageResponse},
+		}}); err != nil {
+			return chromedp.Void{}, err
+		}
+		go func() {
+			for ev, err := range paused {
+				if err != nil {
+					return
+				}
+				go s.answer(b.ctx, tgt, ev)
+			}
+		}()
+		return chromedp.Void{}, nil
+	})
+}
+
+// answer fulfils one paused api/status request: Caddy's answer, with
+// "routes" replaced when it is a 200.
+func (s *statusRoutes) answer(ctx context.Context, tgt *chromedp.Target, ev fetch.EventRequestPaused) {
+	fail := func(err error) {
+		s.mu.Lock()
+		s.errs = append(s.errs, err.Error())
+		s.mu.Unlock()
+		_, _ = cdp.Call(ctx, tgt, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: "Failed"})
+	}
+	body, err := cdp.Call(ctx, tgt, fetch.GetResponseBody, fetch.GetResponseBodyParams{RequestID: ev.RequestID})
+	if err != nil {
+		fail(err)
+		return
+	}
+	out := body.Body
+	if ev.ResponseStatusCode == http.StatusOK {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(body.Body, &fields); err != nil {
+			fail(fmt.Errorf("%s: %w", body.Body, err))
+			return
+		}
+		if _, ok := fields["routes"]; !ok {
+			fail(fmt.Errorf("the answer has no routes: %s", body.Body))
+			return
+		}
+		s.mu.Lock()
+		fields["routes"], err = json.Marshal(s.routes)
+		s.mu.Unlock()
+		if err == nil {
+			out, err = json.Marshal(fields)
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+	}
+	var headers []*fetch.HeaderEntry
+	for _, h := range ev.ResponseHeaders {
+		if !strings.EqualFold(h.Name, "Content-Length") {
+			headers = append(headers, h)
+		}
+	}
+	if _, err := cdp.Call(ctx, tgt, fetch.FulfillRequest, fetch.FulfillRequestParams{
+		RequestID: ev.RequestID, ResponseCode: ev.ResponseStatusCode, ResponseHeaders: headers, Body: out,
+	}); err != nil && ctx.Err() == nil {
+		fail(err)
+	}
+}
+
+// TestConsoleRoutes drives the overview in Chromium with the routes of
+// GET /pingback/status: with none held back (Caddy's own answer, and then
+// an empty "routes") it shows nothing about routes; with routes held back
+// it lists each, sorted, with until when its replays are paused (or "not
+// paused") and its replay concurrency "n of max", route names rendered as
+// text; the section leaves by itself at the next refresh once no route is
+// held back, and the page fits a 390 px phone with a long route.
+func TestConsoleRoutes(t *testing.T) {
+	b := newBrowserTab(t)
+	app := newAppStub(t)
+	startCaddy(t, "", consoleSites(app))
+
+	// Caddy's answer as it is: no route held back, no section.
+	b.do(t, "overview", chromedp.Navigate(consoleRoot),
+		until(`[...document.querySelectorAll('h2')].some((h) => h.textContent === 'Loops and store')`))
+	if n := evalJS[int](t, b, `document.querySelectorAll('#routes, [data-route]').length`); n != 0 ||
+		strings.Contains(evalJS[string](t, b, `document.body.innerText`), "Routes held back") {
+		t.Errorf("no route is held back, yet the overview shows %d route elements", n)
+	}
+
+	s := &statusRoutes{routes: map[string]adminapi.RouteStatus{}}
+	s.intercept(t, b)
+	paused := time.Now().Add(10 * time.Minute).UTC().Truncate(time.Second)
+	long := "app.example/" + strings.Repeat("pingback-", 20) + "2captcha"
+	evil := "app.example/" + consoleXSS
+	s.set(map[string]adminapi.RouteStatus{
+		"app.example/cb":   {PausedUntil: &paused, Concurrency: 1, Max: 4},
+		"app.example/json": {Concurrency: 3, Max: 4},
+		long:               {Concurrency: 2, Max: 4},
+		evil:               {Concurrency: 2, Max: 4},
+	})
+	b.do(t, "overview with routes held back", chromedp.Navigate(consoleRoot),
+		until(`document.querySelectorAll('#routes [data-route]').length === 4`))
+	order := evalJS[[]string](t, b, `[...document.querySelectorAll('#routes [data-route]')].map((e) => e.dataset.route)`)
+	if want := []string{"app.example/" + consoleXSS, "app.example/cb", "app.example/json", long}; !slices.Equal(order, want) {
+		t.Errorf("routes shown in the order %q, want %q", order, want)
+	}
+	for _, tc := range []struct{ route, has, hasNot string }{
+		{"app.example/cb", "paused until\n" + paused.Format("2006-01-02 15:04:05Z") + " (in 10m)", "not paused"},
+		{"app.example/cb", "replay concurrency\n1 of 4", ""},
+		{"app.example/json", "paused until\nnot paused", ""},
+		{"app.example/json", "replay concurrency\n3 of 4", ""},
+		{long, long, ""},
+	} {
+		text := evalJS[string](t, b, `[...document.querySelectorAll('#routes [data-route]')].find((e) => e.dataset.route === `+strconv.Quote(tc.route)+`).innerText`)
+		if !strings.Contains(text, tc.has) || tc.hasNot != "" && strings.Contains(text, tc.hasNot) {
+			t.Errorf("route %s reads %q, want %q in it (and not %q)", tc.route, text, tc.has, tc.hasNot)
+		}
+	}
+	if got := evalJS[string](t, b, `document.querySelector('[data-route] h3').textContent`); got != evil {
+		t.Errorf("the route %q renders as %q, want it as text", evil, got)
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('main img, main script').length`); n != 0 || evalJS[bool](t, b, `window.__xss !== undefined`) {
+		t.Errorf("a route's name became markup: %d img or script elements", n)
+	}
+	if text := evalJS[string](t, b, `document.querySelector('#routes').innerText`); strings.Contains(text, "undefined") || strings.Contains(text, "[object") {
+		t.Errorf("routes read %q: a value rendered as undefined or [object ...]", text)
+	}
+	b.screenshot(t, "routes.png")
+
+	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)),
+		chromedp.Navigate(consoleRoot), until(`document.querySelectorAll('#routes [data-route]').length === 4`))
+	noHorizontalScroll(t, b, "overview with routes")
+
+	// Recovered: the overview's refresh (every 5 s) drops the section.
+	s.set(map[string]adminapi.RouteStatus{})
+	b.do(t, "routes recovered", until(`!document.querySelector('#routes') && !document.body.innerText.includes('Routes held back')`),
+		until(`[...document.querySelectorAll('h2')].some((h) => h.textContent === 'Loops and store')`))
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/modules/caddypki"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/protocol"
@@ -767,6 +768,55 @@ func markdownAnchors(t *testing.T, file string) map[string]bool {
 		seen[slug]++
 	}
 	return anchors
+}
+
+// describedNames records the metric names of the collectors registered
+// with it (from their descriptions, so empty vectors count too).
+type describedNames struct{ names []string }
+
+var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d *describedNames) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		c.Describe(ch)
+		close(ch)
+	}()
+	for desc := range ch {
+		if m := descName.FindStringSubmatch(desc.String()); m != nil {
+			d.names = append(d.names, m[1])
+		}
+	}
+	return nil
+}
+
+func (d *describedNames) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = d.Register(c)
+	}
+}
+
+func (d *describedNames) Unregister(prometheus.Collector) bool { return false }
+
+// TestDocMetrics: every metric the plugin registers is named in
+// docs/operations.md, where the metrics are documented.
+func TestDocMetrics(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d describedNames
+	if _, err := registerMetrics(&d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.names) < 20 {
+		t.Fatalf("registerMetrics described %d metrics (%v), want every one", len(d.names), d.names)
+	}
+	for _, name := range d.names {
+		if !strings.Contains(string(data), "`"+name) {
+			t.Errorf("%s is not documented in docs/operations.md", name)
+		}
+	}
 }
 
 // TestDocLinks: every relative link of README.md and docs/*.md names a

@@ -55,6 +55,24 @@ type metrics struct {
 	// start to the app's answer (or its failure), by source (callback,
 	// replay, poll) and outcome.
 	forwardDuration *prometheus.HistogramVec
+	// routeReplayConcurrency is, per server and provider, how many
+	// replays of one of its routes may be in flight at once now: the
+	// lowest among its routes, the app's replay concurrency when none is
+	// held back. Set by setRouteGauges; no paths in the labels (a path
+	// may hold a secret).
+	routeReplayConcurrency *prometheus.GaugeVec
+	// routePausedUntil is, per server and provider, the Unix time
+	// (seconds) until which replays of one of its routes are paused (the
+	// latest among its routes); 0 when none is paused. Set by
+	// setRouteGauges.
+	routePausedUntil *prometheus.GaugeVec
+
+	// routeSeries are the server and provider pairs the route gauges
+	// have a series for, so that a pair whose routes are no longer held
+	// back is set back to the max and 0 instead of keeping its last
+	// figures.
+	routeMu     sync.Mutex
+	routeSeries map[serverProvider]bool
 }
 
 var (
@@ -103,13 +121,15 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Help:    "Time of each forward to the app until its answer or failure, by source (callback, replay, poll) and outcome.",
 				Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1 ms .. 65 s
 			}, []string{"source", "outcome"}),
+			routeSeries: map[serverProvider]bool{},
 		}
+		theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil = newRouteGauges()
 	})
 	if reg == nil {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.loopLastRun, theMetrics.forwardDuration, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -118,6 +138,78 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return theMetrics, nil
+}
+
+// serverProvider labels the route gauges: a Caddy server's name and a
+// provider.
+type serverProvider struct{ server, provider string }
+
+// routeGauge is one route's replay flow control as the route gauges see
+// it: the route's server and provider (never its path), its replay
+// concurrency now, and until when its replays are paused (the zero time:
+// not paused).
+type routeGauge struct {
+	Server, Provider string
+	Concurrency      int
+	PausedUntil      time.Time
+}
+
+// newRouteGauges creates the route gauges, labelled by server and
+// provider: route_replay_concurrency and
+// route_paused_until_timestamp_seconds.
+func newRouteGauges() (concurrency, pausedUntil *prometheus.GaugeVec) {
+	concurrency = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "pingback", Name: "route_replay_concurrency",
+		Help: "Replays of a route that may be in flight at once now, by server and provider: the lowest among their routes (lowered after a 429, or a 503 with Retry-After), the replay concurrency when none is held back.",
+	}, []string{"server", "provider"})
+	pausedUntil = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "caddy", Subsystem: "pingback", Name: "route_paused_until_timestamp_seconds",
+		Help: "Unix time until which replays of a route are paused (after a 429, or a 503 with Retry-After), by server and provider: the latest among their routes; 0 when none is paused.",
+	}, []string{"server", "provider"})
+	return concurrency, pausedUntil
+}
+
+// setRouteGauges sets route_replay_concurrency and
+// route_paused_until_timestamp_seconds from routes, the routes of this
+// process's flow control (those back at max concurrency and not paused may
+// be left out). Per server and provider: the lowest concurrency, and the
+// latest pause that has not ended at now (0 when none). A pair set before
+// that routes no longer names is set back to replayConcurrency (the app's
+// replay concurrency, the most a route can have) and 0; a pair never held
+// back has no series.
+func (m *metrics) setRouteGauges(routes []routeGauge, replayConcurrency int, now time.Time) {
+	type figures struct {
+		concurrency int
+		paused      time.Time
+	}
+	pairs := map[serverProvider]figures{}
+	for _, r := range routes {
+		k := serverProvider{r.Server, r.Provider}
+		f, ok := pairs[k]
+		if !ok || r.Concurrency < f.concurrency {
+			f.concurrency = r.Concurrency
+		}
+		if r.PausedUntil.After(now) && r.PausedUntil.After(f.paused) {
+			f.paused = r.PausedUntil
+		}
+		pairs[k] = f
+	}
+	m.routeMu.Lock()
+	defer m.routeMu.Unlock()
+	for k := range m.routeSeries {
+		if _, ok := pairs[k]; !ok {
+			pairs[k] = figures{concurrency: replayConcurrency}
+		}
+	}
+	for k, f := range pairs {
+		m.routeSeries[k] = true
+		m.routeReplayConcurrency.WithLabelValues(k.server, k.provider).Set(float64(f.concurrency))
+		paused := 0.0
+		if !f.paused.IsZero() {
+			paused = float64(f.paused.UnixNano()) / 1e9
+		}
+		m.routePausedUntil.WithLabelValues(k.server, k.provider).Set(paused)
+	}
 }
 
 // storeWriteCounters exports store.ProcessStats.

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
@@ -199,5 +202,106 @@ func TestAgeGauges(t *testing.T) {
 	}
 	if at := adminStatus(t).LastCallbackAt["2captcha"]; !at.Equal(newest) {
 		t.Errorf("after a restart status last_callback_at = %v, want %v", at, newest)
+	}
+}
+
+// TestSetRouteGauges follows the route gauges through a route's
+// throttling and recovery: per server and provider, the lowest
+// concurrency and the latest pause still ahead; a pair whose routes are
+// no longer held back goes back to the replay concurrency and 0; a pair
+// never held back has no series; no label holds a path. promlint finds
+// nothing to say about the names.
+func TestSetRouteGauges(t *testing.T) {
+	now := time.Date(2026, 12, 1, 15, 39, 2, 0, time.UTC)
+	later, latest := now.Add(3*time.Second), now.Add(7500*time.Millisecond)
+	const header = `# HELP caddy_pingback_route_paused_until_timestamp_seconds Unix time until which replays of a route are paused (after a 429, or a 503 with Retry-After), by server and provider: the latest among their routes; 0 when none is paused.
+# TYPE caddy_pingback_route_paused_until_timestamp_seconds gauge
+`
+	const concHeader = `# HELP caddy_pingback_route_replay_concurrency Replays of a route that may be in flight at once now, by server and provider: the lowest among their routes (lowered after a 429, or a 503 with Retry-After), the replay concurrency when none is held back.
+# TYPE caddy_pingback_route_replay_concurrency gauge
+`
+	m := &metrics{routeSeries: map[serverProvider]bool{}}
+	m.routeReplayConcurrency, m.routePausedUntil = newRouteGauges()
+	for _, step := range []struct {
+		name   string
+		routes []routeGauge
+		paused string // the samples of route_paused_until_timestamp_seconds
+		conc   string // the samples of route_replay_concurrency
+	}{
+		{name: "nothing held back", paused: "", conc: ""},
+		{name: "one route paused",
+			routes: []routeGauge{{Server: "srv0", Provider: "2captcha", Concurrency: 3, PausedUntil: later}},
+			paused: `caddy_pingback_route_paused_until_timestamp_seconds{provider="2captcha",server="srv0"} 1.796139545e+09` + "\n",
+			conc:   `caddy_pingback_route_replay_concurrency{provider="2captcha",server="srv0"} 3` + "\n"},
+		{name: "two routes of one pair, a third pair at max",
+			routes: []routeGauge{
+				{Server: "srv0", Provider: "2captcha", Concurrency: 3, PausedUntil: later},
+				{Server: "srv0", Provider: "2captcha", Concurrency: 1, PausedUntil: latest},
+				{Server: "srv0", Provider: "2captcha", Concurrency: 4},
+				{Server: "srv1", Provider: "capsolver", Concurrency: 4},
+			},
+			paused: `caddy_pingback_route_paused_until_timestamp_seconds{provider="2captcha",server="srv0"} 1.7961395495e+09
+caddy_pingback_route_paused_until_timestamp_seconds{provider="capsolver",server="srv1"} 0
+`,
+			conc: `caddy_pingback_route_replay_concurrency{provider="2captcha",server="srv0"} 1
+caddy_pingback_route_replay_concurrency{provider="capsolver",server="srv1"} 4
+`},
+		{name: "a pause that has ended counts as none",
+			routes: []routeGauge{{Server: "srv0", Provider: "2captcha", Concurrency: 2, PausedUntil: now}},
+			paused: `caddy_pingback_route_paused_until_timestamp_seconds{provider="2captcha",server="srv0"} 0
+caddy_pingback_route_paused_until_timestamp_seconds{provider="capsolver",server="srv1"} 0
+`,
+			conc: `caddy_pingback_route_replay_concurrency{provider="2captcha",server="srv0"} 2
+caddy_pingback_route_replay_concurrency{provider="capsolver",server="srv1"} 4
+`},
+		{name: "recovered: back to the replay concurrency",
+			paused: `caddy_pingback_route_paused_until_timestamp_seconds{provider="2captcha",server="srv0"} 0
+caddy_pingback_route_paused_until_timestamp_seconds{provider="capsolver",server="srv1"} 0
+`,
+			conc: `caddy_pingback_route_replay_concurrency{provider="2captcha",server="srv0"} 4
+caddy_pingback_route_replay_concurrency{provider="capsolver",server="srv1"} 4
+`},
+	} {
+		m.setRouteGauges(step.routes, 4, now)
+		for _, g := range []struct {
+			c      *prometheus.GaugeVec
+			header string
+			want   string
+			name   string
+		}{
+			{m.routePausedUntil, header, step.paused, "caddy_pingback_route_paused_until_timestamp_seconds"},
+			{m.routeReplayConcurrency, concHeader, step.conc, "caddy_pingback_route_replay_concurrency"},
+		} {
+			want := ""
+			if g.want != "" {
+				want = g.header + g.want
+			}
+			if err := testutil.CollectAndCompare(g.c, strings.NewReader(want), g.name); err != nil {
+				t.Errorf("%s: %v", step.name, err)
+			}
+			problems, err := testutil.CollectAndLint(g.c)
+			if err != nil || len(problems) > 0 {
+				t.Errorf("%s: promlint: %v %v", step.name, problems, err)
+			}
+		}
+	}
+}
+
+// TestRouteGaugesOnMetrics checks that the route gauges are registered:
+// once set, Caddy's /metrics has them.
+func TestRouteGaugesOnMetrics(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("2captcha", "", app))
+	a := runningApp(t)
+	until := time.Now().Add(time.Hour).Truncate(time.Second)
+	a.metrics.setRouteGauges([]routeGauge{{Server: "gauge-test", Provider: "2captcha", Concurrency: 2, PausedUntil: until}}, 4, time.Now())
+	t.Cleanup(func() { a.metrics.setRouteGauges(nil, 4, time.Now()) })
+	for sample, want := range map[string]float64{
+		`caddy_pingback_route_replay_concurrency{provider="2captcha",server="gauge-test"}`:             2,
+		`caddy_pingback_route_paused_until_timestamp_seconds{provider="2captcha",server="gauge-test"}`: float64(until.Unix()),
+	} {
+		if v, ok := scrapeMetric(t, sample); !ok || v != want {
+			t.Errorf("%s = %v (there: %v), want %v", sample, v, ok, want)
+		}
 	}
 }

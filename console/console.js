@@ -218,6 +218,7 @@
 				])));
 		}
 		out.push(grid);
+		out.push(...heldRoutes(s.routes));
 		const loops = s.loops || {};
 		const loopPairs = Object.keys(loops).sort().map((l) => [l + ' loop', when(loops[l].last_run_at)]);
 		const st = s.store || {};
@@ -229,6 +230,28 @@
 		])));
 		main.replaceChildren(...out);
 		setTimeout(() => { if (gen === generation) overview(gen); }, 5000);
+	}
+
+	// heldRoutes shows the routes whose replays are held back (status'
+	// routes: route → {paused_until, concurrency, max}), sorted: until when
+	// they are paused and their replay concurrency of max: the nodes to
+	// add, none when no route is held back.
+	function heldRoutes(routes) {
+		const names = Object.keys(routes || {}).sort();
+		if (names.length === 0) return [];
+		const card = el('div', {class: 'card', id: 'routes'});
+		for (const name of names) {
+			const r = routes[name] || {};
+			card.append(el('section', {class: 'route', 'data-route': name},
+				el('h3', null, name),
+				kv([
+					['paused until', isTime(r.paused_until) ? when(r.paused_until) : 'not paused'],
+					['replay concurrency', typeof r.concurrency === 'number' && typeof r.max === 'number' ? r.concurrency + ' of ' + r.max : undefined],
+				])));
+		}
+		return [el('h2', null, 'Routes held back'),
+			el('p', {class: 'muted'}, 'The app answered 429, or 503 with Retry-After: replays of these routes are paused, or fewer run at once.'),
+			card];
 	}
 
 	function formatBytes(n) {

@@ -24,6 +24,28 @@ type StatusAnswer struct {
 	// process, and when it runs next at the latest.
 	Loops map[string]LoopStatus `json:"loops"`
 	Store StoreStatus           `json:"store"`
+	// Routes is route → its replay flow control in this process, for the
+	// routes the replay loop holds back: paused, or with a replay
+	// concurrency below the app's. A route is the host and path results
+	// are forwarded to ("app.example/cb"). Always present; {} when no
+	// route is held back. Per process: another instance on the same
+	// PostgreSQL database keeps its own.
+	Routes map[string]RouteStatus `json:"routes"`
+}
+
+// RouteStatus is one route's replay flow control in StatusAnswer, set by
+// the app's answers: a 429, or a 503 with Retry-After, pauses the route's
+// replays and lowers its replay concurrency; successes raise it back.
+type RouteStatus struct {
+	// PausedUntil is when the route's replays resume (RFC 3339, UTC);
+	// null when they are not paused.
+	PausedUntil *time.Time `json:"paused_until"`
+	// Concurrency is how many replays of the route may be in flight at
+	// once now: from 1 up to Max.
+	Concurrency int `json:"concurrency"`
+	// Max is the app's replay concurrency (replay's concurrency), which
+	// Concurrency rises back to.
+	Max int `json:"max"`
 }
 
 // TaskStatus is one provider's tracked tasks in StatusAnswer.

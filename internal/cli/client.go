@@ -136,5 +136,11 @@ func (c *client) printValue(v any) error {
 // table is a tab-aligned writer on stdout (two spaces between columns);
 // flush it.
 func (c *client) table() *tabwriter.Writer {
-	return tabwriter.NewWriter(c.cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	return newTable(c.cmd.OutOrStdout())
+}
+
+// newTable is a tab-aligned writer on w (two spaces between columns);
+// flush it.
+func newTable(w io.Writer) *tabwriter.Writer {
+	return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 }

@@ -13,6 +13,15 @@ func ago(t, now time.Time) string {
 	return now.Sub(t).Round(time.Second).String() + " ago"
 }
 
+// until formats the time from now to t, a time to come, as "in 3s" (to
+// the second); a time already past as ago does ("2s ago").
+func until(t, now time.Time) string {
+	if !t.After(now) {
+		return ago(t, now)
+	}
+	return "in " + t.Sub(now).Round(time.Second).String()
+}
+
 // fmtTime is t in RFC 3339 (UTC), "-" for the zero time.
 func fmtTime(t time.Time) string {
 	if t.IsZero() {

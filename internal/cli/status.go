@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -16,11 +17,14 @@ import (
 func statusCommand() *cobra.Command {
 	return adminCommand(&cobra.Command{
 		Use:   "status",
-		Short: "Shows stored results by state, pending tasks, the loops and the store",
+		Short: "Shows stored results by state, pending tasks, held-back routes, the loops and the store",
 		Long: `
 Shows the overview of GET /pingback/status: per provider the stored results
 by delivery state, the tracked tasks still pending and the age of the
-oldest, and when the last live pingback was stored; then when the replay
+oldest, and when the last live pingback was stored; the routes whose
+replays this process holds back after the app answered 429 (or 503 with
+Retry-After), if any: until when they are paused and how many replays of
+each may be in flight, of the replay concurrency; then when the replay
 and poll loops last ran, and the store.`,
 		Args: cobra.NoArgs,
 	}, runStatus)
@@ -36,10 +40,14 @@ func runStatus(c *client, _ []string) error {
 		c.printJSON(raw)
 		return nil
 	}
-	out := c.cmd.OutOrStdout()
-	w := c.table()
+	return writeStatus(c.cmd.OutOrStdout(), s, time.Now())
+}
+
+// writeStatus writes s as `caddy pingback status` shows it, the ages and
+// the times to come counted from now.
+func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
+	w := newTable(out)
 	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS\tOLDEST PENDING\tLAST PINGBACK")
-	now := time.Now()
 	var provs []string
 	for p := range s.Records {
 		provs = append(provs, p)
@@ -66,6 +74,9 @@ func runStatus(c *client, _ []string) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	if err := writeRoutes(out, s.Routes, now); err != nil {
+		return err
+	}
 	for _, loop := range []string{"replay", "poll"} {
 		fmt.Fprintf(out, "loop %s: last run %s\n", loop, ago(s.Loops[loop].LastRunAt, now))
 	}
@@ -75,4 +86,29 @@ func runStatus(c *client, _ []string) error {
 	}
 	fmt.Fprintf(out, "store: %s %s, %s\n", s.Store.Kind, s.Store.Location, avail)
 	return nil
+}
+
+// writeRoutes writes the held-back routes as a table sorted by route: the
+// time their replays resume ("-" when not paused) and their replay
+// concurrency, "n of max". It writes nothing when there are none.
+func writeRoutes(out io.Writer, routes map[string]adminapi.RouteStatus, now time.Time) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(routes))
+	for r := range routes {
+		names = append(names, r)
+	}
+	slices.Sort(names)
+	w := newTable(out)
+	fmt.Fprintln(w, "ROUTE\tPAUSED UNTIL\tREPLAY CONCURRENCY")
+	for _, name := range names {
+		r := routes[name]
+		paused := "-"
+		if r.PausedUntil != nil {
+			paused = fmtTime(*r.PausedUntil) + " (" + until(*r.PausedUntil, now) + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d of %d\n", name, paused, r.Concurrency, r.Max)
+	}
+	return w.Flush()
 }
