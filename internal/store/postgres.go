@@ -466,7 +466,7 @@ func (p *Postgres) Insert(ctx context.Context, rec *Record) (InsertResult, error
 	}
 	var res InsertResult
 	err = p.op(func() error {
-		op, err := p.inserts.do(&pgInsert{rec: &c, req: req})
+		op, err := p.inserts.do(ctx, &pgInsert{rec: &c, req: req})
 		if err != nil {
 			return err
 		}
@@ -509,7 +509,7 @@ func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
 func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
 	err := p.op(func() error {
-		op, err := p.updates.do(&pgUpdate{key: key, fn: fn})
+		op, err := p.updates.do(ctx, &pgUpdate{key: key, fn: fn})
 		if op != nil {
 			result = op.in.result
 		}
@@ -648,7 +648,7 @@ func (p *Postgres) Claim(ctx context.Context, req ClaimRequest) ([]*Record, erro
 	}
 	clock := p.clockArg()
 	var out []*Record
-	err := p.tx(ctx, func(tx pgx.Tx) error {
+	err := p.txRetry(ctx, "claim", func(tx pgx.Tx) error {
 		out = nil
 		var nowNS int64
 		if err := tx.QueryRow(ctx, `SELECT coalesce($1::bigint, now_ns())`, clock).Scan(&nowNS); err != nil {
