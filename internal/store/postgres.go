@@ -35,6 +35,10 @@ const (
 	DefaultPostgresOpenWait = 10 * time.Second
 	// DefaultPostgresSchema is the schema the store's tables live in.
 	DefaultPostgresSchema = "pingback"
+	// DefaultPostgresApplicationName is the application_name the
+	// store's connections show in pg_stat_activity unless the DSN sets
+	// one.
+	DefaultPostgresApplicationName = "caddy-pingback"
 	// DefaultPostgresMaxConns is the pool size unless the DSN sets
 	// pool_max_conns: concurrent commits share the server's WAL flushes
 	// (its group commit), so a few connections carry many pingbacks.
@@ -44,8 +48,9 @@ const (
 // PostgresOptions configure OpenPostgres.
 type PostgresOptions struct {
 	// DSN is a libpq connection string or postgres:// URL (pgx syntax;
-	// pool_max_conns and the other pgxpool settings are accepted).
-	// Required.
+	// pool_max_conns and the other pgxpool settings are accepted; an
+	// application_name names the connections in pg_stat_activity, default
+	// DefaultPostgresApplicationName). Required.
 	DSN string
 	// Schema holds the store's tables; created if missing. Default
 	// "pingback".
@@ -125,7 +130,9 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		cfg.MaxConns = DefaultPostgresMaxConns
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
-	cfg.ConnConfig.RuntimeParams["application_name"] = "caddy-pingback"
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultPostgresApplicationName
+	}
 	cfg.ConnConfig.ConnectTimeout = min(max(cfg.ConnConfig.ConnectTimeout, 0), 5*time.Second)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
