@@ -214,7 +214,8 @@ func newPostgresOwner() string {
 // Location is the store's database as host:port/database.
 func (p *Postgres) Location() string { return p.location }
 
-// monitor checks the database every second and keeps Available in step:
+// monitor checks the database every second (once more on a new
+// connection after a transient error) and keeps Available in step:
 // one log line when it goes away, one a minute while it stays away, one
 // when it is back.
 func (p *Postgres) monitor() {
@@ -230,6 +231,12 @@ func (p *Postgres) monitor() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		err := p.pool.Ping(ctx)
+		if transientError(err) && ctx.Err() == nil {
+			// A dead pooled connection (a terminated backend) is no
+			// outage: ask again on a new one.
+			p.pool.Reset()
+			err = p.pool.Ping(ctx)
+		}
 		cancel()
 		now := time.Now()
 		switch {
