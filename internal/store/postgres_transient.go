@@ -101,11 +101,17 @@ func (p *Postgres) afterFailure(ctx context.Context, what string, err error, c *
 	return false, true
 }
 
+// pgStatusWait bounds how long xactCommitted waits for a transaction
+// the server still has in progress.
+const pgStatusWait = 5 * time.Second
+
 // xactCommitted reports whether transaction xid committed, asking on a
 // new connection; while the server still has it in progress (it has not
-// yet noticed the client is gone) it asks again every 10 ms until ctx
-// ends.
+// yet noticed the client is gone) it asks again every 10 ms, until ctx
+// ends or for pgStatusWait at most.
 func (p *Postgres) xactCommitted(ctx context.Context, xid int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, pgStatusWait)
+	defer cancel()
 	for {
 		var status *string
 		if err := p.pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status); err != nil {

@@ -386,7 +386,9 @@ type Store interface {
 	// It returns once the commit is durable; Existing is set for a
 	// duplicate (nothing written). On error nothing can be assumed stored:
 	// ErrTooLarge for a record over MaxRecordSize, ErrUnavailable when the
-	// store refuses writes (no space), others from the commit.
+	// store refuses writes (no space), others from the commit. A commit
+	// under way is not abandoned when ctx ends; ctx's deadline bounds a
+	// retry after a transient fault (PostgreSQL: see the package doc).
 	Insert(ctx context.Context, rec *Record) (InsertResult, error)
 
 	// Get returns the record under key, or ErrNotFound.
