@@ -332,7 +332,18 @@ func (x *exchange) insert() {
 	if x.v.why == "" {
 		x.rec.Lease.Until = x.now.Add(x.h.app.leaseFor(x.st))
 	}
-	x.res, x.err = x.st.Insert(x.ctx, x.rec)
+	// The store retries a transient fault only within what is left of
+	// ack_timeout (the context's deadline; the commit itself is never
+	// abandoned). Past it already (a slow open or verification), there is
+	// no deadline to give: Badger refuses a context that is done, and the
+	// provider was answered by the timer anyway.
+	ctx := x.ctx
+	if time.Until(x.reply.deadline) > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(x.ctx, x.reply.deadline)
+		defer cancel()
+	}
+	x.res, x.err = x.st.Insert(ctx, x.rec)
 	if x.err == nil && supersedes(x.v, x.res.Existing) {
 		if _, serr := x.h.app.supersede(x.ctx, x.st, x.rec.Key(), x.rec); serr == nil {
 			x.res.Existing = nil
@@ -533,6 +544,7 @@ func provisionProvider(ctx caddy.Context, name string) (provider, *App, error) {
 // the timer's write before it returns (finish).
 type reply struct {
 	w         http.ResponseWriter
+	deadline  time.Time // when the timer answers
 	timer     *time.Timer
 	committed atomic.Bool
 	once      sync.Once
@@ -541,7 +553,7 @@ type reply struct {
 
 // arm starts the timer that answers the provider after wait.
 func (a *reply) arm(w http.ResponseWriter, wait time.Duration) {
-	a.w, a.done = w, make(chan struct{})
+	a.w, a.done, a.deadline = w, make(chan struct{}), time.Now().Add(max(0, wait))
 	a.timer = time.AfterFunc(max(0, wait), a.timeout)
 }
 

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -810,5 +812,146 @@ func TestInstanceKilledReplaysTakenOver(t *testing.T) {
 		if r.Attempts < 2 {
 			t.Errorf("%s: attempts %d; want A's cut forward and B's", r.Key(), r.Attempts)
 		}
+	}
+}
+
+// TestTerminatedBackendsUnderTraffic: pingbacks at 20/s to the in-process
+// Caddy on the PostgreSQL store (a third of them refused by the app once,
+// so the replay loop claims them), and the plugin's backends terminated
+// twice by an administrator (pg_terminate_backend, SQLSTATE 57P01) while
+// the database stays up. The store retries on a new connection: every
+// pingback answered 200 has its record, none counts as store_error, and
+// nothing is logged at error level (inserts, outcomes and the replay
+// loop's claims all recovered by their retry).
+func TestTerminatedBackendsUnderTraffic(t *testing.T) {
+	base := pgtest.DSN(t)
+	schema := pgtest.Schema(t, base)
+	appName := pgtest.AppName(t)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Skipf("test DSN is not a URL: %v", err)
+	}
+	q := u.Query()
+	q.Set("application_name", appName)
+	u.RawQuery = q.Encode()
+	app := newAppStub(t)
+	var refused sync.Map // keys refused once
+	app.StatusFor = func(r *http.Request) int {
+		key := r.Header.Get(HeaderIdempotencyKey)
+		n, _ := strconv.Atoi(strings.TrimPrefix(key, "captchaai:"))
+		if _, again := refused.LoadOrStore(key, true); n%3 == 0 && !again {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	}
+	logFile := filepath.Join(t.TempDir(), "caddy.log")
+	g := testGlobals(fmt.Sprintf("store postgres {\n\t\t\tdsn %q\n\t\t\tschema %s\n\t\t}\n\t\treplay {\n\t\t\tbackoff 100ms 1s\n\t\t}", u.String(), schema))
+	g.LogFile = logFile
+	loadCaddyfile(t, g.Caddyfile(pingbackSite("captchaai", "", app)))
+	t.Cleanup(func() {
+		unloadCaddy(t)
+		if t.Failed() {
+			testkit.LogTail(t, logFile, 80)
+		}
+	})
+	const storeErrors = `caddy_pingback_callbacks_total{provider="captchaai",result="store_error"}`
+	errorsBefore, _ := scrapeMetric(t, storeErrors)
+
+	var (
+		mu       sync.Mutex
+		answered = map[int]int{}
+		acked    []string
+		wg       sync.WaitGroup
+		sent     atomic.Int64
+	)
+	client := &http.Client{Timeout: 10 * time.Second}
+	stop := make(chan struct{})
+	traffic := make(chan struct{})
+	go func() {
+		defer close(traffic)
+		tick := time.NewTicker(50 * time.Millisecond) // 20 pingbacks a second: the load's pace
+		defer tick.Stop()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				wg.Wait()
+				return
+			case <-tick.C:
+			}
+			id := strconv.Itoa(40000 + i)
+			sent.Add(1)
+			wg.Go(func() {
+				status, _, err := getWith(client, testBase+"/cb?id="+id+"&code=C"+id)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("pingback %s: %v (Caddy must stay up)", id, err)
+					return
+				}
+				answered[status]++
+				if status == http.StatusOK {
+					acked = append(acked, id)
+				}
+			})
+		}
+	}()
+	killed := 0
+	for round, after := range []int64{20, 60} { // the kills, 2 s apart at 20/s
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("traffic before kill %d", round+1), func() bool { return sent.Load() >= after })
+		killed += pgtest.Terminate(t, base, appName)
+	}
+	testkit.WaitFor(t, 10*time.Second, "traffic after the kills", func() bool { return sent.Load() >= 100 })
+	close(stop)
+	<-traffic
+	if killed == 0 {
+		t.Fatal("no backend of the plugin terminated: the case was not tested")
+	}
+
+	s := runningApp(t).store(time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d pingbacks, answers %v, %d backends terminated", sent.Load(), answered, killed)
+	if answered[http.StatusOK] != int(sent.Load()) {
+		t.Errorf("answers %v; want every one of the %d pingbacks 200 (the database was up)", answered, sent.Load())
+	}
+	for _, id := range acked {
+		if _, err := s.Get(t.Context(), store.Key{Provider: "captchaai", ID: id}); err != nil {
+			t.Errorf("pingback %s answered 200 but not stored: %v", id, err)
+		}
+	}
+	if v, _ := scrapeMetric(t, storeErrors); v != errorsBefore {
+		t.Errorf("store_error went from %v to %v; want no pingback unstored while the database is up", errorsBefore, v)
+	}
+	// Every refused one is replayed (claimed after the kills too).
+	testkit.WaitFor(t, 20*time.Second, "every result delivered", func() bool {
+		for _, id := range acked {
+			if rec, err := s.Get(t.Context(), store.Key{Provider: "captchaai", ID: id}); err != nil || rec.State != store.StateDelivered {
+				return false
+			}
+		}
+		return true
+	})
+	logs, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retried := map[string]int{}
+	for line := range strings.Lines(string(logs)) {
+		var e struct{ Level, Msg, Operation string }
+		if json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		if e.Level == "error" {
+			t.Errorf("logged at error level although every operation recovered: %s", line)
+		}
+		if e.Msg == "postgres connection lost; retrying once on a new connection" {
+			retried[e.Operation]++
+		}
+	}
+	// The first operation after a kill meets a dead connection and resets
+	// the pool; the others then dial new ones.
+	t.Logf("retries by operation: %v", retried)
+	if len(retried) == 0 {
+		t.Error("no operation was retried: the kills did not meet the store")
 	}
 }

@@ -60,3 +60,52 @@ func Drop(t testing.TB, dsn, schema string) {
 		t.Errorf("pgtest: dropping schema %s: %v", schema, err)
 	}
 }
+
+// AppName returns a new application_name, unique to this run, for the
+// connections of one store under test, so that Terminate hits them and no
+// other test's.
+func AppName(t testing.TB) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "pingback-test-" + hex.EncodeToString(b[:])
+}
+
+// Terminate ends every backend whose application_name is app with
+// pg_terminate_backend (as an administrator does), waits until they are
+// gone from pg_stat_activity, and returns how many there were (new
+// connections the store dials meanwhile are not waited for).
+func Terminate(t testing.TB, dsn, app string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connecting to terminate backends: %v", err)
+	}
+	defer conn.Close(ctx)
+	// The backends are chosen first and terminated in a second statement:
+	// in one, the planner may call pg_terminate_backend before filtering.
+	var pids []int32
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()`, app).Scan(&pids); err != nil {
+		t.Fatalf("pgtest: finding backends of %s: %v", app, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS p(pid)`, pids); err != nil {
+		t.Fatalf("pgtest: terminating backends of %s: %v", app, err)
+	}
+	for {
+		var left int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&left); err != nil {
+			t.Fatalf("pgtest: counting terminated backends of %s: %v", app, err)
+		}
+		if left == 0 {
+			return len(pids)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: %d backends of %s still there after pg_terminate_backend", left, app)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -36,6 +36,10 @@ const (
 	DefaultPostgresOpenWait = 10 * time.Second
 	// DefaultPostgresSchema is the schema the store's tables live in.
 	DefaultPostgresSchema = "pingback"
+	// DefaultPostgresApplicationName is the application_name the
+	// store's connections show in pg_stat_activity unless the DSN sets
+	// one.
+	DefaultPostgresApplicationName = "caddy-pingback"
 	// DefaultPostgresMaxConns is the pool size unless the DSN sets
 	// pool_max_conns: concurrent commits share the server's WAL flushes
 	// (its group commit), so a few connections carry many pingbacks.
@@ -45,8 +49,9 @@ const (
 // PostgresOptions configure OpenPostgres.
 type PostgresOptions struct {
 	// DSN is a libpq connection string or postgres:// URL (pgx syntax;
-	// pool_max_conns and the other pgxpool settings are accepted).
-	// Required.
+	// pool_max_conns and the other pgxpool settings are accepted; an
+	// application_name names the connections in pg_stat_activity, default
+	// DefaultPostgresApplicationName). Required.
 	DSN string
 	// Schema holds the store's tables; created if missing. Default
 	// "pingback".
@@ -126,7 +131,9 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		cfg.MaxConns = DefaultPostgresMaxConns
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
-	cfg.ConnConfig.RuntimeParams["application_name"] = "caddy-pingback"
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultPostgresApplicationName
+	}
 	cfg.ConnConfig.ConnectTimeout = min(max(cfg.ConnConfig.ConnectTimeout, 0), 5*time.Second)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
@@ -208,7 +215,8 @@ func newPostgresOwner() string {
 // Location is the store's database as host:port/database.
 func (p *Postgres) Location() string { return p.location }
 
-// monitor checks the database every second and keeps Available in step:
+// monitor checks the database every second (once more on a new
+// connection after a transient error) and keeps Available in step:
 // one log line when it goes away, one a minute while it stays away, one
 // when it is back.
 func (p *Postgres) monitor() {
@@ -224,6 +232,12 @@ func (p *Postgres) monitor() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		err := p.pool.Ping(ctx)
+		if transientError(err) && ctx.Err() == nil {
+			// A dead pooled connection (a terminated backend) is no
+			// outage: ask again on a new one.
+			p.pool.Reset()
+			err = p.pool.Ping(ctx)
+		}
 		cancel()
 		now := time.Now()
 		switch {
@@ -467,7 +481,7 @@ func (p *Postgres) Insert(ctx context.Context, rec *Record) (InsertResult, error
 	}
 	var res InsertResult
 	err = p.op(func() error {
-		op, err := p.inserts.do(&pgInsert{rec: &c, req: req})
+		op, err := p.inserts.do(ctx, &pgInsert{rec: &c, req: req})
 		if err != nil {
 			return err
 		}
@@ -510,7 +524,7 @@ func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
 func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
 	err := p.op(func() error {
-		op, err := p.updates.do(&pgUpdate{key: key, fn: fn})
+		op, err := p.updates.do(ctx, &pgUpdate{key: key, fn: fn})
 		if op != nil {
 			result = op.in.result
 		}
@@ -651,7 +665,7 @@ func (p *Postgres) Claim(ctx context.Context, req ClaimRequest) ([]*Record, erro
 	}
 	clock := p.clockArg()
 	var out []*Record
-	err := p.tx(ctx, func(tx pgx.Tx) error {
+	err := p.txRetry(ctx, "claim", func(tx pgx.Tx) error {
 		out = nil
 		var nowNS int64
 		if err := tx.QueryRow(ctx, `SELECT coalesce($1::bigint, now_ns())`, clock).Scan(&nowNS); err != nil {

@@ -14,12 +14,14 @@ import (
 
 // Group commit on PostgreSQL. Concurrent inserts, and concurrent delivery
 // updates, are gathered by a few committer goroutines into one transaction
-// each: a multi-row statement over unnest()ed arrays, so that one round
-// trip and one WAL flush carry every waiting pingback (the server's own
+// each: a multi-row statement over unnest()ed arrays, so that two round
+// trips and one WAL flush carry every waiting pingback (the server's own
 // group commit shares flushes between connections too, but each
 // transaction still costs its statements and context switches on the
 // server). A failed commit fails every operation of its batch; nothing of
-// it is stored.
+// it is stored. A batch that fails on a transient fault is retried once
+// where it is committed, so every waiting operation gets the retry's
+// result (postgres_transient.go).
 
 // Batching limits.
 const (
@@ -28,8 +30,10 @@ const (
 	pgBatchTimeout = 30 * time.Second
 )
 
-// pgOp is one queued operation and its result.
+// pgOp is one queued operation and its result. ctx is its caller's:
+// a retry after a transient fault runs only within its deadline.
 type pgOp[T any] struct {
+	ctx  context.Context
 	in   T
 	err  error
 	done chan struct{}
@@ -53,8 +57,8 @@ func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *p
 }
 
 // do queues in and waits for its batch's commit.
-func (b *pgBatcher[T]) do(in T) (*pgOp[T], error) {
-	op := &pgOp[T]{in: in, done: make(chan struct{})}
+func (b *pgBatcher[T]) do(ctx context.Context, in T) (*pgOp[T], error) {
+	op := &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{})}
 	b.mu.RLock()
 	if b.shut {
 		b.mu.RUnlock()
@@ -111,6 +115,7 @@ type pgInsert struct {
 	rec *Record
 	req []byte
 	res InsertResult
+	dup bool // not inserted: res is read after the commit
 }
 
 // keyOrder sorts keys, the order in which batches take locks (so that two
@@ -119,12 +124,88 @@ func keyOrder(a, b Key) int {
 	return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.ID, b.ID))
 }
 
-// insertBatch stores a batch of records in one implicit transaction of
-// four statements sent in one round trip: the keys' advisory locks (shared
-// with AddTask), the submission times of their tracked tasks, the insert
-// (nothing for a key already stored), and the pending tasks marked done.
-// Duplicates then read the stored record.
+// insertBatch stores a batch of records (insertAttempt), retried once
+// after a transient fault for the inserts whose context has time left
+// (insertRetryWindow); a connection lost after COMMIT was sent is a
+// commit if the database says the transaction committed. Duplicates then
+// read the stored record.
 func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) error {
+	c := &pgCommit{}
+	err := p.insertAttempt(ctx, ops, c)
+	committed, retry := p.afterFailure(ctx, "insert", err, c)
+	switch {
+	case committed:
+		err = nil
+	case retry:
+		live, rctx, cancel := insertRetryWindow(ctx, ops, err)
+		defer cancel()
+		if len(live) == 0 {
+			return err
+		}
+		ops = live
+		err = p.insertAttempt(rctx, ops, &pgCommit{})
+	}
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if !op.in.dup || op.err != nil {
+			continue
+		}
+		op.err = p.retryTransient(ctx, "reading a duplicate", func(ctx context.Context, _ *pgCommit) error {
+			old, err := scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, op.in.rec.Provider, op.in.rec.ID))
+			if errors.Is(err, ErrNotFound) {
+				// Not inserted and not stored: its key was purged.
+				res, perr := p.purgedExisting(ctx, op.in.rec)
+				if perr == nil {
+					op.in.res = res
+					return nil
+				}
+			}
+			if err != nil {
+				return errors.Join(errors.New("reading the stored duplicate"), err)
+			}
+			op.in.res = InsertResult{Existing: old}
+			return nil
+		})
+	}
+	return nil
+}
+
+// insertRetryWindow returns the inserts of a batch that still have time
+// for a retry, and the context the retry runs in: ctx, ending at the
+// latest of their deadlines. The others fail with err.
+func insertRetryWindow(ctx context.Context, ops []*pgOp[*pgInsert], err error) ([]*pgOp[*pgInsert], context.Context, context.CancelFunc) {
+	var live []*pgOp[*pgInsert]
+	var last time.Time
+	bounded := true
+	for _, op := range ops {
+		if op.ctx.Err() != nil {
+			op.err = err
+			continue
+		}
+		d, ok := op.ctx.Deadline()
+		if !ok {
+			bounded = false
+		} else if d.After(last) {
+			last = d
+		}
+		live = append(live, op)
+	}
+	if !bounded || len(live) == 0 {
+		return live, ctx, func() {}
+	}
+	rctx, cancel := context.WithDeadline(ctx, last)
+	return live, rctx, cancel
+}
+
+// insertAttempt stores a batch of records in one transaction of two round
+// trips on one connection: BEGIN, the transaction's id (for c), the keys'
+// advisory locks (shared with AddTask), the submission times of their
+// tracked tasks, the insert (nothing for a key already stored) and the
+// pending tasks marked done; then COMMIT. It sets every op's result,
+// marking duplicates.
+func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c *pgCommit) error {
 	n := len(ops)
 	keys := make([]Key, 0, n)
 	var (
@@ -179,6 +260,8 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	}
 
 	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT txid_current()`)
 	b.Queue(`SELECT count(pg_advisory_xact_lock(hashtext(p), hashtext(i)))
 		FROM (SELECT p, i FROM unnest($1::text[], $2::text[]) AS k(p, i) ORDER BY p, i) s`, lockProvs, lockIDs)
 	b.Queue(`SELECT provider, id, submitted_at FROM tasks
@@ -215,10 +298,21 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
 			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
 
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 	tracked := map[Key]time.Time{}
 	inserted := map[Key]bool{}
-	br := p.pool.SendBatch(ctx, b)
-	err := func() error {
+	br := conn.SendBatch(ctx, b)
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&c.xid); err != nil {
+			return err
+		}
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -263,10 +357,10 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 	if err != nil {
 		return err
 	}
-	// Committed. Each key was inserted by its first op in the batch; the
-	// others (and every key stored before) are duplicates.
-	var dups []*pgOp[*pgInsert]
+	// Each key is inserted by its first op in the batch; the others (and
+	// every key stored before) are duplicates.
 	for _, op := range ops {
+		op.err, op.in.res, op.in.dup = nil, InsertResult{}, false
 		k := op.in.rec.Key()
 		if inserted[k] {
 			delete(inserted, k)
@@ -275,25 +369,11 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 			}
 			continue
 		}
-		dups = append(dups, op)
+		op.in.dup = true
 	}
-	for _, op := range dups {
-		old, err := scanRecord(p.pool.QueryRow(ctx, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2`, op.in.rec.Provider, op.in.rec.ID))
-		if errors.Is(err, ErrNotFound) {
-			// Not inserted and not stored: its key was purged.
-			res, perr := p.purgedExisting(ctx, op.in.rec)
-			if perr == nil {
-				op.in.res = res
-				continue
-			}
-		}
-		if err != nil {
-			op.err = errors.Join(errors.New("reading the stored duplicate"), err)
-			continue
-		}
-		op.in.res = InsertResult{Existing: old}
-	}
-	return nil
+	c.sent = true
+	_, err = conn.Exec(ctx, "COMMIT")
+	return err
 }
 
 // pgUpdate is one UpdateDelivery.
@@ -303,12 +383,25 @@ type pgUpdate struct {
 	result Delivery
 }
 
-// updateBatch applies a batch of delivery updates in one transaction of
-// two round trips: the rows locked in key order (BEGIN, SELECT ... FOR
-// UPDATE), every fn applied in queue order (an update of a key sees the
-// earlier ones of the batch), the changed rows written in one statement,
-// COMMIT.
+// updateBatch applies a batch of delivery updates (updateAttempt),
+// retried once after a transient fault (every fn then runs again, on the
+// rows as committed); a connection lost after COMMIT was sent is a commit
+// if the database says the transaction committed.
 func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) error {
+	return p.retryTransient(ctx, "delivery update", func(ctx context.Context, c *pgCommit) error {
+		return p.updateAttempt(ctx, ops, c)
+	})
+}
+
+// updateAttempt applies a batch of delivery updates in one transaction of
+// two round trips: the transaction's id (for c) and the rows locked in
+// key order (BEGIN, SELECT ... FOR UPDATE), every fn applied in queue
+// order (an update of a key sees the earlier ones of the batch), the
+// changed rows written in one statement, COMMIT.
+func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c *pgCommit) error {
+	for _, op := range ops {
+		op.err, op.in.result = nil, Delivery{}
+	}
 	var keys []Key
 	seen := map[Key]bool{}
 	for _, op := range ops {
@@ -329,6 +422,7 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 	read := &pgx.Batch{}
 	read.Queue("BEGIN")
+	read.Queue(`SELECT txid_current()`)
 	read.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY provider, id FOR UPDATE`, provs, ids)
@@ -336,6 +430,9 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 	br := conn.SendBatch(ctx, read)
 	err = func() error {
 		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&c.xid); err != nil {
 			return err
 		}
 		rows, err := br.Query()
@@ -416,13 +513,10 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
 	}
 	write.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, write).Close(); err != nil {
-		for _, op := range ops {
-			op.err = nil // the batch's error is every op's
-		}
-		return err
-	}
-	return nil
+	c.sent = true
+	// A failed commit's error is every op's (pgBatcher.loop); a commit
+	// that landed despite it (afterFailure) keeps each op's own result.
+	return conn.SendBatch(ctx, write).Close()
 }
 
 // nsPtr is t in Unix nanoseconds, nil for the zero time.

@@ -16,6 +16,20 @@
 // A lease lapses at its Until, or at once when its owner is gone (on
 // Badger: every handle that opened the store before this one), and the
 // record is then claimable.
+//
+// Transient faults. PostgreSQL retries an insert, a delivery update and a
+// claim once, on a newly dialled connection, after a connection-level
+// error (SQLSTATE class 08, 57P01, 57P02, 57P03, 57P05, EOF, a reset or
+// closed connection; an insert only within its context's deadline); a
+// connection lost after COMMIT counts as committed if the database says
+// the transaction did (postgres_transient.go). Badger has no transient
+// error in that sense, so it retries nothing: it runs in the process,
+// conflict detection is off and one committer writes (no ErrConflict),
+// ErrTxnTooBig splits the batch, the DropPrefix that blocks writes runs in
+// the committer (no ErrBlockedWrites), and a failed write or fsync of the
+// journal or value log (ENOSPC, EIO) must not be retried: after a failed
+// fsync the kernel may have dropped the dirty pages, so a second fsync
+// that succeeds proves nothing.
 package store
 
 import (
@@ -372,7 +386,9 @@ type Store interface {
 	// It returns once the commit is durable; Existing is set for a
 	// duplicate (nothing written). On error nothing can be assumed stored:
 	// ErrTooLarge for a record over MaxRecordSize, ErrUnavailable when the
-	// store refuses writes (no space), others from the commit.
+	// store refuses writes (no space), others from the commit. A commit
+	// under way is not abandoned when ctx ends; ctx's deadline bounds a
+	// retry after a transient fault (PostgreSQL: see the package doc).
 	Insert(ctx context.Context, rec *Record) (InsertResult, error)
 
 	// Get returns the record under key, or ErrNotFound.
