@@ -287,6 +287,12 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*store
 	}, nil
 }
 
+// testHoldStoreOpen, if set, runs in Start just before the store is
+// opened (not when a running config already has it open), in Caddy's
+// config load: tests hold the open with it to keep the start-up window
+// open as long as they need. Production leaves it nil.
+var testHoldStoreOpen func(*App)
+
 // testStoreOptions, if set, adjusts the options of every store opened
 // from then on: tests inject commit faults and delays with it.
 var testStoreOptions func(*store.BadgerOptions)
