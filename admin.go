@@ -63,17 +63,19 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Routes returns the admin routes.
+// Routes returns the admin routes. Each answers 503 {"error": "starting:
+// the store is opening"} while the pingback app is starting and no running
+// config has an open store (startup.go).
 func (adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
-		{Pattern: "/pingback/tasks", Handler: caddy.AdminHandlerFunc(handleRegisterTask)},
-		{Pattern: "/pingback/records", Handler: caddy.AdminHandlerFunc(handleListRecords)},
-		{Pattern: "/pingback/records/", Handler: caddy.AdminHandlerFunc(handleRecord)},
-		{Pattern: "/pingback/tasks/", Handler: caddy.AdminHandlerFunc(handleGetTask)},
-		{Pattern: "/pingback/status", Handler: caddy.AdminHandlerFunc(handleStatus)},
-		{Pattern: "/pingback/replays", Handler: caddy.AdminHandlerFunc(handleStartReplays)},
-		{Pattern: "/pingback/replays/", Handler: caddy.AdminHandlerFunc(handleReplayJob)},
-		{Pattern: "/pingback/purges", Handler: caddy.AdminHandlerFunc(handlePurges)},
+		{Pattern: "/pingback/tasks", Handler: whileStarting(handleRegisterTask)},
+		{Pattern: "/pingback/records", Handler: whileStarting(handleListRecords)},
+		{Pattern: "/pingback/records/", Handler: whileStarting(handleRecord)},
+		{Pattern: "/pingback/tasks/", Handler: whileStarting(handleGetTask)},
+		{Pattern: "/pingback/status", Handler: whileStarting(handleStatus)},
+		{Pattern: "/pingback/replays", Handler: whileStarting(handleStartReplays)},
+		{Pattern: "/pingback/replays/", Handler: whileStarting(handleReplayJob)},
+		{Pattern: "/pingback/purges", Handler: whileStarting(handlePurges)},
 	}
 }
 

@@ -248,13 +248,19 @@ func (a *App) Validate() error {
 // Start opens the store (or takes another reference to the one a running
 // config already opened on the same directory) and starts the replay loop.
 // A store that cannot be opened stops Caddy: the plugin never runs without
-// persistence.
+// persistence. While Start runs, the admin API answers 503 "starting: the
+// store is opening" unless a running config's store answers (startup.go).
 func (a *App) Start() error {
+	a.beginStarting()
+	defer a.endStarting()
 	defer close(a.ready)
 	if err := a.checkProviderKeys(); err != nil {
 		return err
 	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
+		if testHoldStoreOpen != nil {
+			testHoldStoreOpen(a)
+		}
 		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger)
 	})
 	if err != nil {

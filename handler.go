@@ -43,7 +43,12 @@ const (
 // delivered all the same. Invalid pingbacks get 400, 405, 413 or 415
 // with a short plain-text reason and change nothing. If the store cannot
 // commit, the request is still forwarded and the provider gets 200 only if
-// the app accepted it, else 503.
+// the app accepted it, else 503. At start-up, a pingback that arrives while
+// the pingback app still opens the store waits for it, up to AckTimeout
+// counted from arrival; if that runs out first, the provider gets 503
+// "result not stored" at AckTimeout, nothing is stored, and the request is
+// forwarded without durability (not at all when verify or unknown_ids
+// needs the store), as when the store is down.
 //
 // The app receives the request exactly as the provider sent it plus the
 // headers Idempotency-Key, X-Pingback-Source and X-Pingback-Attempt. A 2xx or
@@ -182,7 +187,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return h.refuse(w, err)
 	}
 	x := h.receive(r, cb)
-	x.reply.arm(w, time.Duration(h.AckTimeout)-time.Since(start))
+	x.deadline = start.Add(time.Duration(h.AckTimeout))
+	x.reply.arm(w, time.Until(x.deadline))
 	defer x.reply.finish()
 	if !x.judge() {
 		return nil
@@ -233,10 +239,12 @@ type exchange struct {
 	rec *store.Record // what is stored: the request as received, its state
 	now time.Time     // when it was received (the app's clock)
 
-	st  store.Store        // the store, or nil when it is not open
-	v   trust              // what judge decided
-	res store.InsertResult // what the insert found
-	err error              // the insert's error; nil once the result is stored
+	deadline time.Time          // arrival + ack_timeout (the wall clock): the provider is answered by then
+	st       store.Store        // the store, or nil when it is not open
+	noStore  error              // why st is nil, when not errStoreUnavailable
+	v        trust              // what judge decided
+	res      store.InsertResult // what the insert found
+	err      error              // the insert's error; nil once the result is stored
 
 	reply reply
 }
@@ -278,14 +286,22 @@ func (h *Handler) receive(r *http.Request, cb callback) *exchange {
 	return &exchange{h: h, r: r, ctx: context.WithoutCancel(r.Context()), cb: cb, rec: rec, now: now}
 }
 
-// judge verifies the pingback (verify, unknown_ids) against the store
-// and admits a pingback to quarantine. It reports false when the
-// provider has been answered and nothing more is to be done: no store to
-// verify against (503), an unknown id refused (404), or a full
-// quarantine (200, not stored).
+// judge waits for the store while the app's Start opens it, up to the
+// time left of ack_timeout, verifies the pingback (verify, unknown_ids)
+// against the store and admits a pingback to quarantine. It reports false
+// when the provider has been answered and nothing more is to be done: no
+// store to verify against (503), an unknown id refused (404), or a full
+// quarantine (200, not stored). When ack_timeout runs out while the store
+// is still opening, the provider is answered 503 "result not stored" then
+// and there, and the pingback goes on like one the store could not take.
 func (x *exchange) judge() bool {
 	h := x.h
-	x.st = h.app.store(time.Duration(h.AckTimeout))
+	var opening bool
+	x.st, opening = h.app.storeWithin(time.Until(x.deadline))
+	if opening {
+		x.noStore = errStoreOpening
+		x.reply.expire()
+	}
 	x.v = trust{verified: VerifyNone}
 	if x.st != nil {
 		x.v = h.judge(x.ctx, x.st, x.r, x.rec.Key())
@@ -325,8 +341,11 @@ func (x *exchange) judge() bool {
 // held in quarantine takes its place, the quarantined code kept as
 // other_code.
 func (x *exchange) insert() {
-	x.err = errStoreUnavailable
 	if x.st == nil {
+		x.err = errStoreUnavailable
+		if x.noStore != nil {
+			x.err = x.noStore
+		}
 		return
 	}
 	if x.v.why == "" {
@@ -503,6 +522,10 @@ func (x *exchange) forward(next caddyhttp.Handler) {
 
 var errStoreUnavailable = errors.New("store not open")
 
+// errStoreOpening is why a pingback was not stored when ack_timeout ran
+// out while the app's Start was still opening the store.
+var errStoreOpening = errors.New("store still opening at ack_timeout")
+
 // supersedes reports whether a pingback judged v replaces existing, the
 // record already stored under its key: a trusted one (or one to confirm)
 // replaces a quarantined record, except that one to confirm never
@@ -564,6 +587,15 @@ func (a *reply) timeout() {
 		return
 	}
 	a.write(http.StatusServiceUnavailable, "result not stored", true)
+}
+
+// expire answers now what the timer answers at ack_timeout, pushed out at
+// once: for a handler that knows ack_timeout has passed and goes on (to a
+// forward) after it.
+func (a *reply) expire() {
+	if a.timer.Stop() {
+		a.timeout()
+	}
 }
 
 // commit tells the timer that the result is committed.

@@ -196,6 +196,14 @@ func (p *PostgresStore) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // (apps start in random order, so the HTTP server may serve a request before
 // this app's Start has run). It returns nil if the store is not available.
 func (a *App) store(wait time.Duration) store.Store {
+	st, _ := a.storeWithin(wait)
+	return st
+}
+
+// storeWithin is store that also tells why there is none: opening is true
+// when wait ran out while Start was still opening the store, false when
+// Start has returned without one (the open failed).
+func (a *App) storeWithin(wait time.Duration) (st store.Store, opening bool) {
 	select {
 	case <-a.ready:
 	default:
@@ -204,13 +212,13 @@ func (a *App) store(wait time.Duration) store.Store {
 		select {
 		case <-a.ready:
 		case <-t.C:
-			return nil
+			return nil, true
 		}
 	}
 	if h := a.handle; h != nil {
-		return h.store
+		return h.store, false
 	}
-	return nil
+	return nil, false
 }
 
 // readyHandle returns the store handle once Start has run, without
@@ -278,6 +286,12 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*store
 		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability)"),
 	}, nil
 }
+
+// testHoldStoreOpen, if set, runs in Start just before the store is
+// opened (not when a running config already has it open), in Caddy's
+// config load: tests hold the open with it to keep the start-up window
+// open as long as they need. Production leaves it nil.
+var testHoldStoreOpen func(*App)
 
 // testStoreOptions, if set, adjusts the options of every store opened
 // from then on: tests inject commit faults and delays with it.
