@@ -128,12 +128,17 @@ type ReplayConfig struct {
 	// actual delay is drawn uniformly between BackoffMin and the cap
 	// (exponential backoff with full jitter). Default: 5s.
 	BackoffMin caddy.Duration `json:"backoff_min,omitempty"`
-	// Largest delay between two attempts. Default: 10m.
+	// Largest delay between two attempts; it also caps how long an app's
+	// Retry-After (on a 429, or a 503) defers a retry and pauses its
+	// route's replays. Default: 10m.
 	BackoffMax caddy.Duration `json:"backoff_max,omitempty"`
 	// Attempts that may end in a retryable failure or a timeout (the live
 	// forward included) before the result is parked: kept and visible but
 	// no longer retried. Forwards cut by a crash or a reload do not count;
-	// five cut by crashes in a row park the result too. Default: 20.
+	// five cut by crashes in a row park the result too. Neither do answers
+	// that ask for less traffic (429, or 503 with Retry-After): they are
+	// failures in the record's history, retried no sooner than their
+	// Retry-After, and bounded by retention instead. Default: 20.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// The longest one forward (live, replay or polled delivery) may take;
 	// then it is cancelled, recorded as a failed attempt ("app did not
@@ -141,7 +146,11 @@ type ReplayConfig struct {
 	// runs, the forward holds a lease on the result: nothing else delivers
 	// it, however long the app takes. Default: 1m.
 	ForwardTimeout caddy.Duration `json:"forward_timeout,omitempty"`
-	// Replays in flight at most, so a recovering app is not stampeded.
+	// Replays in flight at most, so a recovering app is not stampeded
+	// (replays and polled results together, per process). Half of them
+	// (rounded up) go first to due results with at most 2 failures, so a
+	// backlog cannot starve a result that just failed; a route that
+	// answers 429 (or 503 with Retry-After) gets fewer for a while.
 	// Default: 4.
 	Concurrency int `json:"concurrency,omitempty"`
 

@@ -80,6 +80,7 @@ func (a *App) deliver(ctx context.Context, d delivery) outcome {
 	stopRenew()
 	a.metrics.forwards.WithLabelValues(d.rec.Provider, string(d.src), out.class.String()).Inc()
 	a.metrics.forwardDuration.WithLabelValues(string(d.src), out.class.String()).Observe(took.Seconds())
+	a.observeRoute(d, out)
 	if h := a.readyHandle(); h != nil && (out.class.failed() || out.class == rejected) && h.failures.allow(d.route) {
 		a.logger.Warn("forward to the app failed (further ones are counted in a summary line each minute)",
 			zap.String("key", d.rec.Key().String()), zap.Int("attempt", attempt), zap.String("route", d.route),
@@ -237,6 +238,12 @@ func (a *App) applyOutcome(d *store.Delivery, out outcome, now time.Time) {
 		// toward the crash-park (Interrupts counts lapsed leases).
 		d.LastStatus = 0
 		d.State, d.DueAt = store.StateQueued, now
+	case out.throttled():
+		// The app asked to wait: retried no sooner than its Retry-After
+		// (capped by backoff's maximum) nor its own backoff, and not
+		// counted toward max_attempts (retention bounds it).
+		wait := max(a.backoff(d.Failures+1), min(out.retryAfter, time.Duration(a.Replay.BackoffMax)))
+		d.State, d.DueAt = store.StateFailed, now.Add(wait)
 	default: // failed or timed out
 		d.Failures++
 		if d.Failures >= a.Replay.MaxAttempts {
@@ -292,6 +299,18 @@ type outcome struct {
 	class  outcomeClass
 	status int   // the app's status, or the handler error's status; 0 if the app gave none
 	err    error // the handler chain's error, if any
+	// retryAfter is the wait the app's Retry-After asked for on a 429 or
+	// 503 (0: none; see retryAfter).
+	retryAfter time.Duration
+}
+
+// throttled reports whether the app asked for less traffic: a 429, or a
+// 503 with Retry-After. Such an attempt is a failure in the record's
+// history but does not count toward max_attempts, and it lowers the
+// route's replay concurrency (routeFlow).
+func (o outcome) throttled() bool {
+	return o.class == retryable && (o.status == http.StatusTooManyRequests ||
+		o.status == http.StatusServiceUnavailable && o.retryAfter > 0)
 }
 
 // Why a forward's context ended early (context.Cause).
@@ -333,7 +352,11 @@ func forward(r *http.Request, next caddyhttp.Handler) (out outcome) {
 		}
 	}()
 	err := next.ServeHTTP(rec, r)
-	return classify(rec.Status(), err)
+	out = classify(rec.Status(), err)
+	if err == nil {
+		out.retryAfter = retryAfter(out.status, rec.Header(), time.Now())
+	}
+	return out
 }
 
 // recovered is the outcome of a forward whose handler chain panicked with

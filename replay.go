@@ -69,17 +69,32 @@ func (a *App) recovering(what string, round func()) {
 // in one atomic claim made after the slots are known to be free (so no
 // claimed record waits, and no attempt is counted without a forward), and
 // forwards each in its own goroutine.
+//
+// The claim is fair: half the replay concurrency (rounded up) goes first
+// to due records with at most store.FewFailures failures, so that a
+// backlog of records that failed many times cannot starve one that failed
+// once (a live pingback the app refused during a drain). A route that
+// asked for less traffic gets only the replays its flow control allows
+// (route_flow.go).
 func (a *App) replayDue() {
 	st := a.handle.store
 	a.slotMu.Lock() // no bulk replay takes a slot between the count and the claim's
 	defer a.slotMu.Unlock()
+	now := a.now().UTC()
+	a.setRouteGauges(a.handle, now)
 	free := cap(a.inflight) - len(a.inflight)
 	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 {
 		return // outcomes waiting for the store are recorded first
 	}
-	now := a.now().UTC()
+	room := a.handle.flows.room(now)
+	limit := a.handle.flows.claimLimit(free, room, now)
+	if limit <= 0 {
+		return // every route being drained is paused or at its limit
+	}
 	claimed, err := st.Claim(a.loopCtx, store.ClaimRequest{
-		Now: now, Limit: free, Lease: a.leaseFor(st), DecideRecord: decide(now),
+		Now: now, Limit: limit, Lease: a.leaseFor(st), DecideRecord: decide(now),
+		Reserved: (a.Replay.Concurrency + 1) / 2,
+		Route:    routeOfRecord, Room: room,
 	})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
@@ -98,8 +113,11 @@ func (a *App) replayDue() {
 			return // the store is closing: the leases lapse with it
 		}
 		a.inflight <- struct{}{} // never blocks: slots are taken under slotMu
+		route := routeOfRecord(rec)
+		a.handle.flows.start(route, serverProvider{rec.Server, rec.Provider}, now)
 		go func() {
 			defer func() {
+				a.handle.flows.done(route)
 				a.releaseSlot()
 				a.handle.untrack()
 				a.handle.wake()

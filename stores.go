@@ -264,6 +264,9 @@ type storeHandle struct {
 
 	// confirms bounds the confirmations in flight (confirm.go).
 	confirms confirmQueue
+
+	// flows is the replays' flow control per route (route_flow.go).
+	flows routeFlows
 }
 
 // logStoreError reports whether a result of provider that was not
