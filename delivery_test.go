@@ -715,3 +715,54 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyOutcomeRetryAfter checks the pinned rule for an answer that
+// asks for less traffic: the next attempt is at least max(own backoff,
+// min(Retry-After, backoff max)), the attempt is a failure in the
+// history, and it does not count toward max_attempts.
+func TestApplyOutcomeRetryAfter(t *testing.T) {
+	const lo, hi = 200 * time.Millisecond, 30 * time.Second
+	now := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name     string
+		failures int
+		out      outcome
+		state    store.State
+		failed   int           // Failures after
+		due      time.Duration // DueAt after, from now
+	}{
+		{"429 with Retry-After longer than the backoff", 0,
+			outcome{class: retryable, status: 429, retryAfter: time.Second}, store.StateFailed, 0, time.Second},
+		{"429 with Retry-After shorter than the backoff", 4,
+			outcome{class: retryable, status: 429, retryAfter: time.Second}, store.StateFailed, 4, lo * 16},
+		{"429 without Retry-After: own backoff", 0,
+			outcome{class: retryable, status: 429}, store.StateFailed, 0, lo},
+		{"503 with Retry-After capped by backoff max", 0,
+			outcome{class: retryable, status: 503, retryAfter: time.Hour}, store.StateFailed, 0, hi},
+		{"429 at max_attempts is not parked", 2,
+			outcome{class: retryable, status: 429, retryAfter: time.Second}, store.StateFailed, 2, time.Second},
+		{"503 without Retry-After counts", 0,
+			outcome{class: retryable, status: 503}, store.StateFailed, 1, lo},
+		{"503 without Retry-After at max_attempts parks", 2,
+			outcome{class: retryable, status: 503}, store.StateParked, 3, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &App{Replay: &ReplayConfig{BackoffMin: caddy.Duration(lo), BackoffMax: caddy.Duration(hi), MaxAttempts: 3},
+				jitter: func(n int64) int64 { return n - 1 }} // the top of the jitter range: the cap
+			d := store.Delivery{State: store.StateForwarding, Attempts: 1, Failures: tt.failures}
+			d.StartAttempt(store.SourceReplay, now.Add(-time.Second))
+			a.applyOutcome(&d, tt.out, now)
+			var due time.Duration
+			if !d.DueAt.IsZero() {
+				due = d.DueAt.Sub(now)
+			}
+			if d.State != tt.state || d.Failures != tt.failed || due != tt.due {
+				t.Fatalf("state %s failures %d due +%v, want %s %d +%v", d.State, d.Failures, due, tt.state, tt.failed, tt.due)
+			}
+			if h := d.History; len(h) != 1 || h[0].Outcome != "failed" || h[0].Status != tt.out.status {
+				t.Fatalf("history %+v, want one failed attempt with status %d", h, tt.out.status)
+			}
+		})
+	}
+}

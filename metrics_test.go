@@ -286,22 +286,3 @@ caddy_pingback_route_replay_concurrency{provider="capsolver",server="srv1"} 4
 		}
 	}
 }
-
-// TestRouteGaugesOnMetrics checks that the route gauges are registered:
-// once set, Caddy's /metrics has them.
-func TestRouteGaugesOnMetrics(t *testing.T) {
-	app := newAppStub(t)
-	startCaddy(t, "", pingbackSite("2captcha", "", app))
-	a := runningApp(t)
-	until := time.Now().Add(time.Hour).Truncate(time.Second)
-	a.metrics.setRouteGauges([]routeGauge{{Server: "gauge-test", Provider: "2captcha", Concurrency: 2, PausedUntil: until}}, 4, time.Now())
-	t.Cleanup(func() { a.metrics.setRouteGauges(nil, 4, time.Now()) })
-	for sample, want := range map[string]float64{
-		`caddy_pingback_route_replay_concurrency{provider="2captcha",server="gauge-test"}`:             2,
-		`caddy_pingback_route_paused_until_timestamp_seconds{provider="2captcha",server="gauge-test"}`: float64(until.Unix()),
-	} {
-		if v, ok := scrapeMetric(t, sample); !ok || v != want {
-			t.Errorf("%s = %v (there: %v), want %v", sample, v, ok, want)
-		}
-	}
-}
