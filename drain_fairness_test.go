@@ -77,15 +77,7 @@ func testDrain(t *testing.T, refuse testkit.Refusal) {
 		Requests: drainAppCap, Service: drainService, Refuse: refuse, Key: drainKey,
 	})
 	app.SetDown(true)
-	startCaddy(t, "replay {\n\tbackoff 200ms 30s\n}", fmt.Sprintf(`http://localhost:%s {
-	handle /cb {
-		pingback {
-			provider captchaai
-		}
-		reverse_proxy %s
-	}
-}
-`, testHTTPPort, strings.TrimPrefix(app.URL, "http://")))
+	startDrainCaddy(t, app.URL)
 	client := &http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: 32},
 		Timeout:   10 * time.Second,
@@ -357,4 +349,19 @@ func (f drainFigures) log(t *testing.T) {
 		f.liveSent, f.liveDone, f.p50.Seconds(), f.p99.Seconds(), f.max.Seconds(), f.liveRefused, 100*float64(f.liveRefused)/float64(max(f.liveSent, 1)))
 	t.Logf("refusals above the cap: %d in all, %d to live results, %d to backlog ones; %d retries sooner than Retry-After; %d results delivered twice",
 		f.refusals, f.liveRefusals, f.refusals-f.liveRefusals, len(f.early), len(f.twice))
+}
+
+// startDrainCaddy starts Caddy with backoff 200ms 30s and the captchaai
+// pingback on /cb in front of the app at appURL.
+func startDrainCaddy(t *testing.T, appURL string) {
+	t.Helper()
+	startCaddy(t, "replay {\n\tbackoff 200ms 30s\n}", fmt.Sprintf(`http://localhost:%s {
+	handle /cb {
+		pingback {
+			provider captchaai
+		}
+		reverse_proxy %s
+	}
+}
+`, testHTTPPort, strings.TrimPrefix(appURL, "http://")))
 }

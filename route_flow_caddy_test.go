@@ -2,10 +2,8 @@ package pingback
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,15 +37,7 @@ func TestThrottledRouteIsShown(t *testing.T) {
 		defer mu.Unlock()
 		return len(arrivals[id])
 	}
-	startCaddy(t, "replay {\n\tbackoff 200ms 30s\n}", fmt.Sprintf(`http://localhost:%s {
-	handle /cb {
-		pingback {
-			provider captchaai
-		}
-		reverse_proxy %s
-	}
-}
-`, testHTTPPort, strings.TrimPrefix(app.URL, "http://")))
+	startDrainCaddy(t, app.URL)
 	a := runningApp(t)
 	core, logs := observer.New(zapcore.InfoLevel)
 	a.logger = zap.New(core)
