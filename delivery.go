@@ -94,8 +94,11 @@ func (a *App) deliver(ctx context.Context, d delivery) outcome {
 		return out
 	}
 	if !a.handle.track() {
-		// The store is being closed: the lease lapses with it and the
-		// next open replays the result.
+		// The store is being closed: record the outcome now, while a
+		// replay's own tracking (replayDue) still holds the store open;
+		// if it closed already, the lease lapses with it and the next
+		// open replays the result.
+		a.recordOutcome(context.Background(), d.st, d.rec.Key(), attempt, out)
 		return out
 	}
 	go func() {
