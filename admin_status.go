@@ -39,9 +39,10 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the poll budget: %w", err)}
 	}
+	accounts := a.accountStatuses(c, budget)
 	ans := adminapi.StatusAnswer{Records: c.Records, Tasks: map[string]adminapi.TaskStatus{}, Loops: map[string]adminapi.LoopStatus{},
-		OldestUndeliveredAgeSeconds: map[string]float64{}, LastCallbackAt: ages.LastCallback, Budget: budget,
-		Routes: a.routeStatuses(time.Now())}
+		OldestUndeliveredAgeSeconds: map[string]float64{}, LastCallbackAt: ages.LastCallback, Budget: providerBudgets(budget),
+		Accounts: accounts, Routes: a.routeStatuses(time.Now())}
 	if ans.Records == nil {
 		ans.Records = map[string]map[store.State]int64{}
 	}
@@ -53,7 +54,8 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	now := a.now()
 	for _, p := range countedProviders(c) {
-		ans.Tasks[p] = adminapi.TaskStatus{Pending: c.TasksPending[p], OldestPendingAgeSeconds: roundAge(ageAt(ages.OldestPendingTask[p], now))}
+		ans.Tasks[p] = adminapi.TaskStatus{Pending: c.TasksPending[p], Unpollable: unpollableOf(accounts[p]),
+			OldestPendingAgeSeconds: roundAge(ageAt(ages.OldestPendingTask[p], now))}
 		ans.OldestUndeliveredAgeSeconds[p] = roundAge(ageAt(ages.OldestUndelivered[p], now))
 	}
 	every := map[string]time.Duration{"replay": time.Second, "poll": time.Second}

@@ -57,9 +57,13 @@ func handleRegisterTask(w http.ResponseWriter, r *http.Request) error {
 	if api != "" && api != protocol.Legacy && api != protocol.JSON {
 		return badInput("api must be legacy or json, got %q", reg.API)
 	}
+	account, err := registrationAccount(a.providerConfig(reg.Provider), reg)
+	if err != nil {
+		return err
+	}
 	task, created, err := a.trackTask(r.Context(), trackSpec{
 		provider: reg.Provider, id: reg.ID, api: api, method: reg.Method,
-		pingbackURL: reg.PingbackURL, submittedAt: submitted,
+		pingbackURL: reg.PingbackURL, submittedAt: submitted, account: account,
 	}, true)
 	var bad *badRequest
 	if errors.As(err, &bad) {
@@ -103,15 +107,19 @@ func handleGetTask(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, publicTask(t))
 }
 
-// handleListTasks answers GET /pingback/tasks?provider=&state=&limit=&cursor=:
+// handleListTasks answers GET /pingback/tasks?provider=&state=&account=&limit=&cursor=:
 // {"tasks": [...], "next_cursor": "..."}, ordered by submission time
 // (submitted_at), then provider and id, at most limit (default 100, at
-// most 10000); state is pending, done or expired; next_cursor, absent on
+// most 10000); state is pending, done or expired; account is an account
+// id (the tasks submitted with that API key); next_cursor, absent on
 // the last page, asks for the next one. A cursor of the order before (by
 // provider and id) answers 400.
 func handleListTasks(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	tq := store.TaskQuery{Provider: q.Get("provider"), State: store.TaskState(q.Get("state"))}
+	tq := store.TaskQuery{Provider: q.Get("provider"), State: store.TaskState(q.Get("state")), Account: q.Get("account")}
+	if tq.Account != "" && !validAccountID(tq.Account) {
+		return badInput("account must be an account id of 16 hex characters, got %q", tq.Account)
+	}
 	if tq.Provider != "" {
 		if _, err := lookupProvider(tq.Provider); err != nil {
 			return badInput("%v", err)
@@ -180,4 +188,25 @@ func (a *App) giveUpFor(provider string) time.Duration {
 		return time.Duration(a.Poll.GiveUp)
 	}
 	return a.providerConfig(provider).giveUp
+}
+
+// registrationAccount returns the account a registered task belongs to:
+// the one reg names, which must be a configured key's; with none named,
+// the provider's only account. A provider with several keys needs one
+// named (400), since polling with another account's key cannot find the
+// task.
+func registrationAccount(pc *ProviderConfig, reg adminapi.TaskRegistration) (string, error) {
+	if reg.Account != "" {
+		if _, ok := pc.account(reg.Account); !ok {
+			return "", badInput("account %q is not one of provider %s's configured api_key accounts", reg.Account, reg.Provider)
+		}
+		return reg.Account, nil
+	}
+	if len(pc.accounts) > 1 {
+		return "", badInput("account is required: provider %s has %d api_key accounts (see /pingback/status)", reg.Provider, len(pc.accounts))
+	}
+	if acc, ok := pc.onlyAccount(); ok {
+		return acc.id, nil
+	}
+	return "", nil // no key: trackTask refuses it (strict)
 }

@@ -95,6 +95,7 @@ type App struct {
 	loopCancel context.CancelFunc
 	loopDone   chan struct{} // closed when the replay loop has returned
 	pollDone   chan struct{} // closed when the poll loop has returned
+	expiredAt  time.Time     // when the poll loop last expired overdue tasks (expireOverdue)
 	// cutCtx ends cutAfter after Stop begins: every forward of this config
 	// still running then is cut and recorded as interrupted.
 	cutCtx    context.Context
@@ -270,7 +271,7 @@ func (a *App) Start() error {
 		if testHoldStoreOpen != nil {
 			testHoldStoreOpen(a)
 		}
-		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger)
+		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger, a.legacyAccounts())
 	})
 	if err != nil {
 		return fmt.Errorf("pingback storage: %w", err)
@@ -282,6 +283,7 @@ func (a *App) Start() error {
 			zap.String("store", a.name), zap.Int64("in_use", a.handle.minFree), zap.Int64("configured", a.MinFreeSpace))
 	}
 	a.handle.join(a)
+	a.noteRemovedAccounts(a.ctx)
 	a.inflight = make(chan struct{}, a.Replay.Concurrency)
 	a.slotFreed = make(chan struct{}, 1)
 	a.slotMu = new(sync.Mutex)
@@ -333,18 +335,24 @@ func (a *App) Cleanup() error {
 
 // logPlan writes the start-up line that says what the plugin will do with
 // this config: the store and its location, the providers it polls (those
-// with an api_key), and the replay and poll settings in force.
+// with an api_key) and their accounts ("<provider> <account id> <api_key
+// entry>", the entry's placeholder or its position, never the key), and
+// the replay and poll settings in force.
 func (a *App) logPlan() {
-	var polled, unpolled []string
+	var polled, unpolled, accounts []string
 	for name, pc := range a.Providers {
-		if pc != nil && pc.key != "" {
+		if pc != nil && len(pc.accounts) > 0 {
 			polled = append(polled, name)
+			for _, acc := range pc.accounts {
+				accounts = append(accounts, name+" "+acc.id+" "+acc.configured)
+			}
 		} else {
 			unpolled = append(unpolled, name)
 		}
 	}
 	slices.Sort(polled)
 	slices.Sort(unpolled)
+	slices.Sort(accounts)
 	kind := "badger"
 	if _, ok := a.storeMod.(*PostgresStore); ok {
 		kind = "postgres"
@@ -353,6 +361,7 @@ func (a *App) logPlan() {
 	a.logger.Info("pingback plugin started",
 		zap.String("store", kind), zap.String("location", a.name),
 		zap.Strings("providers_polled", polled), zap.Strings("providers_not_polled_no_api_key", unpolled),
+		zap.Strings("accounts", accounts),
 		zap.String("replay_backoff", time.Duration(r.BackoffMin).String()+" to "+time.Duration(r.BackoffMax).String()),
 		zap.Int("replay_max_attempts", r.MaxAttempts), zap.Int("replay_concurrency", r.Concurrency),
 		zap.Duration("forward_timeout", time.Duration(r.ForwardTimeout)),

@@ -192,7 +192,11 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "api_endpoint":
 			return oneArg(d, &pc.APIEndpoint)
 		case "api_key":
-			return oneArg(d, &pc.APIKey)
+			pc.APIKey = d.RemainingArgs()
+			if len(pc.APIKey) == 0 {
+				return d.ArgErr()
+			}
+			return nil
 		case "callback_format":
 			return oneArg(d, &pc.CallbackFormat)
 		case "give_up":

@@ -36,37 +36,73 @@ var errContradicted = errors.New("the provider's answer differs from the pingbac
 // answered 200 once the record is durably stored, and the record is then
 // delivered, or not, through the replay loop (the one delivery path).
 func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, error) {
+	accs, err := a.confirmAccounts(t)
+	if err != nil {
+		return protocol.Answer{}, err
+	}
+	var ans protocol.Answer
+	for _, acc := range accs {
+		if ans, err = a.askResultWith(ctx, t, acc); err != nil || ans.Kind != protocol.UnknownTask {
+			return ans, err
+		}
+		// Not this account's task (an untracked result): the next key.
+	}
+	return ans, errNotConfirmed // no configured account knows the task
+}
+
+// errUnpollable: the task was submitted with an API key this Caddy does
+// not have; the provider cannot be asked about it.
+var errUnpollable = errors.New("the task's API key is not in the provider's api_key: it cannot be asked for")
+
+// confirmAccounts returns the accounts to ask for task t's result: the
+// task's own account; for a result with no tracked task (untrackedTask:
+// State empty), every configured key in order.
+func (a *App) confirmAccounts(t *store.Task) ([]account, error) {
+	pc := a.providerConfig(t.Provider)
+	if len(pc.accounts) == 0 {
+		return nil, fmt.Errorf("no api_key configured for %s", t.Provider)
+	}
+	if t.State == "" {
+		return pc.accounts, nil
+	}
+	acc, ok := pc.account(t.Account)
+	if !ok {
+		return nil, errUnpollable
+	}
+	return []account{acc}, nil
+}
+
+// askResultWith asks once, with acc's key, for task t's result.
+func (a *App) askResultWith(ctx context.Context, t *store.Task, acc account) (protocol.Answer, error) {
 	name := t.Provider
 	h := a.readyHandle()
 	if h == nil {
 		return protocol.Answer{}, errStoreUnavailable
 	}
-	ps := h.provider(name)
+	acct := store.Account{Provider: name, ID: acc.id}
+	as := h.account(acct)
 	pc := a.providerConfig(name)
-	if pc.key == "" {
-		return protocol.Answer{}, fmt.Errorf("no api_key configured for %s", name)
-	}
-	if a.handle.sharedPolling() == nil && ps.overBudget() {
+	if a.handle.sharedPolling() == nil && as.overBudget() {
 		// The in-process budget (a shared store's is checked by waitPoll).
 		return protocol.Answer{}, errBudgetSpent
 	}
-	if !a.waitPoll(name, ps) {
+	if !a.waitPoll(acct, as) {
 		return protocol.Answer{}, errBudgetSpent
 	}
-	ps.mu.Lock()
-	ps.polls++
-	ps.mu.Unlock()
-	_, _ = h.store.UpdateTask(ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
+	as.countPoll()
+	if t.State != "" {
+		_, _ = h.store.UpdateTask(ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
+	}
 	rctx, cancel := context.WithTimeout(ctx, resTimeout)
 	defer cancel()
 	var ans protocol.Answer
 	var err error
 	if t.API == string(protocol.JSON) {
 		prov, _ := lookupProvider(name)
-		c := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: pc.key, HTTP: a.httpClient}
+		c := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: acc.key, HTTP: a.httpClient}
 		ans, err = c.Get(rctx, t.ID)
 	} else {
-		c := &providerclient.ResPHP{Endpoint: pc.endpoint, Key: pc.key, HTTP: a.httpClient}
+		c := &providerclient.ResPHP{Endpoint: pc.endpoint, Key: acc.key, HTTP: a.httpClient}
 		var answers []protocol.Answer
 		if answers, err = c.Get(rctx, []string{t.ID}); err == nil && len(answers) != 1 {
 			err = errors.New("unexpected answer")
@@ -80,6 +116,9 @@ func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, er
 		return protocol.Answer{}, err
 	}
 	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
+	if ans.Kind == protocol.UnknownTask && t.State == "" {
+		return ans, nil // askResult tries the next key
+	}
 	if !ans.Final() {
 		return ans, errNotConfirmed
 	}
@@ -94,7 +133,7 @@ func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer
 		if err == nil {
 			return ans, nil
 		}
-		if try >= confirmTries || errors.Is(err, errBudgetSpent) || !confirmAfter(ctx, confirmGap) {
+		if try >= confirmTries || errors.Is(err, errBudgetSpent) || errors.Is(err, errUnpollable) || !confirmAfter(ctx, confirmGap) {
 			return ans, err
 		}
 	}
@@ -218,12 +257,14 @@ func (a *App) markQuarantined(ctx context.Context, st store.Store, key store.Key
 // carried. The provider's answer wins and both codes are kept; if the app
 // had already been sent the losing code, the right one is delivered again
 // as a correction. A result whose task the plugin does not track is
-// confirmed all the same (res.php and getTaskResult need only the id), its
-// correction delivered to the URL its pingback came to (untrackedTask).
-// Without an api_key, or if the provider gives no final answer, the first
-// code is kept and the other recorded as other_code.
+// confirmed all the same (res.php and getTaskResult need only the id and
+// a key: each configured key is tried in order), its correction delivered
+// to the URL its pingback came to (untrackedTask). Without an api_key, for
+// a task of an account this Caddy has no key for, or if the provider gives
+// no final answer, the first code is kept and the other recorded as
+// other_code.
 func (a *App) settleConflict(ctx context.Context, st store.Store, key store.Key, code string, logger *zap.Logger) {
-	if a.providerConfig(key.Provider).key == "" {
+	if len(a.providerConfig(key.Provider).accounts) == 0 {
 		a.keepOtherCode(ctx, st, key, code)
 		return
 	}
@@ -231,6 +272,9 @@ func (a *App) settleConflict(ctx context.Context, st store.Store, key store.Key,
 	tracked := err == nil
 	if errors.Is(err, store.ErrNotFound) {
 		t, err = a.untrackedTask(ctx, st, key)
+	}
+	if err == nil && tracked && !a.taskPollable(t) {
+		err = errUnpollable // its account's key is not configured: nobody to ask
 	}
 	if err != nil {
 		a.keepOtherCode(ctx, st, key, code)
@@ -254,7 +298,8 @@ func (a *App) settleConflict(ctx context.Context, st store.Store, key store.Key,
 // track, what a result request and a correction need: the provider's API
 // (the JSON one if the provider has no legacy API or the pingback was
 // JSON, else the legacy one) and the URL the pingback came to (its token,
-// if any, taken out), on the server that received it.
+// if any, taken out), on the server that received it. Its State is empty
+// (no tracked task): askResult asks with every configured key in turn.
 func (a *App) untrackedTask(ctx context.Context, st store.Store, key store.Key) (*store.Task, error) {
 	rec, err := st.Get(ctx, key)
 	if err != nil {

@@ -31,6 +31,10 @@ type metrics struct {
 	// tasks counts tracked tasks by provider and event: tracked,
 	// recovered (result found by polling), expired.
 	tasks *prometheus.CounterVec
+	// unpollable counts tracked tasks, by provider, each once when it
+	// became unpollable: submitted with an API key not in the provider's
+	// api_key, or left pending by a reload that removed its key.
+	unpollable *prometheus.CounterVec
 	// parked counts results parked after max_attempts, by provider.
 	parked *prometheus.CounterVec
 	// resphp counts the poller's res.php requests by provider and result:
@@ -95,6 +99,10 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_total",
 				Help: "Tracked tasks, by provider and event (tracked, recovered, expired).",
 			}, []string{"provider", "event"}),
+			unpollable: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_unpollable_total",
+				Help: "Tracked tasks that became unpollable, by provider: submitted with an API key not in the provider's api_key (or left pending by a reload that removed it); their results can only arrive by pingback.",
+			}, []string{"provider"}),
 			parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "parked_total",
 				Help: "Results parked after max_attempts (kept, not retried; list them with GET /pingback/records?state=parked).",
@@ -128,7 +136,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return theMetrics, nil
 	}
-	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
+	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.unpollable, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
 		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError

@@ -23,20 +23,12 @@ import (
 )
 
 // providerState is the poller's process-wide state for one provider, kept
-// in the pooled store handle so it survives config reloads.
+// in the pooled store handle so it survives config reloads: what is the
+// provider's, whatever account asks (accountState holds each account's).
 type providerState struct {
 	latencies latencies
-	limiter   *rate.Limiter
 
-	mu           sync.Mutex
-	blockedUntil time.Time
-	failures     int    // consecutive backoff answers
-	stoppedKey   string // the API key the provider rejected, if any
-	noKeyLogged  bool
-	polls        int // res.php requests since start
-	tracked      int // tasks tracked since start
-	budgetLogged bool
-
+	mu sync.Mutex
 	// The shared "after" estimate (a store shared by instances) and when
 	// it was read.
 	sharedAfter   time.Duration
@@ -52,7 +44,7 @@ func (h *storeHandle) provider(name string) *providerState {
 	}
 	ps := h.providers[name]
 	if ps == nil {
-		ps = &providerState{limiter: rate.NewLimiter(rate.Limit(DefaultPollRate), int(DefaultPollRate))}
+		ps = new(providerState)
 		h.providers[name] = ps
 	}
 	return ps
@@ -81,64 +73,84 @@ func (a *App) pollLoop() {
 	}
 }
 
-// pollDue polls the tasks that are due now, provider by provider.
+// pollDue polls the tasks that are due now, account by account: only the
+// tasks of accounts this Caddy has a key for (on a shared store, another
+// instance polls its own), each with its own key. Tasks of other accounts
+// are not polled; they expire at give_up (expireOverdue).
 func (a *App) pollDue() {
 	st := a.handle.store
 	if !st.Available() {
 		return // a full disk: no res.php request whose result could not be stored
 	}
 	now := a.now().UTC()
-	tasks, err := st.DueTasks(a.ctx, now, 1000)
+	a.expireOverdue(now)
+	accounts := a.pollAccounts()
+	if len(accounts) == 0 {
+		return
+	}
+	tasks, err := st.DueTasks(a.ctx, store.DueQuery{Now: now, Limit: 1000, Accounts: accounts})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			a.logger.Error("scanning pending tasks", zap.Error(err))
 		}
 		return
 	}
-	byProvider := map[string][]*store.Task{}
+	byAccount := map[store.Account][]*store.Task{}
 	for _, t := range tasks {
 		if !now.Before(t.SubmittedAt.Add(a.providerConfig(t.Provider).giveUp)) {
 			a.expireTask(t, "no result within give_up")
 			continue
 		}
-		byProvider[t.Provider] = append(byProvider[t.Provider], t)
+		acct := store.Account{Provider: t.Provider, ID: t.Account}
+		byAccount[acct] = append(byAccount[acct], t)
 	}
-	for name, ts := range byProvider {
-		a.pollProvider(name, ts, now)
+	for acct, ts := range byAccount {
+		if acc, ok := a.providerConfig(acct.Provider).account(acct.ID); ok {
+			a.pollAccount(acct.Provider, acc, ts, now)
+		}
 	}
 }
 
-// pollProvider asks one provider for the results of its due tasks: tokens
-// in bulk, the rest one by one, within the rate limit and the budget.
-func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
-	ps := a.handle.provider(name)
-	pc := a.providerConfig(name)
-	ps.limiter.SetLimit(rate.Limit(a.Poll.Rate))
-	ps.limiter.SetBurst(max(1, int(math.Ceil(a.Poll.Rate))))
+// pollAccounts returns every account the poller polls for: each
+// configured key of each provider.
+func (a *App) pollAccounts() []store.Account {
+	var out []store.Account
+	for _, name := range protocol.Names() {
+		if pc := a.Providers[name]; pc != nil {
+			for _, acc := range pc.accounts {
+				out = append(out, store.Account{Provider: name, ID: acc.id})
+			}
+		}
+	}
+	return out
+}
 
-	ps.mu.Lock()
-	blockedUntil := ps.blockedUntil
+// pollAccount asks one provider, with one account's key, for the results
+// of the account's due tasks: tokens in bulk, the rest one by one, within
+// the account's rate limit and budget.
+func (a *App) pollAccount(name string, acc account, tasks []*store.Task, now time.Time) {
+	acct := store.Account{Provider: name, ID: acc.id}
+	as := a.handle.account(acct)
+	pc := a.providerConfig(name)
+	as.limiter.SetLimit(rate.Limit(a.Poll.Rate))
+	as.limiter.SetBurst(max(1, int(math.Ceil(a.Poll.Rate))))
+
+	as.mu.Lock()
+	blockedUntil := as.blockedUntil
 	blocked := now.Before(blockedUntil)
-	stopped := pc.key != "" && ps.stoppedKey == pc.key
-	noKey := pc.key == ""
-	logNoKey := noKey && !ps.noKeyLogged
-	ps.noKeyLogged = ps.noKeyLogged || noKey
-	polls, tracked := ps.polls, ps.tracked
+	stopped := as.stopped
+	polls, tracked := as.polls, as.tracked
 	// A shared store counts the budget of every instance (takePoll).
 	overBudget := a.handle.sharedPolling() == nil && overPollBudget(polls, tracked)
-	logBudget := overBudget && !ps.budgetLogged
-	ps.budgetLogged = ps.budgetLogged || overBudget
-	ps.mu.Unlock()
+	logBudget := overBudget && !as.budgetLogged
+	as.budgetLogged = as.budgetLogged || overBudget
+	as.mu.Unlock()
 
-	if logNoKey {
-		a.logger.Error("cannot poll: no api_key configured for the provider (global pingback option: provider <name> { api_key ... })",
-			zap.String("provider", name))
-	}
 	if logBudget {
 		a.logger.Warn("res.php budget reached: polling slowed to stay well under the provider's 20 requests per task",
-			zap.String("provider", name), zap.Int("polls", polls), zap.Int("tasks", tracked))
+			zap.String("provider", name), zap.String("account", acc.id), zap.Int("polls", polls), zap.Int("tasks", tracked))
 	}
-	if noKey || stopped || overBudget {
+	if stopped || overBudget {
 		// Nothing to do now; look again next interval, not every tick.
 		for _, t := range tasks {
 			a.reschedule(t, now.Add(time.Duration(a.Poll.Interval)), false)
@@ -147,7 +159,7 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	}
 	if blocked {
 		// Due again when the block ends: out of the scan meanwhile, so
-		// that other providers' tasks are not starved behind them.
+		// that other accounts' tasks are not starved behind them.
 		for _, t := range tasks {
 			a.reschedule(t, blockedUntil, false)
 		}
@@ -173,21 +185,22 @@ func (a *App) pollProvider(name string, tasks []*store.Task, now time.Time) {
 	for _, t := range single {
 		groups = append(groups, []*store.Task{t})
 	}
-	client := &providerclient.ResPHP{Endpoint: pc.endpoint, Key: pc.key, Method: pc.resMethod, HTTP: a.httpClient}
+	client := &providerclient.ResPHP{Endpoint: pc.endpoint, Key: acc.key, Method: pc.resMethod, HTTP: a.httpClient}
 	for _, g := range groups {
 		// A newer config took over the store's loops (reload): leave the
 		// rest of the round to it.
-		if !a.handle.owns(a) || !a.pollGroup(name, ps, client, g, now) {
+		if !a.handle.owns(a) || !a.pollGroup(acct, as, client, g, now) {
 			return
 		}
 	}
-	a.pollJSONTasks(name, ps, pc, jsonTasks, now)
+	a.pollJSONTasks(acct, as, acc, jsonTasks, now)
 }
 
 // pollGroup asks res.php once for the tasks of g and acts on the answers.
 // It reports whether polling this provider may go on in this round.
-func (a *App) pollGroup(name string, ps *providerState, c *providerclient.ResPHP, g []*store.Task, now time.Time) bool {
-	if ok, _, _ := a.takePoll(name, ps); !ok {
+func (a *App) pollGroup(acct store.Account, as *accountState, c *providerclient.ResPHP, g []*store.Task, now time.Time) bool {
+	name := acct.Provider
+	if ok, _, _ := a.takePoll(acct, as); !ok {
 		return false
 	}
 	claimed := g[:0:0]
@@ -203,9 +216,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *providerclient.ResPHP
 	for i, t := range claimed {
 		ids[i] = t.ID
 	}
-	ps.mu.Lock()
-	ps.polls++
-	ps.mu.Unlock()
+	as.countPoll()
 
 	// Not cut short by Stop (a reload would then ask again): Stop waits
 	// for at most one request in flight.
@@ -214,19 +225,19 @@ func (a *App) pollGroup(name string, ps *providerState, c *providerclient.ResPHP
 	cancel()
 	if err != nil {
 		a.metrics.resphp.WithLabelValues(name, "error").Inc()
-		a.backoffProvider(name, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: err.Error()})
+		a.backoffAccount(acct, as, now, protocol.Answer{Kind: protocol.Backoff, Code: err.Error()})
 		return false
 	}
 	if len(answers) != len(claimed) {
 		if len(answers) == 1 && (answers[0].Kind == protocol.Backoff || answers[0].Kind == protocol.KeyError) {
-			return a.onAnswer(name, ps, nil, answers[0], now)
+			return a.onAnswer(acct, as, nil, answers[0], now)
 		}
 		// Never guess which element belongs to which id: ask one by one.
 		a.metrics.resphp.WithLabelValues(name, "bulk_mismatch").Inc()
 		a.logger.Debug("bulk answer count mismatch; asking one by one",
 			zap.String("provider", name), zap.Int("asked", len(claimed)), zap.Int("got", len(answers)))
 		for _, t := range claimed {
-			if !a.pollSingleNow(name, ps, c, t, now) {
+			if !a.pollSingleNow(acct, as, c, t, now) {
 				return false
 			}
 		}
@@ -234,7 +245,7 @@ func (a *App) pollGroup(name string, ps *providerState, c *providerclient.ResPHP
 	}
 	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
 	for i, ans := range answers {
-		if !a.onAnswer(name, ps, claimed[i], ans, now) {
+		if !a.onAnswer(acct, as, claimed[i], ans, now) {
 			return false
 		}
 	}
@@ -243,13 +254,12 @@ func (a *App) pollGroup(name string, ps *providerState, c *providerclient.ResPHP
 
 // pollSingleNow asks res.php for one already claimed task (the bulk
 // fallback), waiting for the rate limiter.
-func (a *App) pollSingleNow(name string, ps *providerState, c *providerclient.ResPHP, t *store.Task, now time.Time) bool {
-	if !a.waitPoll(name, ps) {
+func (a *App) pollSingleNow(acct store.Account, as *accountState, c *providerclient.ResPHP, t *store.Task, now time.Time) bool {
+	name := acct.Provider
+	if !a.waitPoll(acct, as) {
 		return false
 	}
-	ps.mu.Lock()
-	ps.polls++
-	ps.mu.Unlock()
+	as.countPoll()
 	_, _ = a.handle.store.UpdateTask(a.ctx, t.Key(), func(t *store.Task) error { t.Polls++; return nil })
 	ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
 	answers, err := c.Get(ctx, []string{t.ID})
@@ -260,61 +270,57 @@ func (a *App) pollSingleNow(name string, ps *providerState, c *providerclient.Re
 		if err != nil {
 			text = err.Error()
 		}
-		a.backoffProvider(name, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: text})
+		a.backoffAccount(acct, as, now, protocol.Answer{Kind: protocol.Backoff, Code: text})
 		return false
 	}
 	a.metrics.resphp.WithLabelValues(name, "ok").Inc()
-	return a.onAnswer(name, ps, t, answers[0], now)
+	return a.onAnswer(acct, as, t, answers[0], now)
 }
 
-// onAnswer acts on one answer for task t (nil for a provider-wide answer).
-func (a *App) onAnswer(name string, ps *providerState, t *store.Task, ans protocol.Answer, now time.Time) bool {
+// onAnswer acts on one answer for task t (nil for an answer about the
+// account), asked with acct's key.
+func (a *App) onAnswer(acct store.Account, as *accountState, t *store.Task, ans protocol.Answer, now time.Time) bool {
 	switch ans.Kind {
 	case protocol.Result, protocol.TaskError:
-		ps.ok()
+		as.ok()
 		a.deliverPolled(t, ans)
 	case protocol.NotReady:
-		ps.ok() // rescheduled when claimed
+		as.ok() // rescheduled when claimed
 	case protocol.UnknownTask:
-		ps.ok()
+		as.ok()
 		a.expireTask(t, "provider does not know the task: "+ans.Code)
 	case protocol.KeyError:
-		ps.mu.Lock()
-		first := ps.stoppedKey != a.providerConfig(name).key
-		ps.stoppedKey = a.providerConfig(name).key
-		ps.mu.Unlock()
+		as.mu.Lock()
+		first := !as.stopped
+		as.stopped = true
+		as.mu.Unlock()
 		if first {
-			a.logger.Error("provider rejected the API key: polling stopped for this provider until the key changes",
-				zap.String("provider", name), zap.String("answer", ans.Code))
+			a.logger.Error("provider rejected the API key: polling stopped for this account (its other accounts go on)",
+				zap.String("provider", acct.Provider), zap.String("account", acct.ID), zap.String("answer", ans.Code))
 		}
 		return false
 	case protocol.Backoff:
-		a.backoffProvider(name, ps, now, ans)
+		a.backoffAccount(acct, as, now, ans)
 		return false
 	}
 	return true
 }
 
-func (ps *providerState) ok() {
-	ps.mu.Lock()
-	ps.failures = 0
-	ps.mu.Unlock()
-}
-
-// backoffProvider blocks polling the provider: exponentially longer with
-// consecutive failures (5s doubling up to 10m), at least the block the
-// answer documents, with full jitter on top of that floor.
-func (a *App) backoffProvider(name string, ps *providerState, now time.Time, ans protocol.Answer) {
-	ps.mu.Lock()
-	ps.failures++
+// backoffAccount blocks polling with the account's key: exponentially
+// longer with consecutive failures (5s doubling up to 10m), at least the
+// block the answer documents, with full jitter on top of that floor. The
+// provider's other accounts are not blocked.
+func (a *App) backoffAccount(acct store.Account, as *accountState, now time.Time, ans protocol.Answer) {
+	as.mu.Lock()
+	as.failures++
 	floor := providerBackoffFloor() // 5s; scaled only in the drill's child
-	capd := min(floor<<min(ps.failures-1, 7), 10*time.Minute)
+	capd := min(floor<<min(as.failures-1, 7), 10*time.Minute)
 	wait := max(ans.Wait, floor) + time.Duration(a.jitter(int64(capd)+1))
-	ps.blockedUntil = now.Add(wait)
-	n := ps.failures
-	ps.mu.Unlock()
-	a.logger.Warn("provider unavailable for polling; backing off",
-		zap.String("provider", name), zap.String("answer", truncate(ans.Code, 120)),
+	as.blockedUntil = now.Add(wait)
+	n := as.failures
+	as.mu.Unlock()
+	a.logger.Warn("provider unavailable for polling with this account; backing off",
+		zap.String("provider", acct.Provider), zap.String("account", acct.ID), zap.String("answer", truncate(ans.Code, 120)),
 		zap.Int("consecutive", n), zap.Duration("wait", wait))
 }
 
@@ -539,17 +545,20 @@ func (a *App) finishTask(t *store.Task, resultAt time.Time) {
 	}
 }
 
-// pollJSONTasks asks getTaskResult for each due createTask task, one task
-// per request, within the provider's rate limit and budget (takePoll, as
+// pollJSONTasks asks getTaskResult, with the account's key, for each of
+// its due createTask tasks, one task per request, within the account's
+// rate limit and budget (takePoll, as
 // res.php: the store's if it is shared), honouring the provider's per-task
 // limits: at most MaxResultCalls calls per task counting the app's own
 // passed-through calls (CapMonster: 120), and no poll of a task the app
 // polled itself within the last interval (its answer, passed through
 // pingback_track, gives the plugin the result anyway).
-func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, tasks []*store.Task, now time.Time) {
+func (a *App) pollJSONTasks(acct store.Account, as *accountState, acc account, tasks []*store.Task, now time.Time) {
 	if len(tasks) == 0 {
 		return
 	}
+	name := acct.Provider
+	pc := a.providerConfig(name)
 	prov, _ := lookupProvider(name)
 	if pc.apiEndpoint == "" {
 		for _, t := range tasks {
@@ -557,7 +566,7 @@ func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, 
 		}
 		return
 	}
-	client := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: pc.key, HTTP: a.httpClient}
+	client := &providerclient.TaskResult{Provider: prov, Endpoint: pc.apiEndpoint, Key: acc.key, HTTP: a.httpClient}
 	interval := time.Duration(a.Poll.Interval)
 	for _, t := range tasks {
 		if !a.handle.owns(a) {
@@ -576,26 +585,24 @@ func (a *App) pollJSONTasks(name string, ps *providerState, pc *ProviderConfig, 
 		}
 		// The same rate and budget as res.php (shared by every instance
 		// when the store is: two instances never poll twice as hard).
-		if ok, _, _ := a.takePoll(name, ps); !ok {
+		if ok, _, _ := a.takePoll(acct, as); !ok {
 			return
 		}
 		ct := a.reschedule(t, now.Add(max(interval, prov.MinResultGap)), true)
 		if ct == nil {
 			continue
 		}
-		ps.mu.Lock()
-		ps.polls++
-		ps.mu.Unlock()
+		as.countPoll()
 		ctx, cancel := context.WithTimeout(a.ctx, resTimeout)
 		ans, err := client.Get(ctx, ct.ID)
 		cancel()
 		if err != nil {
 			a.metrics.resphp.WithLabelValues(name, "error").Inc()
-			a.backoffProvider(name, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: err.Error()})
+			a.backoffAccount(acct, as, now, protocol.Answer{Kind: protocol.Backoff, Code: err.Error()})
 			return
 		}
 		a.metrics.resphp.WithLabelValues(name, "ok").Inc()
-		if !a.onAnswer(name, ps, ct, ans, now) {
+		if !a.onAnswer(acct, as, ct, ans, now) {
 			return
 		}
 	}

@@ -37,8 +37,9 @@ const (
 	DefaultPollBatch    = 50
 	DefaultPollRate     = 5.0
 
-	// The poller's res.php budget per provider and process: at most 10
-	// requests per task tracked since start plus pollAllowance, half of
+	// The poller's res.php budget per account (API key) and process (per
+	// account and database with a shared store): at most 10 requests per
+	// task of the account tracked since start plus pollAllowance, half of
 	// 2captcha's rule R > 20·C + 1200 (ERROR: 1005,
 	// https://2captcha.com/2captcha-api#limits), so the account stays well
 	// under it.
@@ -64,11 +65,20 @@ type ProviderConfig struct {
 	// captchaai.
 	APIEndpoint string `json:"api_endpoint,omitempty"`
 
-	// The account's API key, sent to res.php as key and to getTaskResult
-	// as clientKey. Placeholders such as {env.CAPTCHAAI_KEY} are resolved
-	// at provision; a key that is given but resolves empty fails the app's
-	// start (not `caddy validate`). Required for polling; never logged.
-	APIKey string `json:"api_key,omitempty"`
+	// The accounts' API keys: one key (a string) or several (an array),
+	// each an account the plugin may poll for. A task is polled, confirmed
+	// and answered locally with the key of the account it was submitted
+	// with (sent to res.php as key and to getTaskResult as clientKey);
+	// a task submitted with a key not listed here is delivered when its
+	// pingback comes but never polled. Placeholders such as
+	// {env.CAPTCHAAI_KEY} are resolved at provision, one placeholder being
+	// one key; two entries resolving to the same key are an error, and an
+	// entry that is given but resolves empty fails the app's start (not
+	// `caddy validate`). Tasks stored before tasks had accounts belong to
+	// the first key's account. Required for polling; never logged, shown
+	// or stored (logs and the admin API show each account's id,
+	// accountID, next to its placeholder).
+	APIKey APIKeys `json:"api_key,omitempty"`
 
 	// How polled results of in.php tasks are delivered to the pingback
 	// URL, in the provider's own pingback format: "get" (query id, code)
@@ -101,7 +111,7 @@ type ProviderConfig struct {
 
 	endpoint    string                  // resolved, without trailing slash
 	apiEndpoint string                  // resolved, without trailing slash
-	key         string                  // resolved
+	accounts    []account               // resolved api_key entries, in order
 	keyErr      error                   // a key given that resolved empty: fails Start
 	method      string                  // resolved, http.MethodGet or http.MethodPost
 	resMethod   string                  // resolved result_method, http.MethodGet or http.MethodPost
@@ -137,7 +147,9 @@ type PollConfig struct {
 	// bulk. Default: 50.
 	Batch int `json:"batch,omitempty"`
 
-	// Most res.php requests per second per provider. Default: 5.
+	// Most res.php and getTaskResult requests per second per account (one
+	// API key of a provider; with PostgreSQL, for every instance together).
+	// Default: 5.
 	Rate float64 `json:"rate,omitempty"`
 }
 
@@ -253,10 +265,8 @@ func (pc *ProviderConfig) provision(name string, globalGiveUp time.Duration) err
 	if pc.apiEndpoint, err = resolveURL("api_endpoint", pc.APIEndpoint, prov.JSONEndpoint); err != nil {
 		return err
 	}
-	pc.key = repl.ReplaceAll(pc.APIKey, "")
-	pc.keyErr = nil
-	if pc.APIKey != "" && pc.key == "" {
-		pc.keyErr = fmt.Errorf("provider %s: api_key %q resolves to an empty key (is the environment variable set?)", name, pc.APIKey)
+	if err := pc.provisionAccounts(name, repl); err != nil {
+		return err
 	}
 	callbackDefault := http.MethodPost
 	if prov.LegacyCallback == protocol.FormGET {
@@ -366,7 +376,7 @@ func (a *App) pollable(name string, api protocol.API) error {
 		return fmt.Errorf("provider %s has no %s API the plugin can poll", name, api)
 	}
 	pc := a.Providers[name]
-	if pc == nil || pc.key == "" {
+	if pc == nil || len(pc.accounts) == 0 {
 		return fmt.Errorf("provider %s cannot be polled: no api_key configured (global option: pingback { provider %s { api_key ... } })", name, name)
 	}
 	return nil

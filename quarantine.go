@@ -325,7 +325,7 @@ func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
 		}
 		verified = VerifyToken
 	}
-	confirm := t.Token == "" && a.providerConfig(t.Provider).key != ""
+	confirm := t.Token == "" && a.taskPollable(t)
 	now := a.now().UTC()
 	_, err = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
 		if r.State != store.StateQuarantined || r.Quarantine != whyUnknownID {

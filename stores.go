@@ -250,9 +250,15 @@ type storeHandle struct {
 	storeErrors *throttledLog // results not stored, by provider
 
 	mu        sync.Mutex
-	apps      []*App                    // started apps, oldest first; the last one owns the loops
-	providers map[string]*providerState // the poller's state per provider
-	closing   bool                      // Destruct began: no new outcomes
+	apps      []*App                          // started apps, oldest first; the last one owns the loops
+	providers map[string]*providerState       // the poller's state per provider
+	accounts  map[store.Account]*accountState // the poller's state per account
+	// configured are the accounts of the config that started last
+	// (noteRemovedAccounts), and unpollableLogged when the unpollable
+	// warning was last logged per account (warnUnpollable).
+	configured       map[store.Account]bool
+	unpollableLogged map[store.Account]time.Time
+	closing          bool // Destruct began: no new outcomes
 	// outcomesWaiting counts outcomes waiting for an unavailable store to
 	// take them; the replay loop claims nothing meanwhile.
 	outcomesWaiting atomic.Int64
@@ -276,8 +282,11 @@ func (a *App) logStoreError(provider string) bool {
 	return a.handle.storeErrors.allow(provider)
 }
 
-func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger) (*storeHandle, error) {
-	s, err := mod.OpenStore(logger, minFree)
+// openStoreHandle opens the store of mod; legacy is provider → the
+// account id given to tasks stored before tasks had accounts (the format
+// or schema upgrade applies it once).
+func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy map[string]string) (*storeHandle, error) {
+	s, err := mod.OpenStore(logger, minFree, legacy)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -177,7 +176,7 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	if rec.Status() == http.StatusOK && pingback != "" {
 		if id, ok := protocol.ParseInAnswer(answer); ok && t.provider.ValidID(id) {
 			ctx := context.WithoutCancel(r.Context())
-			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted, token: token}
+			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted, token: token, account: t.accountOf(params.Get("key"))}
 			if _, _, err := t.app.trackTask(ctx, ts, false); err != nil {
 				t.logger.Error("task NOT tracked: its result will not be polled if the pingback is lost",
 					zap.String("provider", t.Provider), zap.String("id", id), zap.Error(err))
@@ -206,10 +205,10 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
 	// Answer locally only a caller that proves it owns the account: the
-	// key must be the provider's api_key configured for the poller. Task
-	// ids are nearly sequential, so anything less would let anyone who
-	// reaches this site read other accounts' results.
-	if st != nil && t.keyMatches(params.Get("key")) {
+	// key must be the configured key of the task's account (mayAnswer).
+	// Task ids are nearly sequential, so anything less would let anyone
+	// who reaches this site read other accounts' results.
+	if st != nil && t.mayAnswer(r.Context(), st, key, params.Get("key")) {
 		// Only a trusted result is answered locally; for any other the
 		// provider answers (servedLocally).
 		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) {
@@ -262,11 +261,35 @@ func (t *Tracker) passSeenResult(w http.ResponseWriter, r *http.Request, next ca
 	return nil
 }
 
-// keyMatches reports whether key is the configured API key of the provider.
-// Without a configured key nothing matches.
-func (t *Tracker) keyMatches(key string) bool {
-	want := t.app.providerConfig(t.Provider).key
-	return want != "" && subtle.ConstantTimeCompare([]byte(key), []byte(want)) == 1
+// accountOf returns the account id of the key a submission carried ("" for
+// none); the key itself is not kept.
+func (t *Tracker) accountOf(key string) string {
+	if key == "" {
+		return ""
+	}
+	return accountID(t.Provider, key)
+}
+
+// mayAnswer reports whether a result request for key carrying apiKey may
+// be answered locally: apiKey must be one of the provider's configured
+// keys, and the key of the task's account; a result with no tracked task
+// is answered only when the provider has a single configured key (with
+// several, whose result it is is unknown: never one account's result to
+// another). Without a configured key nothing is answered locally.
+func (t *Tracker) mayAnswer(ctx context.Context, st store.Store, key store.Key, apiKey string) bool {
+	pc := t.app.providerConfig(t.Provider)
+	if !pc.hasKey(apiKey) {
+		return false
+	}
+	task, err := st.GetTask(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		_, one := pc.onlyAccount()
+		return one
+	case err != nil:
+		return false
+	}
+	return task.Account == accountID(t.Provider, apiKey)
 }
 
 // storeSeenResult stores a result the app fetched itself, as delivered (the
@@ -472,6 +495,9 @@ type trackSpec struct {
 	// token is the pingback token pingback_track added to the
 	// submission's pingback URL (not part of pingbackURL), or "".
 	token string
+	// account is the account id of the API key the submission carried
+	// (accountID), or "" if it carried none.
+	account string
 }
 
 // trackTask durably records a submitted task as pending, so the poller can
@@ -538,6 +564,7 @@ func (a *App) trackTask(ctx context.Context, ts trackSpec, strict bool) (*store.
 		UpdatedAt:   now,
 		ExpiresAt:   submittedAt.Add(max(time.Duration(a.Retention), time.Duration(a.Poll.GiveUp))),
 		Token:       ts.token,
+		Account:     ts.account,
 	}
 	existing, err := st.AddTask(ctx, t)
 	if err != nil {
@@ -551,8 +578,12 @@ func (a *App) trackTask(ctx context.Context, ts trackSpec, strict bool) (*store.
 		}
 		return existing, false, nil
 	}
-	a.countTracked(ts.provider, a.handle.provider(ts.provider))
 	a.metrics.tasks.WithLabelValues(ts.provider, "tracked").Inc()
+	if a.taskPollable(t) {
+		a.countTracked(store.Account{Provider: t.Provider, ID: t.Account})
+	} else {
+		a.noteUnpollable(t)
+	}
 	// A pingback that came while the submission was in flight was held
 	// in quarantine as an unknown id: check it now.
 	a.recheckHeld(ctx, st, t)

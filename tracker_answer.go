@@ -145,11 +145,11 @@ func (t *Tracker) upstreamGuard(next caddyhttp.Handler) caddyhttp.Handler {
 	})
 }
 
-// redactSecrets removes from msg the configured API key and the key or
+// redactSecrets removes from msg the configured API keys and the key or
 // clientKey the request itself carries (in its query; a body's secrets
 // are not in Caddy's errors).
 func (t *Tracker) redactSecrets(r *http.Request, msg string) string {
-	secrets := []string{t.app.providerConfig(t.Provider).key}
+	secrets := t.app.providerConfig(t.Provider).keys()
 	q := parseURLEncoded(r.URL.RawQuery)
 	secrets = append(secrets, q["key"]...)
 	secrets = append(secrets, q["clientKey"]...)

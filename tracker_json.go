@@ -50,7 +50,7 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 	if rec.Status() == http.StatusOK {
 		id, sync, ok := protocol.ParseCreateTaskAnswer(answer)
 		if ok && t.provider.ValidID(id) {
-			t.trackCreated(r.Context(), id, ct.TaskType, callback, token, submitted, sync)
+			t.trackCreated(r.Context(), id, ct.TaskType, callback, token, t.accountOf(ct.ClientKey), submitted, sync)
 		}
 	}
 	return rec.WriteResponse()
@@ -58,12 +58,12 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 
 // trackCreated records a task created through createTask, and stores a
 // synchronous result.
-func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback, token string, submitted time.Time, sync *protocol.Answer) {
+func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback, token, account string, submitted time.Time, sync *protocol.Answer) {
 	ctx := context.WithoutCancel(rctx)
 	id = t.provider.CanonicalID(id)
 	var task *store.Task
 	if callback != "" {
-		ts := trackSpec{provider: t.Provider, id: id, api: protocol.JSON, method: taskType, pingbackURL: callback, submittedAt: submitted, token: token}
+		ts := trackSpec{provider: t.Provider, id: id, api: protocol.JSON, method: taskType, pingbackURL: callback, submittedAt: submitted, token: token, account: account}
 		var err error
 		if task, _, err = t.app.trackTask(ctx, ts, false); err != nil {
 			t.logger.Error("task NOT tracked: its result will not be polled if the callback is lost",
@@ -86,7 +86,8 @@ func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback, tok
 }
 
 // serveGetTaskResult answers getTaskResult locally for a result the plugin
-// holds in getTaskResult's shape, asked with the configured clientKey;
+// holds in getTaskResult's shape, asked with the clientKey of the task's
+// account (mayAnswer);
 // anything else passes through, and a result seen in the provider's answer
 // is stored as delivered (the app has it). For providers that limit result
 // calls per task (CapMonster), the app's passed-through calls are counted
@@ -106,7 +107,7 @@ func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, nex
 	}
 	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
-	if st != nil && t.keyMatches(clientKey) {
+	if st != nil && t.mayAnswer(r.Context(), st, key, clientKey) {
 		// Only a trusted result is answered locally (servedLocally).
 		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) {
 			if answer, ok := protocol.LocalTaskResult(held.Answer); ok {

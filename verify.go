@@ -83,7 +83,7 @@ func (h *Handler) provisionVerify() error {
 	switch h.Verify {
 	case "", VerifyToken, VerifyNone:
 	case VerifyResPHP:
-		if h.app.providerConfig(h.Provider).APIKey == "" {
+		if len(h.app.providerConfig(h.Provider).APIKey) == 0 {
 			return fmt.Errorf("verify res_php needs the provider's api_key (global pingback option: provider %s { api_key ... })", h.Provider)
 		}
 	default:
@@ -179,14 +179,17 @@ func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, ke
 	switch {
 	case verify == VerifyNone:
 		v.verified = VerifyNone
-	case verify == VerifyToken && task.Token != "":
+	case task.Token != "" && (verify == VerifyToken || !h.app.taskPollable(task)):
+		// token, or res_php for a task of an account this Caddy has no
+		// key for: the provider cannot be asked, the token judges it.
 		if !tokenMatches(r.URL.RawQuery, task.Token) {
 			v.why, v.verified = whyTokenMismatch, VerifyNone
 			return v
 		}
 		v.verified = VerifyToken
-	case verify == VerifyResPHP || h.app.providerConfig(h.Provider).key != "":
-		// res_php, or a task without a token and a key to ask with.
+	case h.app.taskPollable(task):
+		// res_php, or a task without a token and its account's key to
+		// ask with.
 		v.confirm, v.why, v.verified = true, whyConfirming, VerifyResPHP
 	default:
 		v.verified = VerifyNone // no token, no key: accepted as it is

@@ -18,8 +18,14 @@ type StatusAnswer struct {
 	// LastCallbackAt is provider → when the last live pingback was stored,
 	// from the store (it survives restarts; database-wide on PostgreSQL).
 	LastCallbackAt map[string]time.Time `json:"last_callback_at"`
-	// Budget is provider → the poller's res.php and getTaskResult budget.
+	// Budget is provider → the poller's res.php and getTaskResult budget,
+	// the sum over the provider's accounts (Accounts has each one's).
 	Budget map[string]BudgetStatus `json:"budget"`
+	// Accounts is provider → account id → that account's budget and
+	// tasks: every account of a configured api_key key, and every account
+	// that has pending tasks (those of a key this Caddy does not have are
+	// unpollable). Always present; {} when there is none.
+	Accounts map[string]map[string]AccountStatus `json:"accounts"`
 	// Loops is replay and poll: when each last ran a round in this
 	// process, and when it runs next at the latest.
 	Loops map[string]LoopStatus `json:"loops"`
@@ -51,6 +57,10 @@ type RouteStatus struct {
 // TaskStatus is one provider's tracked tasks in StatusAnswer.
 type TaskStatus struct {
 	Pending int64 `json:"pending"`
+	// Unpollable is how many of the pending tasks were submitted with an
+	// API key not in the provider's api_key: they are never polled, and
+	// their results can only arrive by pingback.
+	Unpollable int64 `json:"unpollable"`
 	// OldestPendingAgeSeconds is the age of the oldest pending task
 	// (since its submission); 0 when none is pending.
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
@@ -62,6 +72,25 @@ type TaskStatus struct {
 type BudgetStatus struct {
 	Used int64 `json:"used"`
 	Left int64 `json:"left"`
+}
+
+// AccountStatus is one account (one API key) of a provider in
+// StatusAnswer.
+type AccountStatus struct {
+	// Key says which api_key entry the account is, never the key: the
+	// entry's placeholder as written ("{env.CAPTCHA_KEY_B}"), or its
+	// 1-based position ("api_key #2") for a key written in the config;
+	// empty for an account this Caddy has no key for.
+	Key string `json:"key,omitempty"`
+	// Used and Left are the account's res.php/getTaskResult budget, as
+	// in BudgetStatus.
+	Used int64 `json:"used"`
+	Left int64 `json:"left"`
+	// Pending is the account's pending tracked tasks.
+	Pending int64 `json:"pending"`
+	// Unpollable is the account's pending tasks that cannot be polled:
+	// all of Pending for an account without a configured key, else 0.
+	Unpollable int64 `json:"unpollable"`
 }
 
 // LoopStatus is one loop (replay or poll) in StatusAnswer; a time is

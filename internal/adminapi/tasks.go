@@ -13,6 +13,12 @@ type TaskRegistration struct {
 	API string `json:"api,omitempty"`
 	// SubmittedAt is an RFC 3339 time; empty is now.
 	SubmittedAt string `json:"submitted_at,omitempty"`
+	// Account is the account id (16 hex characters, as /pingback/status
+	// and the start-up log show it) of the API key the task was submitted
+	// with: one of the provider's configured keys. Optional when the
+	// provider has one key (that key's account); required, else 400, when
+	// it has several.
+	Account string `json:"account,omitempty"`
 }
 
 // TasksPage is the answer of GET /pingback/tasks: at most limit tasks,
