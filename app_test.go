@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -471,7 +472,11 @@ func TestStartupLine(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			core, logs := observer.New(zapcore.InfoLevel)
 			a := &App{
-				Providers: map[string]*ProviderConfig{"2captcha": {key: "k"}, "capsolver": {}, "anticaptcha": {key: "k2"}},
+				Providers: map[string]*ProviderConfig{
+					"2captcha":    {accounts: []account{{id: accountID("2captcha", "k"), key: "k", configured: "{env.TWOCAPTCHA_KEY}"}, {id: accountID("2captcha", "k3"), key: "k3", configured: "api_key #2"}}},
+					"capsolver":   {},
+					"anticaptcha": {accounts: []account{{id: accountID("anticaptcha", "k2"), key: "k2", configured: "api_key #1"}}},
+				},
 				Replay: &ReplayConfig{BackoffMin: caddy.Duration(time.Second), BackoffMax: caddy.Duration(30 * time.Second),
 					MaxAttempts: 20, Concurrency: 4, ForwardTimeout: caddy.Duration(10 * time.Second)},
 				Poll:     &PollConfig{After: caddy.Duration(20 * time.Second), Interval: caddy.Duration(5 * time.Second), GiveUp: caddy.Duration(10 * time.Minute), Batch: 100, Rate: 10},
@@ -496,6 +501,16 @@ func TestStartupLine(t *testing.T) {
 			}
 			if p, ok := f["providers_polled"].([]any); !ok || len(p) != 2 || p[0] != "2captcha" || p[1] != "anticaptcha" {
 				t.Errorf("providers_polled = %#v, want [2captcha anticaptcha]", f["providers_polled"])
+			}
+			// Each account's id next to its api_key entry, never the key.
+			wantAccounts := []string{
+				"2captcha " + accountID("2captcha", "k") + " {env.TWOCAPTCHA_KEY}",
+				"2captcha " + accountID("2captcha", "k3") + " api_key #2",
+				"anticaptcha " + accountID("anticaptcha", "k2") + " api_key #1",
+			}
+			slices.Sort(wantAccounts)
+			if got := fmt.Sprint(f["accounts"]); got != fmt.Sprint(wantAccounts) {
+				t.Errorf("accounts = %s, want %s", got, wantAccounts)
 			}
 		})
 	}

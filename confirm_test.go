@@ -90,7 +90,7 @@ func TestVerifyConflictFloodBounded(t *testing.T) {
 	}
 
 	// The budget spent (on Badger: in process): nothing asked, first code kept.
-	ps := a.handle.provider("2captcha")
+	ps := a.handle.account(store.Account{Provider: "2captcha", ID: a.providerConfig("2captcha").accounts[0].id})
 	ps.mu.Lock()
 	ps.polls = 10*ps.tracked + pollAllowance
 	ps.mu.Unlock()

@@ -848,13 +848,21 @@ func TestPollerProviderFailures(t *testing.T) {
 	noSlots := newPollerSim(t, captchasim.Config{NoSlotRate: 1})
 	down.setFault(serverErrors)
 	busy.setFault(noSlots)
+	// The account's key, accepted when the tasks were submitted, is
+	// rejected by res.php (revoked since).
+	rejecting.setFault(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.FormValue("json") == "1" {
+			_, _ = io.WriteString(w, `{"status":0,"request":"ERROR_KEY_DOES_NOT_EXIST"}`)
+			return
+		}
+		_, _ = io.WriteString(w, "ERROR_KEY_DOES_NOT_EXIST")
+	}))
 
-	const wrongKey = "0badbadbadbadbadbadbadbadbadbad0"
 	app := newAppStub(t)
 	env := startPollerCaddy(t, pollBlock("after 1s", "interval 5s"), app,
 		pollerRoute{provider: "2captcha", sim: down},
 		pollerRoute{provider: "captchaai", sim: busy},
-		pollerRoute{provider: "rucaptcha", sim: rejecting, apiKey: wrongKey},
+		pollerRoute{provider: "rucaptcha", sim: rejecting},
 	)
 	// Backoff without jitter: exactly the 5s floor, so the outage lasts
 	// two failed rounds and the test stays short. The poll loop reads
@@ -938,11 +946,12 @@ func TestPollerProviderFailures(t *testing.T) {
 		if n := len(rejecting.resCalls()); n != 1 {
 			t.Fatalf("%d res.php requests with the rejected key, want exactly 1", n)
 		}
-		entries := logEntries(t, env.logFile, "provider rejected the API key: polling stopped for this provider until the key changes")
-		if len(entries) != 1 || entries[0]["level"] != "error" || entries[0]["provider"] != "rucaptcha" {
-			t.Errorf("key rejection logged as %v, want once at error level for rucaptcha", entries)
+		entries := logEntries(t, env.logFile, "provider rejected the API key: polling stopped for this account (its other accounts go on)")
+		if len(entries) != 1 || entries[0]["level"] != "error" || entries[0]["provider"] != "rucaptcha" ||
+			entries[0]["account"] != accountID("rucaptcha", captchasim.DefaultKey) {
+			t.Errorf("key rejection logged as %v, want once at error level for rucaptcha's account", entries)
 		}
-		if b, err := os.ReadFile(env.logFile); err != nil || bytes.Contains(b, []byte(wrongKey)) {
+		if b, err := os.ReadFile(env.logFile); err != nil || bytes.Contains(b, []byte(captchasim.DefaultKey)) {
 			t.Errorf("the API key appears in the log (read error: %v)", err)
 		}
 		// The tasks are kept, not lost: they wait for a working key.
@@ -1118,8 +1127,8 @@ func TestBackoffProvider(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var asked int64
 			a := &App{logger: zap.NewNop(), jitter: func(n int64) int64 { asked = n; return tc.jitterOf(n) }}
-			ps := &providerState{failures: tc.failures}
-			a.backoffProvider("2captcha", ps, now, protocol.Answer{Kind: protocol.Backoff, Code: "x", Wait: tc.ansWait})
+			ps := &accountState{failures: tc.failures}
+			a.backoffAccount(store.Account{Provider: "2captcha", ID: "0123456789abcdef"}, ps, now, protocol.Answer{Kind: protocol.Backoff, Code: "x", Wait: tc.ansWait})
 			if got := ps.blockedUntil.Sub(now); got != tc.want {
 				t.Errorf("blocked for %s, want %s", got, tc.want)
 			}

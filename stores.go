@@ -33,7 +33,10 @@ type StoreModule interface {
 	// host:port/database): never a password.
 	StoreName() string
 	// OpenStore opens the store.
-	OpenStore(logger *zap.Logger, minFreeSpace int64) (store.Store, error)
+	// legacyAccounts is provider → the account id given to the tasks
+	// stored before tasks had accounts (by the store's format or schema
+	// upgrade, once).
+	OpenStore(logger *zap.Logger, minFreeSpace int64, legacyAccounts map[string]string) (store.Store, error)
 }
 
 // BadgerStore is the embedded single-node store (module
@@ -78,7 +81,7 @@ func (b *BadgerStore) StoreLocation() string { return b.dir }
 func (b *BadgerStore) StoreName() string { return b.dir }
 
 // OpenStore implements StoreModule.
-func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64) (store.Store, error) {
+func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, _ map[string]string) (store.Store, error) {
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", b.dir, err)
 	}
@@ -166,7 +169,7 @@ func (p *PostgresStore) StoreName() string { return p.location }
 
 // OpenStore implements StoreModule: the database is retried for 10 s
 // while unreachable; the error then names host and port.
-func (p *PostgresStore) OpenStore(logger *zap.Logger, _ int64) (store.Store, error) {
+func (p *PostgresStore) OpenStore(logger *zap.Logger, _ int64, _ map[string]string) (store.Store, error) {
 	return store.OpenPostgres(store.PostgresOptions{
 		DSN:       p.dsn,
 		Schema:    p.Schema,

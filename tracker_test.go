@@ -399,10 +399,11 @@ func trkAssertNotStored(t *testing.T, id string) {
 func trkPending(t *testing.T) []*store.Task {
 	t.Helper()
 	st := runningApp(t).store(time.Second)
-	tasks, err := st.DueTasks(context.Background(), time.Now().Add(24*time.Hour), 1000)
+	page, err := st.ListTaskPage(context.Background(), store.TaskQuery{State: store.TaskPending, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tasks := page.Tasks
 	return tasks
 }
 
@@ -794,8 +795,8 @@ func TestTrackResultPassThrough(t *testing.T) {
 		if err != nil || task.State != store.TaskDone {
 			t.Errorf("task: %+v, %v; want state done (never polled)", task, err)
 		}
-		if due, err := st.DueTasks(context.Background(), time.Now().Add(time.Hour), 100); err != nil || len(due) != 0 {
-			t.Errorf("due tasks: %d, %v; want none", len(due), err)
+		if due, err := st.ListTaskPage(context.Background(), store.TaskQuery{State: store.TaskPending, Limit: 100}); err != nil || len(due.Tasks) != 0 {
+			t.Errorf("pending tasks: %d, %v; want none", len(due.Tasks), err)
 		}
 
 		trkPingback(t, id, "TOKEN-072")

@@ -1,0 +1,260 @@
+package pingback
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// TestAccountID: the account id is the first 8 bytes, in hex, of
+// HMAC-SHA256 keyed with the key over "caddy-pingback account v1
+// <provider>" (the issue's pinned definition); the vectors were computed
+// with Python's hmac module, independently of this code.
+func TestAccountID(t *testing.T) {
+	for _, tc := range []struct{ provider, key, want string }{
+		{"2captcha", "5157cafe5157cafe5157cafe5157cafe", "3cec5d40ae813669"},
+		{"anticaptcha", "key-b", "735b405c4fd2fa08"},
+	} {
+		if got := accountID(tc.provider, tc.key); got != tc.want {
+			t.Errorf("accountID(%q, %q) = %s, want %s", tc.provider, tc.key, got, tc.want)
+		}
+	}
+	// One key, two providers: two accounts.
+	if accountID("2captcha", "k") == accountID("rucaptcha", "k") {
+		t.Error("the same key gives the same id at two providers")
+	}
+}
+
+// TestAPIKeysJSON: api_key is a string for one key (written back as a
+// string, so today's configs and golden files stay as they are) or an
+// array for several.
+func TestAPIKeysJSON(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    APIKeys
+		out     string
+		wantErr string
+	}{
+		{in: `"{env.KEY}"`, want: APIKeys{"{env.KEY}"}, out: `"{env.KEY}"`},
+		{in: `["a","{env.B}"]`, want: APIKeys{"a", "{env.B}"}, out: `["a","{env.B}"]`},
+		{in: `["only"]`, want: APIKeys{"only"}, out: `"only"`},
+		{in: `""`, want: nil},
+		{in: `5`, wantErr: "api_key must be a string or an array of strings"},
+		{in: `["a",5]`, wantErr: "api_key must be a string or an array of strings"},
+	} {
+		var pc ProviderConfig
+		err := json.Unmarshal([]byte(`{"api_key":`+tc.in+`}`), &pc)
+		if tc.wantErr != "" {
+			assertErrHas(t, err, tc.wantErr)
+			continue
+		}
+		if err != nil || !slices.Equal(pc.APIKey, tc.want) {
+			t.Errorf("%s: got %q, %v; want %q", tc.in, pc.APIKey, err, tc.want)
+			continue
+		}
+		b, err := json.Marshal(pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `{}`
+		if tc.out != "" {
+			want = `{"api_key":` + tc.out + `}`
+		}
+		if string(b) != want {
+			t.Errorf("%s: marshalled %s, want %s", tc.in, b, want)
+		}
+	}
+}
+
+// TestAPIKeyCaddyfile: `api_key <key> [<key>...]` on one line; repeating
+// the line stays an error.
+func TestAPIKeyCaddyfile(t *testing.T) {
+	parse := func(input string) (*ProviderConfig, error) {
+		v, err := parseGlobalOption(caddyfile.NewTestDispenser(input), nil)
+		if err != nil {
+			return nil, err
+		}
+		var app App
+		if err := json.Unmarshal(v.(httpcaddyfile.App).Value, &app); err != nil {
+			return nil, err
+		}
+		return app.Providers["2captcha"], nil
+	}
+	pc, err := parse("pingback {\n\tprovider 2captcha {\n\t\tapi_key {env.A} {env.B} literal\n\t}\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (APIKeys{"{env.A}", "{env.B}", "literal"}); !slices.Equal(pc.APIKey, want) {
+		t.Errorf("api_key = %q, want %q", pc.APIKey, want)
+	}
+	_, err = parse("pingback {\n\tprovider 2captcha {\n\t\tapi_key a\n\t\tapi_key b\n\t}\n}")
+	assertErrHas(t, err, "api_key specified more than once", "Testfile:4")
+	_, err = parse("pingback {\n\tprovider 2captcha {\n\t\tapi_key\n\t}\n}")
+	assertErrHas(t, err, "wrong argument count", "Testfile:3")
+}
+
+// TestProvisionAccounts: each entry is one account; duplicates are errors
+// naming their positions; one {env.VAR} is one key, never split; an entry
+// that resolves empty fails the start, not the provision.
+func TestProvisionAccounts(t *testing.T) {
+	t.Setenv("PINGBACK_TEST_KEY_A", "aaaa aaaa") // a space: still one key
+	t.Setenv("PINGBACK_TEST_KEY_B", "bbbbbbbb")
+	t.Setenv("PINGBACK_TEST_KEY_DUP", "bbbbbbbb")
+	_ = os.Unsetenv("PINGBACK_TEST_KEY_UNSET")
+	for _, tc := range []struct {
+		name      string
+		keys      APIKeys
+		wantIDs   []string
+		wantShown []string
+		wantErr   string
+		wantStart string
+	}{
+		{name: "one placeholder", keys: APIKeys{"{env.PINGBACK_TEST_KEY_A}"},
+			wantIDs: []string{accountID("2captcha", "aaaa aaaa")}, wantShown: []string{"{env.PINGBACK_TEST_KEY_A}"}},
+		{name: "placeholder and literal", keys: APIKeys{"{env.PINGBACK_TEST_KEY_B}", "literal-key"},
+			wantIDs:   []string{accountID("2captcha", "bbbbbbbb"), accountID("2captcha", "literal-key")},
+			wantShown: []string{"{env.PINGBACK_TEST_KEY_B}", "api_key #2"}},
+		{name: "same key twice", keys: APIKeys{"x", "{env.PINGBACK_TEST_KEY_B}", "{env.PINGBACK_TEST_KEY_DUP}"},
+			wantErr: "provider 2captcha: api_key entries 2 and 3 are the same key"},
+		{name: "unset variable", keys: APIKeys{"x", "{env.PINGBACK_TEST_KEY_UNSET}"},
+			wantIDs: []string{accountID("2captcha", "x")}, wantShown: []string{"api_key #1"},
+			wantStart: `api_key "{env.PINGBACK_TEST_KEY_UNSET}" (entry 2) resolves to an empty key`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pc := &ProviderConfig{APIKey: tc.keys}
+			err := pc.provision("2captcha", time.Hour)
+			if tc.wantErr != "" {
+				assertErrHas(t, err, tc.wantErr)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids, shown []string
+			for _, acc := range pc.accounts {
+				ids, shown = append(ids, acc.id), append(shown, acc.configured)
+			}
+			if !slices.Equal(ids, tc.wantIDs) || !slices.Equal(shown, tc.wantShown) {
+				t.Errorf("accounts %q shown as %q, want %q as %q", ids, shown, tc.wantIDs, tc.wantShown)
+			}
+			a := &App{Providers: map[string]*ProviderConfig{"2captcha": pc}}
+			err = a.checkProviderKeys()
+			if tc.wantStart == "" && err != nil {
+				t.Errorf("start: %v", err)
+			}
+			if tc.wantStart != "" {
+				assertErrHas(t, err, tc.wantStart)
+			}
+		})
+	}
+}
+
+// TestRegistrationAccount: POST /pingback/tasks takes an account, which
+// must be a configured one, and needs it when the provider has several.
+func TestRegistrationAccount(t *testing.T) {
+	one := &ProviderConfig{APIKey: APIKeys{"k1"}}
+	two := &ProviderConfig{APIKey: APIKeys{"k1", "k2"}}
+	for _, pc := range []*ProviderConfig{one, two} {
+		if err := pc.provision("2captcha", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id1, id2 := accountID("2captcha", "k1"), accountID("2captcha", "k2")
+	for _, tc := range []struct {
+		name    string
+		pc      *ProviderConfig
+		account string
+		want    string
+		wantErr string
+	}{
+		{name: "one key, none named", pc: one, want: id1},
+		{name: "one key, named", pc: one, account: id1, want: id1},
+		{name: "two keys, named", pc: two, account: id2, want: id2},
+		{name: "two keys, none named", pc: two, wantErr: "account is required: provider 2captcha has 2 api_key accounts"},
+		{name: "unknown account", pc: two, account: "00000000000000ff", wantErr: `account "00000000000000ff" is not one of provider 2captcha's configured api_key accounts`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := registrationAccount(tc.pc, adminapi.TaskRegistration{Provider: "2captcha", Account: tc.account})
+			if tc.wantErr != "" {
+				assertErrHas(t, err, tc.wantErr)
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAccountStatuses: every configured account is shown with its key
+// entry; an account with pending tasks but no configured key is shown
+// with them all unpollable; budgets are each account's, summed per
+// provider.
+func TestAccountStatuses(t *testing.T) {
+	pc := &ProviderConfig{APIKey: APIKeys{"{env.PINGBACK_TEST_ACC_A}", "literal-b"}}
+	t.Setenv("PINGBACK_TEST_ACC_A", "key-a")
+	if err := pc.provision("2captcha", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	a := &App{Providers: map[string]*ProviderConfig{"2captcha": pc}, Poll: &PollConfig{Rate: 5, GiveUp: caddy.Duration(time.Hour)}}
+	idA, idB, unknown := accountID("2captcha", "key-a"), accountID("2captcha", "literal-b"), accountID("2captcha", "gone")
+	c := store.Counts{TasksPendingByAccount: map[string]map[string]int64{"2captcha": {idA: 3, unknown: 2}}}
+	budget := map[store.Account]adminapi.BudgetStatus{
+		{Provider: "2captcha", ID: idA}: {Used: 7, Left: 623},
+		{Provider: "2captcha", ID: idB}: {Used: 1, Left: 599},
+	}
+	got := a.accountStatuses(c, budget)
+	want := map[string]adminapi.AccountStatus{
+		idA:     {Key: "{env.PINGBACK_TEST_ACC_A}", Used: 7, Left: 623, Pending: 3},
+		idB:     {Key: "api_key #2", Used: 1, Left: 599},
+		unknown: {Pending: 2, Unpollable: 2},
+	}
+	if len(got) != 1 || len(got["2captcha"]) != len(want) {
+		t.Fatalf("accounts = %+v, want 2captcha: %+v", got, want)
+	}
+	for id, w := range want {
+		if g := got["2captcha"][id]; g != w {
+			t.Errorf("account %s = %+v, want %+v", id, g, w)
+		}
+	}
+	if n := unpollableOf(got["2captcha"]); n != 2 {
+		t.Errorf("unpollable = %d, want 2", n)
+	}
+	if b := providerBudgets(budget)["2captcha"]; b != (adminapi.BudgetStatus{Used: 8, Left: 1222}) {
+		t.Errorf("provider budget = %+v, want the sum", b)
+	}
+	for _, s := range got["2captcha"] {
+		if strings.Contains(s.Key, "key-a") || strings.Contains(s.Key, "literal-b") {
+			t.Errorf("status shows a key: %q", s.Key)
+		}
+	}
+}
+
+// TestLegacyAccounts: tasks stored before accounts belong to the account
+// of each provider's first configured key.
+func TestLegacyAccounts(t *testing.T) {
+	a := &App{Providers: map[string]*ProviderConfig{
+		"2captcha":  {APIKey: APIKeys{"first", "second"}},
+		"capsolver": {},
+	}}
+	for name, pc := range a.Providers {
+		if err := pc.provision(name, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := a.legacyAccounts()
+	if len(got) != 1 || got["2captcha"] != accountID("2captcha", "first") {
+		t.Errorf("legacy accounts = %v, want only 2captcha's first key", got)
+	}
+}
+
