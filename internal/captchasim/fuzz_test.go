@@ -37,6 +37,9 @@ func FuzzRequest(f *testing.F) {
 		{1, "GET", "key=" + testKey + "&action=get2&id=10000000000", "", ""},
 		{1, "POST", "", "application/x-www-form-urlencoded", "key=" + testKey + "&action=reportbad&id=99999999999999999999999"},
 		{1, "GET", "action=getbalance", "", ""},
+		{1, "GET", "key=" + otherKey + "&action=get&ids=1," + otherKey + "&json=1", "", ""},
+		{0, "POST", "", "application/x-www-form-urlencoded", "key=" + bannedKey + "&method=userrecaptcha"},
+		{1, "POST", "json=1", "application/x-www-form-urlencoded", "key=" + bannedKey + "&action=get&id=10000000000"},
 		{2, "GET", "", "", ""},
 		{0, "PATCH", "", "text/plain", "x"},
 	}
@@ -45,7 +48,7 @@ func FuzzRequest(f *testing.F) {
 	}
 
 	sim, err := New(Config{
-		Key: testKey, SolveMin: never, SolveMax: never,
+		Key: testKey, Keys: []string{otherKey, bannedKey}, SolveMin: never, SolveMax: never,
 		ServerErrorRate: 0.1, NoSlotRate: 0.1, BulkMismatchRate: 0.5,
 		SubmitServerErrorRate: 0.05, SubmitNoSlotRate: 0.05,
 		EnforceBudget: true, BudgetAllowance: 50,
@@ -54,6 +57,9 @@ func FuzzRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = sim.Close() })
+	if err := sim.BanKey(bannedKey); err != nil {
+		f.Fatal(err)
+	}
 	paths := []string{"/in.php", "/res.php", "/stats", "/x"}
 
 	f.Fuzz(func(t *testing.T, endpoint uint8, method, query, contentType string, body []byte) {
@@ -91,25 +97,35 @@ func FuzzRequest(f *testing.F) {
 }
 
 // FuzzBulkIDs checks bulk answers always carry one element per id (no
-// mismatch injection) or a whole-request error code.
+// mismatch injection) or a whole-request error code, and that an id of the
+// other account's task is always an unknown id.
 func FuzzBulkIDs(f *testing.F) {
-	f.Add("1,2,3")
-	f.Add(",")
-	f.Add(" 10000000000 ,x")
-	f.Add("")
-	sim, err := New(Config{Key: testKey, SolveMin: never, SolveMax: never, ForgetAfter: -1})
+	f.Add("1,2,3", false)
+	f.Add(",", false)
+	f.Add(" 10000000000 ,x", true)
+	f.Add("", false)
+	sim, err := New(Config{Key: testKey, Keys: []string{otherKey}, SolveMin: never, SolveMax: never, ForgetAfter: -1})
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = sim.Close() })
 	now := time.Now()
 	sim.mu.Lock()
-	first := sim.newTaskLocked("hcaptcha", "", now, false).id
+	owned := [2]string{
+		sim.newTaskLocked(sim.accounts[0], "hcaptcha", "", now, false).id,
+		sim.newTaskLocked(sim.accounts[1], "hcaptcha", "", now, false).id,
+	}
 	sim.mu.Unlock()
+	f.Add(owned[0]+","+owned[1], false)
+	f.Add(owned[1]+", "+owned[0]+","+owned[1], true)
 
-	f.Fuzz(func(t *testing.T, ids string) {
+	f.Fuzz(func(t *testing.T, ids string, asOther bool) {
+		asking := 0
+		if asOther {
+			asking = 1
+		}
 		sim.mu.Lock()
-		res := sim.bulkGetLocked(ids, now)
+		res := sim.bulkGetLocked(sim.accounts[asking], ids, now)
 		sim.mu.Unlock()
 		if !res.ok {
 			if res.text != CodeWrongIDFormat {
@@ -124,7 +140,7 @@ func FuzzBulkIDs(f *testing.F) {
 		}
 		for i, p := range parts {
 			want := CodeWrongCaptchaID
-			if strings.TrimSpace(p) == first {
+			if strings.TrimSpace(p) == owned[asking] {
 				want = CodeNotReady
 			}
 			if elems[i] != want {

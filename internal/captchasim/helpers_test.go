@@ -18,6 +18,12 @@ import (
 // testKey is the key every test sim uses.
 const testKey = "0123456789abcdef0123456789abcdef"
 
+// otherKey and bannedKey are the further accounts of multi-account tests.
+const (
+	otherKey  = "fedcba9876543210fedcba9876543210"
+	bannedKey = "00000000111111112222222233333333"
+)
+
 // never is a solve delay long enough that timers never fire during a test.
 const never = time.Hour
 

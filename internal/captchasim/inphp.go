@@ -21,7 +21,10 @@ import (
 //	ERROR_WRONG_USER_KEY                 json=0 error (likewise other codes)
 //	{"status":0,"request":"ERROR_WRONG_USER_KEY"}
 //
-// Errors: ERROR_WRONG_USER_KEY (key missing or not Config.Key),
+// The task belongs to the key's account (Config.Key or one of Config.Keys).
+//
+// Errors: ERROR_WRONG_USER_KEY (key missing or not accepted), the key's
+// KeyFault.Code when its Submits is set,
 // ERROR_BAD_PARAMETERS (method missing or malformed, pingback not an
 // absolute http(s) URL, unreadable body), ERROR_ZERO_CAPTCHA_FILESIZE (no or
 // empty image for post/base64), ERROR_IMAGE_TYPE_NOT_SUPPORTED (body is not
@@ -40,6 +43,9 @@ func (s *Sim) serveIn(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.sweepLocked(now)
 	s.st.InCalls++
+	if a := s.byKey[p.get("key")]; a != nil {
+		a.st.InCalls++
+	}
 	if s.chance(s.cfg.SubmitServerErrorRate) {
 		status := serverErrorStatuses[s.rng.IntN(len(serverErrorStatuses))]
 		s.st.ServerErrors++
@@ -48,7 +54,7 @@ func (s *Sim) serveIn(w http.ResponseWriter, r *http.Request) {
 		writeServerError(w, status)
 		return
 	}
-	method, pingback, code := s.checkSubmitLocked(p, perr)
+	a, method, pingback, code := s.checkSubmitLocked(p, perr)
 	if code != "" {
 		s.st.SubmitErrors++
 		s.mu.Unlock()
@@ -56,10 +62,10 @@ func (s *Sim) serveIn(w http.ResponseWriter, r *http.Request) {
 		writeCode(w, asJSON, code)
 		return
 	}
-	t := s.newTaskLocked(method, pingback, now, false)
+	t := s.newTaskLocked(a, method, pingback, now, false)
 	s.mu.Unlock()
 
-	s.log.Info("in.php: task accepted", "id", t.id, "method", method, "pingback", pingback, "solve_in", t.delay)
+	s.log.Info("in.php: task accepted", "id", t.id, "account", a.index, "method", method, "pingback", pingback, "solve_in", t.delay)
 	if asJSON && s.cfg.NumericJSONIDs && method == "userrecaptcha" {
 		writeJSON(w, reply{Status: 1, Request: json.Number(t.id)})
 		return
@@ -67,39 +73,47 @@ func (s *Sim) serveIn(w http.ResponseWriter, r *http.Request) {
 	writeOK(w, asJSON, true, t.id)
 }
 
-// checkSubmitLocked validates a submit and returns its method and pingback,
-// or the error code to answer. s.mu must be held (SubmitNoSlotRate draws).
-func (s *Sim) checkSubmitLocked(p params, perr error) (method, pingback, code string) {
+// checkSubmitLocked validates a submit and returns its account, method
+// and pingback, or the error code to answer. s.mu must be held
+// (SubmitNoSlotRate draws).
+func (s *Sim) checkSubmitLocked(p params, perr error) (a *account, method, pingback, code string) {
 	method = p.get("method")
+	a = s.byKey[p.get("key")]
 	switch {
 	case errors.Is(perr, errTooBig):
-		return method, "", CodeTooBigFileSize
+		return a, method, "", CodeTooBigFileSize
 	case perr != nil:
-		return method, "", CodeBadParameters
-	case p.get("key") != s.cfg.Key:
-		return method, "", CodeWrongUserKey
-	case !validMethod(method):
-		return method, "", CodeBadParameters
+		return a, method, "", CodeBadParameters
+	case a == nil:
+		return nil, method, "", CodeWrongUserKey
+	}
+	if a.fault.Submits {
+		if code := resFaultLocked(a); code != "" {
+			return a, method, "", code
+		}
+	}
+	if !validMethod(method) {
+		return a, method, "", CodeBadParameters
 	}
 	if s.chance(s.cfg.SubmitNoSlotRate) {
 		s.st.NoSlots++
-		return method, "", CodeNoSlot
+		return a, method, "", CodeNoSlot
 	}
 	switch method {
 	case "post":
 		if len(p.file) == 0 {
-			return method, "", CodeZeroFileSize
+			return a, method, "", CodeZeroFileSize
 		}
 	case "base64":
 		if code := checkBase64(p.get("body")); code != "" {
-			return method, "", code
+			return a, method, "", code
 		}
 	}
 	pingback = p.get("pingback")
 	if pingback != "" && !validPingback(pingback) {
-		return method, "", CodeBadParameters
+		return a, method, "", CodeBadParameters
 	}
-	return method, pingback, ""
+	return a, method, pingback, ""
 }
 
 // checkBase64 validates a method=base64 image body (standard alphabet,

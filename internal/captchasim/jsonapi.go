@@ -36,9 +36,11 @@ var jsonErrorIDs = map[string]int{
 	CodeKeyDoesNotExist: 1,
 	CodeNoSlot:          2,
 	CodeTooMuchRequests: 3,
+	CodeZeroBalance:     10,
 	CodeUnsolvable:      12,
 	CodeNoSuchCaptchaID: 16,
 	CodeTaskAbsent:      20,
+	CodeIPBlocked:       21,
 }
 
 // jsonError is a JSON API error answer.
@@ -54,7 +56,11 @@ type jsonRequest struct {
 	CallbackURL string          `json:"callbackUrl"`
 }
 
-// serveJSON answers createTask, getTaskResult and getBalance.
+// serveJSON answers createTask, getTaskResult and getBalance. clientKey
+// names the account (Config.Key or one of Config.Keys); any other is
+// ERROR_KEY_DOES_NOT_EXIST. getTaskResult answers ERROR_NO_SUCH_CAPCHA_ID
+// for a task of another account, as for an unknown one. A key with a
+// KeyFault.JSONCode is answered that code (createTask only with Submits).
 func (s *Sim) serveJSON(w http.ResponseWriter, r *http.Request, method string) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 	var req jsonRequest
@@ -65,18 +71,27 @@ func (s *Sim) serveJSON(w http.ResponseWriter, r *http.Request, method string) {
 	s.mu.Lock()
 	now := s.cfg.Now()
 	s.sweepLocked(now)
+	a := s.byKey[req.ClientKey]
 	var answer any
 	fault := 0
 	switch method {
 	case "createTask":
 		s.st.CreateTaskCalls++
-		answer, fault = s.createTaskLocked(req, now)
+		if a != nil {
+			a.st.CreateTaskCalls++
+		}
+		answer, fault = s.createTaskLocked(a, req, now)
 	case "getTaskResult":
 		s.st.GetTaskResultCalls++
-		answer, fault = s.getTaskResultLocked(req, now)
+		if a != nil {
+			a.st.GetTaskResultCalls++
+		}
+		answer, fault = s.getTaskResultLocked(a, req, now)
 	default:
-		if req.ClientKey != s.cfg.Key {
+		if a == nil {
 			answer = jsonError(CodeKeyDoesNotExist)
+		} else if code := jsonFaultLocked(a); code != "" {
+			answer = jsonError(code)
 		} else {
 			b, _ := strconv.ParseFloat(s.cfg.Balance, 64)
 			answer = map[string]any{"errorId": 0, "balance": b}
@@ -95,15 +110,22 @@ func (s *Sim) serveJSON(w http.ResponseWriter, r *http.Request, method string) {
 	writeJSON(w, answer)
 }
 
-// createTaskLocked accepts a task. s.mu must be held.
-func (s *Sim) createTaskLocked(req jsonRequest, now time.Time) (any, int) {
+// createTaskLocked accepts a task for account a (nil: the key is not
+// accepted). s.mu must be held.
+func (s *Sim) createTaskLocked(a *account, req jsonRequest, now time.Time) (any, int) {
 	if s.chance(s.cfg.SubmitServerErrorRate) {
 		s.st.ServerErrors++
 		return nil, serverErrorStatuses[s.rng.IntN(len(serverErrorStatuses))]
 	}
-	if req.ClientKey != s.cfg.Key {
+	if a == nil {
 		s.st.SubmitErrors++
 		return jsonError(CodeKeyDoesNotExist), 0
+	}
+	if a.fault.Submits {
+		if code := jsonFaultLocked(a); code != "" {
+			s.st.SubmitErrors++
+			return jsonError(code), 0
+		}
 	}
 	var task struct {
 		Type string `json:"type"`
@@ -121,7 +143,7 @@ func (s *Sim) createTaskLocked(req jsonRequest, now time.Time) (any, int) {
 	if validPingback(req.CallbackURL) {
 		callback = req.CallbackURL
 	}
-	t := s.newTaskLocked(methodForType(task.Type), callback, now, true)
+	t := s.newTaskLocked(a, methodForType(task.Type), callback, now, true)
 	if s.cfg.JSONFlavor == FlavorCapSolver {
 		if strings.HasPrefix(task.Type, "ImageToText") {
 			// Answered in createTask itself, never called back.
@@ -137,7 +159,7 @@ func (s *Sim) createTaskLocked(req jsonRequest, now time.Time) (any, int) {
 			return a, 0
 		}
 	}
-	s.log.Info("task created", "id", t.id, "type", task.Type, "callback", callback != "")
+	s.log.Info("task created", "id", t.id, "account", a.index, "type", task.Type, "callback", callback != "")
 	return map[string]any{"errorId": 0, "taskId": s.taskIDValue(t.id)}, 0
 }
 
@@ -166,14 +188,18 @@ func methodForType(typ string) string {
 	return "userrecaptcha"
 }
 
-// getTaskResultLocked answers getTaskResult. s.mu must be held.
-func (s *Sim) getTaskResultLocked(req jsonRequest, now time.Time) (any, int) {
+// getTaskResultLocked answers getTaskResult for account a (nil: the key
+// is not accepted). s.mu must be held.
+func (s *Sim) getTaskResultLocked(a *account, req jsonRequest, now time.Time) (any, int) {
 	if s.chance(s.cfg.ServerErrorRate) {
 		s.st.ServerErrors++
 		return nil, serverErrorStatuses[s.rng.IntN(len(serverErrorStatuses))]
 	}
-	if req.ClientKey != s.cfg.Key {
+	if a == nil {
 		return jsonError(CodeKeyDoesNotExist), 0
+	}
+	if code := jsonFaultLocked(a); code != "" {
+		return jsonError(code), 0
 	}
 	var id string
 	if json.Unmarshal(req.TaskID, &id) != nil {
@@ -184,7 +210,7 @@ func (s *Sim) getTaskResultLocked(req jsonRequest, now time.Time) (any, int) {
 		id = n.String()
 	}
 	t := s.lookupLocked(id, now)
-	if t == nil || !t.api {
+	if t == nil || !t.api || !ownsLocked(a, t) {
 		return jsonError(CodeNoSuchCaptchaID), 0
 	}
 	s.touchLocked(t)

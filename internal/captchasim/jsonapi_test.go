@@ -173,18 +173,33 @@ func TestJSONAPICapSolverSynchronous(t *testing.T) {
 }
 
 // FuzzJSONAPI: whatever body arrives, the JSON endpoints answer 200 with
-// a JSON object (or an injected 5xx, off here) and never panic.
+// a JSON object (or an injected 5xx, off here) and never panic; the one
+// solved task's result goes only to its own account's key, and the banned
+// account gets only its ban.
 func FuzzJSONAPI(f *testing.F) {
+	sim, err := New(Config{Key: testKey, Keys: []string{otherKey, bannedKey}, SolveMin: never, SolveMax: never, JSONFlavor: FlavorCapSolver})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = sim.Close() })
+	sim.mu.Lock()
+	solved := sim.newTaskLocked(sim.accounts[0], "userrecaptcha", "", time.Now(), true).id
+	sim.mu.Unlock()
+	if !sim.Solve(solved) {
+		f.Fatal("Solve failed")
+	}
+	if err := sim.BanKey(bannedKey); err != nil {
+		f.Fatal(err)
+	}
 	f.Add("createTask", `{"clientKey":"`+testKey+`","task":{"type":"NoCaptchaTask"}}`)
 	f.Add("getTaskResult", `{"clientKey":"`+testKey+`","taskId":10000000001}`)
 	f.Add("getTaskResult", `{"clientKey":"`+testKey+`","taskId":"x"}`)
 	f.Add("getBalance", `{}`)
 	f.Add("createTask", `[`)
-	sim, err := New(Config{Key: testKey, SolveMin: never, SolveMax: never, JSONFlavor: FlavorCapSolver})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = sim.Close() })
+	f.Add("getTaskResult", `{"clientKey":"`+testKey+`","taskId":"`+solved+`"}`)
+	f.Add("getTaskResult", `{"clientKey":"`+otherKey+`","taskId":"`+solved+`"}`)
+	f.Add("getTaskResult", `{"clientKey":"`+bannedKey+`","taskId":"`+solved+`"}`)
+	f.Add("createTask", `{"clientKey":"`+bannedKey+`","task":{"type":"ImageToTextTask"}}`)
 	f.Fuzz(func(t *testing.T, endpoint, body string) {
 		switch endpoint {
 		case "createTask", "getTaskResult", "getBalance":
@@ -196,6 +211,16 @@ func FuzzJSONAPI(f *testing.F) {
 		var m map[string]any
 		if w.Code != http.StatusOK || json.Unmarshal(w.Body.Bytes(), &m) != nil || m["errorId"] == nil {
 			t.Fatalf("%s %q: %d %q", endpoint, body, w.Code, w.Body.String())
+		}
+		var req jsonRequest
+		if json.Unmarshal([]byte(body), &req) != nil {
+			return
+		}
+		if req.ClientKey == bannedKey && m["errorCode"] != CodeIPBlocked {
+			t.Fatalf("banned key's %s %q answered %q", endpoint, body, w.Body.String())
+		}
+		if endpoint == "getTaskResult" && m["status"] == "ready" && req.ClientKey != testKey {
+			t.Fatalf("result given to another key: %q answered %q", body, w.Body.String())
 		}
 	})
 }

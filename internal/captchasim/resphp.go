@@ -60,11 +60,13 @@ var resActions = map[string]bool{
 //	reportbad&id=ID   that is not solved; ERROR_DUPLICATE_REPORT for a second report
 //
 // Errors for every action: ERROR_WRONG_ID_FORMAT (id not all digits),
-// ERROR_WRONG_CAPTCHA_ID (unknown or forgotten id), ERROR_WRONG_USER_KEY,
+// ERROR_WRONG_CAPTCHA_ID (unknown or forgotten id, or a task of another
+// account), ERROR_WRONG_USER_KEY (key missing or not accepted),
 // ERROR_EMPTY_ACTION (no action), ERROR_BAD_PARAMETERS (unknown action or
 // unreadable body), and the injected faults checked in this order:
-// ServerErrorRate (HTML 5xx), the budget rule (ERROR: 1005, §1.6),
-// NoSlotRate (ERROR_NO_SLOT_AVAILABLE), BulkMismatchRate.
+// ServerErrorRate (HTML 5xx), the key's KeyFault.Code, the account's
+// budget rule (ERROR: 1005, §1.6), NoSlotRate (ERROR_NO_SLOT_AVAILABLE),
+// BulkMismatchRate.
 func (s *Sim) serveRes(w http.ResponseWriter, r *http.Request) {
 	p, perr := parseParams(w, r)
 	asJSON := p.get("json") == "1"
@@ -87,32 +89,52 @@ func (s *Sim) serveRes(w http.ResponseWriter, r *http.Request) {
 // action. s.mu must be held.
 func (s *Sim) resLocked(p params, perr error, action string, now time.Time) result {
 	s.sweepLocked(now)
+	a := s.byKey[p.get("key")]
+	charged := a
 	s.st.ResCalls++
+	if a != nil {
+		a.st.ResCalls++
+	} else {
+		s.st.UnknownKeyResCalls++
+		charged = s.accounts[0]
+	}
+	by := "other"
 	switch {
 	case action == "":
-		s.st.ResCallsByAction["none"]++
+		by = "none"
 	case resActions[action]:
-		s.st.ResCallsByAction[action]++
-	default:
-		s.st.ResCallsByAction["other"]++
+		by = action
 	}
+	s.st.ResCallsByAction[by]++
 	bulk := action == "get" && p.get("ids") != ""
 	if bulk {
 		s.st.BulkCalls++
+	}
+	if a != nil {
+		a.st.ResCallsByAction[by]++
+		if bulk {
+			a.st.BulkCalls++
+		}
 	}
 
 	if s.chance(s.cfg.ServerErrorRate) {
 		s.st.ServerErrors++
 		return result{httpStatus: serverErrorStatuses[s.rng.IntN(len(serverErrorStatuses))]}
 	}
-	if s.overBudgetLocked(now) {
+	if code := resFaultLocked(a); code != "" {
+		return codeResult(code)
+	}
+	if s.overBudgetLocked(charged, now) {
 		s.st.BudgetBlocks++
+		if a != nil {
+			a.st.BudgetBlocks++
+		}
 		return codeResult(CodeBudget)
 	}
 	switch {
 	case perr != nil:
 		return codeResult(CodeBadParameters)
-	case p.get("key") != s.cfg.Key:
+	case a == nil:
 		return codeResult(CodeWrongUserKey)
 	case action == "":
 		return codeResult(CodeEmptyAction)
@@ -128,37 +150,43 @@ func (s *Sim) resLocked(p params, perr error, action string, now time.Time) resu
 	case "getbalance":
 		return result{ok: true, text: s.cfg.Balance}
 	case "reportgood", "reportbad":
-		return s.reportLocked(p.get("id"), now)
+		return s.reportLocked(a, p.get("id"), now)
 	case "get2":
-		res := s.getLocked(p.get("id"), now)
+		res := s.getLocked(a, p.get("id"), now)
 		if res.ok {
 			res.price = s.cfg.Price
 		}
 		return res
 	}
 	if bulk {
-		return s.bulkGetLocked(p.get("ids"), now)
+		return s.bulkGetLocked(a, p.get("ids"), now)
 	}
-	return s.getLocked(p.get("id"), now)
+	return s.getLocked(a, p.get("id"), now)
 }
 
 // overBudgetLocked applies the 2captcha rule R > C*20 + 1200 (source:
-// docs/protocols.md §1.6, ERROR: 1005) with the configured per-task
-// allowance and fixed allowance, and the optional BudgetBlockFor. s.mu must
-// be held and the current request already counted in ResCalls.
-func (s *Sim) overBudgetLocked(now time.Time) bool {
+// docs/protocols.md §1.6, ERROR: 1005) to account a with the configured
+// per-task allowance and fixed allowance, and the optional BudgetBlockFor.
+// R is a's res.php requests, plus those without an accepted key for
+// account 0; C is a's tasks. s.mu must be held and the current request
+// already counted.
+func (s *Sim) overBudgetLocked(a *account, now time.Time) bool {
 	if !s.cfg.EnforceBudget {
 		return false
 	}
-	if now.Before(s.budgetUntil) {
+	if now.Before(a.budgetUntil) {
 		return true
 	}
-	limit := s.st.Submits*int64(s.cfg.BudgetPerTask) + int64(s.cfg.BudgetAllowance)
-	if s.st.ResCalls <= limit {
+	calls := a.st.ResCalls
+	if a.index == 0 {
+		calls += s.st.UnknownKeyResCalls
+	}
+	limit := a.st.Submits*int64(s.cfg.BudgetPerTask) + int64(s.cfg.BudgetAllowance)
+	if calls <= limit {
 		return false
 	}
 	if s.cfg.BudgetBlockFor > 0 {
-		s.budgetUntil = now.Add(s.cfg.BudgetBlockFor)
+		a.budgetUntil = now.Add(s.cfg.BudgetBlockFor)
 	}
 	return true
 }
@@ -172,13 +200,14 @@ func (s *Sim) touchLocked(t *task) {
 	}
 }
 
-// getLocked answers action=get for one id. s.mu must be held.
-func (s *Sim) getLocked(id string, now time.Time) result {
+// getLocked answers action=get for one id asked by account a. s.mu must
+// be held.
+func (s *Sim) getLocked(a *account, id string, now time.Time) result {
 	if !isDigits(id) {
 		return codeResult(CodeWrongIDFormat)
 	}
 	t := s.lookupLocked(id, now)
-	if t == nil {
+	if t == nil || !ownsLocked(a, t) {
 		return codeResult(CodeWrongCaptchaID)
 	}
 	s.touchLocked(t)
@@ -192,9 +221,11 @@ func (s *Sim) getLocked(id string, now time.Time) result {
 }
 
 // bulkGetLocked answers action=get&ids=a,b,c: one element per id, in id
-// order, joined with '|' (source: docs/protocols.md §1.4). Any malformed
-// id fails the whole request with ERROR_WRONG_ID_FORMAT. s.mu must be held.
-func (s *Sim) bulkGetLocked(rawIDs string, now time.Time) result {
+// order, joined with '|' (source: docs/protocols.md §1.4); an id of
+// another account than a's is ERROR_WRONG_CAPTCHA_ID, as an unknown one.
+// Any malformed id fails the whole request with ERROR_WRONG_ID_FORMAT.
+// s.mu must be held.
+func (s *Sim) bulkGetLocked(a *account, rawIDs string, now time.Time) result {
 	ids := strings.Split(rawIDs, ",")
 	for i, id := range ids {
 		ids[i] = strings.TrimSpace(id)
@@ -206,7 +237,7 @@ func (s *Sim) bulkGetLocked(rawIDs string, now time.Time) result {
 	for _, id := range ids {
 		t := s.lookupLocked(id, now)
 		switch {
-		case t == nil:
+		case t == nil || !ownsLocked(a, t):
 			elems = append(elems, CodeWrongCaptchaID)
 			continue
 		case t.state == StateSolved:
@@ -231,13 +262,13 @@ func (s *Sim) bulkGetLocked(rawIDs string, now time.Time) result {
 }
 
 // reportLocked answers reportgood/reportbad (source: docs/protocols.md
-// §1.4). s.mu must be held.
-func (s *Sim) reportLocked(id string, now time.Time) result {
+// §1.4) for account a. s.mu must be held.
+func (s *Sim) reportLocked(a *account, id string, now time.Time) result {
 	if !isDigits(id) {
 		return codeResult(CodeWrongIDFormat)
 	}
 	t := s.lookupLocked(id, now)
-	if t == nil {
+	if t == nil || !ownsLocked(a, t) {
 		return codeResult(CodeWrongCaptchaID)
 	}
 	s.touchLocked(t)

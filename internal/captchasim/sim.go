@@ -7,6 +7,12 @@
 // HTML 5xx pages, ERROR_NO_SLOT_AVAILABLE, bulk answers of the wrong length
 // and the ERROR: 1005 res.php budget (§1.6, §3).
 //
+// It accepts one or more API keys (Config.Key, Config.Keys), each an
+// account of the provider: a task's result is given only to the key that
+// submitted it, and the budget rule, bans and other account faults
+// (KeyFault: SetKeyFault, BanKey) and the per-account counters
+// (AccountStats: KeyStats, Accounts) are per key.
+//
 // A *Sim is an http.Handler. Mount it on any listener (httptest.NewServer in
 // tests, cmd/captchasim for rehearsals); it answers on paths ending in
 // "in.php", "res.php", "createTask", "getTaskResult", "getBalance" and
@@ -26,6 +32,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -72,10 +79,19 @@ const (
 // [0, 1], drawn per task (pingback faults, UnsolvableRate) or per request
 // (res.php/in.php faults).
 type Config struct {
-	// Key is the API key clients must send as `key` to in.php and res.php.
-	// Any other value is answered with ERROR_WRONG_USER_KEY. Default
-	// DefaultKey.
+	// Key is the API key clients must send as `key` to in.php and res.php
+	// (`clientKey` in the JSON API): account 0. A key that is neither Key
+	// nor one of Keys is answered with ERROR_WRONG_USER_KEY (JSON API:
+	// ERROR_KEY_DOES_NOT_EXIST). Default DefaultKey.
 	Key string
+
+	// Keys are further API keys the Sim accepts besides Key, one account
+	// each: Keys[i] is account i+1. A task's result is answered only to its
+	// own account's key (another accepted key gets ERROR_WRONG_CAPTCHA_ID
+	// or ERROR_NO_SUCH_CAPCHA_ID); the budget rule, KeyFault and
+	// AccountStats are per account. An empty entry, or a key given twice
+	// (Key included), is an error. Default none: a single account.
+	Keys []string
 
 	// Seed seeds the math/rand/v2 PCG source behind every random decision
 	// and the first task id. Default 0 (which is a valid, fixed seed).
@@ -174,12 +190,14 @@ type Config struct {
 	// docs/protocols.md §1.6). Default 0.
 	SubmitNoSlotRate float64
 
-	// EnforceBudget turns on the 2captcha res.php budget rule: a res.php
-	// request is answered ERROR: 1005 when R > C*BudgetPerTask +
-	// BudgetAllowance, where R counts res.php requests received including
-	// this one (every action, also getbalance and answered faults) and C
-	// counts tasks accepted by in.php (source: docs/protocols.md §1.6).
-	// Default false.
+	// EnforceBudget turns on the 2captcha res.php budget rule, per account:
+	// a res.php request is answered ERROR: 1005 when R > C*BudgetPerTask +
+	// BudgetAllowance, where R counts the account's res.php requests
+	// received including this one (every action, also getbalance and
+	// answered faults; requests without an accepted key count for account
+	// 0) and C counts the tasks the account submitted (source:
+	// docs/protocols.md §1.6). With a single key these are every request
+	// and every task. Default false.
 	EnforceBudget bool
 
 	// BudgetPerTask is the per-task res.php allowance of the budget rule.
@@ -213,8 +231,9 @@ type Config struct {
 	MaxResultCalls int
 
 	// BudgetBlockFor keeps answering ERROR: 1005 for this long (by Now)
-	// after the rule first bites, like the provider's 5-minute block. Zero
-	// means only while the inequality holds. Default 0.
+	// after the rule first bites for an account, to that account only, like
+	// the provider's 5-minute block. Zero means only while the inequality
+	// holds. Default 0.
 	BudgetBlockFor time.Duration
 }
 
@@ -232,7 +251,8 @@ type Sim struct {
 	order        []*task // submission order, for forgetting
 	st           Stats
 	perTaskSum   int64
-	budgetUntil  time.Time
+	accounts     []*account // account order: Key, then Keys
+	byKey        map[string]*account
 	closed       bool
 	closeCh      chan struct{}
 	pingbacksRun sync.WaitGroup
@@ -269,6 +289,8 @@ type task struct {
 	// then its task type.
 	api    bool
 	solved time.Time
+	// account is the number of the account whose key submitted the task.
+	account int
 }
 
 // TaskInfo is a snapshot of one task, for tests that need to know what the
@@ -295,14 +317,22 @@ type TaskInfo struct {
 	// pingback faults (only meaningful when Pingback is set).
 	PingbackDrop, PingbackDuplicate, PingbackLate bool
 	// ResCalls counts res.php calls that named this task (get, get2,
-	// bulk elements, reports).
+	// bulk elements, reports) with its own account's key.
 	ResCalls int64
+	// Account is the number of the account whose key submitted the task: 0
+	// for Config.Key, i+1 for Config.Keys[i].
+	Account int
 }
 
 // New validates cfg, applies defaults and returns a ready Sim.
 func New(cfg Config) (*Sim, error) {
 	if cfg.Key == "" {
 		cfg.Key = DefaultKey
+	}
+	cfg.Keys = slices.Clone(cfg.Keys)
+	accounts, byKey, err := newAccounts(cfg.Key, cfg.Keys)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -398,10 +428,12 @@ func New(cfg Config) (*Sim, error) {
 		client: client,
 		rng:    rng,
 		// An 11-digit first id, like 2captcha's (source: docs/protocols.md §1.3).
-		nextID:  firstID + rng.Uint64N(8*firstID),
-		tasks:   make(map[string]*task),
-		closeCh: make(chan struct{}),
-		st:      Stats{ResCallsByAction: make(map[string]int64)},
+		nextID:   firstID + rng.Uint64N(8*firstID),
+		tasks:    make(map[string]*task),
+		closeCh:  make(chan struct{}),
+		st:       Stats{ResCallsByAction: make(map[string]int64)},
+		accounts: accounts,
+		byKey:    byKey,
 	}, nil
 }
 
@@ -409,7 +441,11 @@ func New(cfg Config) (*Sim, error) {
 const firstID = 10_000_000_000
 
 // Config returns the effective configuration, defaults applied.
-func (s *Sim) Config() Config { return s.cfg }
+func (s *Sim) Config() Config {
+	c := s.cfg
+	c.Keys = slices.Clone(c.Keys)
+	return c
+}
 
 // ServeHTTP routes by the last path element: in.php, res.php and stats;
 // anything else is 404.
@@ -478,6 +514,7 @@ func (s *Sim) Task(id string) (TaskInfo, bool) {
 		PingbackDuplicate: t.dup,
 		PingbackLate:      t.late,
 		ResCalls:          t.resCalls,
+		Account:           t.account,
 	}, true
 }
 

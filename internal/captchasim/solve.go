@@ -83,10 +83,10 @@ func (s *Sim) answerFor(method string) string {
 	}
 }
 
-// newTaskLocked creates, registers and schedules a task. Every random
-// decision about it is drawn here, in a fixed order, so a seed reproduces
-// the same task whatever the timing. s.mu must be held.
-func (s *Sim) newTaskLocked(method, pingback string, now time.Time, api bool) *task {
+// newTaskLocked creates, registers and schedules a task of account a.
+// Every random decision about it is drawn here, in a fixed order, so a seed
+// reproduces the same task whatever the timing. s.mu must be held.
+func (s *Sim) newTaskLocked(a *account, method, pingback string, now time.Time, api bool) *task {
 	t := &task{
 		id:        strconv.FormatUint(s.nextID, 10),
 		method:    method,
@@ -94,6 +94,7 @@ func (s *Sim) newTaskLocked(method, pingback string, now time.Time, api bool) *t
 		submitted: now,
 		state:     StatePending,
 		api:       api,
+		account:   a.index,
 	}
 	s.nextID++
 	if api && s.cfg.JSONFlavor == FlavorCapSolver {
@@ -111,6 +112,7 @@ func (s *Sim) newTaskLocked(method, pingback string, now time.Time, api bool) *t
 	s.tasks[t.id] = t
 	s.order = append(s.order, t)
 	s.st.Submits++
+	a.st.Submits++
 	s.st.TasksPending++
 	if !s.closed {
 		id := t.id

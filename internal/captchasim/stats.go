@@ -5,8 +5,10 @@ import (
 	"net/http"
 )
 
-// Stats are the simulator's counters since New. GET <prefix>/stats serves
-// them as JSON with the tags below.
+// Stats are the simulator's counters since New, all accounts together
+// (AccountStats splits some of them per account). GET <prefix>/stats serves
+// them as JSON with the tags below, and the accounts' counters under
+// "accounts".
 type Stats struct {
 	// InCalls counts in.php requests, accepted or not.
 	InCalls int64 `json:"in_calls"`
@@ -19,6 +21,10 @@ type Stats struct {
 	// ResCalls counts res.php requests of every action, faults included
 	// (R of the budget rule).
 	ResCalls int64 `json:"res_calls"`
+	// UnknownKeyResCalls counts the res.php requests in ResCalls whose key
+	// is missing or not one the Sim accepts (the budget rule charges them to
+	// account 0).
+	UnknownKeyResCalls int64 `json:"unknown_key_res_calls"`
 	// ResCallsByAction splits ResCalls by action: "get" (single and bulk),
 	// "get2", "getbalance", "reportgood", "reportbad", "other" (unknown
 	// action) and "none" (no action).
@@ -81,6 +87,11 @@ type Stats struct {
 func (s *Sim) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.statsLocked()
+}
+
+// statsLocked is Stats. s.mu must be held.
+func (s *Sim) statsLocked() Stats {
 	s.sweepLocked(s.cfg.Now())
 	st := s.st
 	st.ResCallsByAction = maps.Clone(s.st.ResCallsByAction)
@@ -90,8 +101,17 @@ func (s *Sim) Stats() Stats {
 	return st
 }
 
-// serveStats answers GET stats with Stats as JSON. It does not count as a
-// res.php call.
+// statsReply is the /stats answer: Stats with the accounts beside them.
+type statsReply struct {
+	Stats
+	Accounts []AccountStats `json:"accounts"`
+}
+
+// serveStats answers GET stats with Stats and Accounts as JSON. It does
+// not count as a res.php call.
 func (s *Sim) serveStats(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, s.Stats())
+	s.mu.Lock()
+	reply := statsReply{Stats: s.statsLocked(), Accounts: s.accountsLocked()}
+	s.mu.Unlock()
+	writeJSON(w, reply)
 }
