@@ -21,7 +21,8 @@ import (
 // ("api_key": ["{env.KEY_A}", "{env.KEY_B}"]); a single key is written
 // back as a string, so configs and their adapted JSON stay as they were.
 // Order has no meaning, except that tasks stored before tasks had accounts
-// belong to the first key's account (docs/providers.md).
+// belong to the first key's account (docs/configuration.md, "Several API
+// keys").
 type APIKeys []string
 
 // UnmarshalJSON accepts a string (one key; "" is none) or an array of
@@ -45,7 +46,7 @@ func (k *APIKeys) UnmarshalJSON(b []byte) error {
 
 // MarshalJSON writes one key as a string and several as an array.
 func (k APIKeys) MarshalJSON() ([]byte, error) {
-	if len(k) == 1 {
+	if len(k) == 1 && k[0] != "" {
 		return json.Marshal(k[0])
 	}
 	return json.Marshal([]string(k))

@@ -258,3 +258,27 @@ func TestLegacyAccounts(t *testing.T) {
 	}
 }
 
+
+// FuzzAPIKeysJSON: any JSON value is either refused or read as keys that
+// marshal back to a value read as the same keys.
+func FuzzAPIKeysJSON(f *testing.F) {
+	for _, s := range []string{`"k"`, `["a","b"]`, `[]`, `""`, `null`, `5`, `["a",null]`, `{"a":1}`, `"\u00e9"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var k APIKeys
+		if err := k.UnmarshalJSON([]byte(in)); err != nil {
+			return
+		}
+		b, err := k.MarshalJSON()
+		if err != nil {
+			t.Fatalf("%q read as %q, which does not marshal: %v", in, k, err)
+		}
+		var again APIKeys
+		if err := again.UnmarshalJSON(b); err != nil || !slices.Equal(k, again) {
+			if !(len(k) == 0 && len(again) == 0) {
+				t.Fatalf("%q read as %q, marshalled %s, read back as %q (%v)", in, k, b, again, err)
+			}
+		}
+	})
+}
