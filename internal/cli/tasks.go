@@ -52,8 +52,8 @@ func runTasks(c *client, _ []string) error {
 }
 
 // writeTasks writes tasks as `caddy pingback tasks` shows them, one row
-// each in the order given; a task without an account (none configured
-// when it was tracked) shows "-".
+// each in the order given; a task without an account (its submission
+// carried no key) shows "-".
 func writeTasks(out io.Writer, tasks []*store.Task) error {
 	w := newTable(out)
 	fmt.Fprintln(w, "PROVIDER\tID\tACCOUNT\tSTATE\tSUBMITTED\tPOLLS\tNEXT POLL\tRESULT AT\tLAST ERROR")
