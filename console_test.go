@@ -999,9 +999,7 @@ func TestConsoleAccounts(t *testing.T) {
 	app := newAppStub(t)
 	startCaddy(t, trkGlobal, consoleSites(app))
 
-	const (
-		oldID, newID, unknownID = "0c41d8e2a5b79f13", "f3a9c2d17b604e58", "9e0b7a6c5d4f3e21"
-	)
+	const oldID, newID, unknownID = "0c41d8e2a5b79f13", "f3a9c2d17b604e58", "9e0b7a6c5d4f3e21"
 	s := &statusRoutes{routes: map[string]adminapi.RouteStatus{}, more: map[string]any{
 		"tasks": map[string]adminapi.TaskStatus{"2captcha": {Pending: 9, Unpollable: 2, OldestPendingAgeSeconds: 40}},
 		"accounts": map[string]map[string]adminapi.AccountStatus{"2captcha": {
