@@ -59,7 +59,7 @@ func TestCLI(t *testing.T) {
 	addr := "--address=" + testAdmin
 	runCLICases(t, []cliCase{
 		{name: "status", args: []string{"status", addr},
-			out: []string{"PROVIDER", "STORED", "PARKED", "OLDEST PENDING  LAST PINGBACK", "2captcha  3       1          0       0         2", "ago", "loop replay: last run", "store: badger"}},
+			out: []string{"PROVIDER", "STORED", "PARKED", "UNPOLLABLE  OLDEST PENDING  LAST PINGBACK", "2captcha  3       1          0       0         2", "ago", "loop replay: last run", "store: badger"}},
 		{name: "status from --config", args: []string{"status", "--config", conf}, out: []string{"2captcha"}},
 		{name: "status --json", args: []string{"status", addr, "--json"}, jsonOut: true, out: []string{`"parked":2`}},
 		{name: "status unreachable", args: []string{"status", "--address=127.0.0.1:1"}, fail: true, errOut: []string{"127.0.0.1:1"}},
@@ -88,7 +88,8 @@ func TestCLI(t *testing.T) {
 		{name: "replay --state --json", args: []string{"replay", addr, "--state", "parked", "--json"}, jsonOut: true, out: []string{`"status":"done"`, `"matched":0`}},
 		{name: "replay --state with an id", args: []string{"replay", addr, "--state", "parked", "2captcha", "503"}, fail: true},
 		{name: "replay --state bad", args: []string{"replay", addr, "--state", "delivered"}, fail: true, errOut: []string{"cannot be replayed in bulk", "400"}},
-		{name: "tasks", args: []string{"tasks", addr}, out: []string{"PROVIDER  ID", "RESULT AT"}},
+		{name: "tasks", args: []string{"tasks", addr}, out: []string{"PROVIDER  ID", "ACCOUNT", "RESULT AT"}},
+		{name: "tasks bad account", args: []string{"tasks", addr, "--account", "not-an-id"}, fail: true, errOut: []string{"account must be an account id", "400"}},
 		{name: "tasks --json", args: []string{"tasks", addr, "--state", "pending", "--json"}, jsonOut: true, out: []string{`"tasks":[]`}},
 		{name: "tasks bad state", args: []string{"tasks", addr, "--state", "stopped"}, fail: true, errOut: []string{"unknown task state", "400"}},
 		{name: "replay --since bad", args: []string{"replay", addr, "--state", "parked", "--since", "last week"}, fail: true, errOut: []string{"--since"}},

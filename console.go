@@ -43,12 +43,15 @@ var consoleFiles embed.FS
 var consolePage = template.Must(template.ParseFS(consoleFiles, "console/index.html"))
 
 // Console is the operator's web page (handler pingback_console): the
-// overview of GET /pingback/status (with the routes whose replays are held
-// back, while there are any), the stored results by state (the
-// dead-letter queue) with linkable filters (?state=parked&provider=...),
-// one result with its attempt history, the tracked tasks, replay of one
-// result, bulk replay with its progress, and purge where the admin API
-// offers it. It ends the handler chain.
+// overview of GET /pingback/status (with each provider's unpollable tasks
+// and accounts: account id, api_key entry, budget, pending tasks; and the
+// routes whose replays are held back, while there are any), the stored
+// results by state (the dead-letter queue) with linkable filters
+// (?state=parked&provider=...), one result with its attempt history, the
+// tracked tasks (each labelled with its account, filtered by it with
+// ?view=tasks&account=...), replay of one result, bulk replay with its
+// progress, and purge where the admin API offers it. It ends the handler
+// chain.
 //
 // Mount it at a site's root or under a path of your choice with
 // handle_path (the page uses relative URLs only), behind your own

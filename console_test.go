@@ -564,7 +564,9 @@ const consoleXSS = `<img src=x onerror="window.__xss=1"><script>window.__xss=2</
 // parked results; Replay delivers one and the page shows it delivered;
 // the record's detail renders attacker-supplied data as text and hides
 // credential headers; bulk replay shows its progress to the end; purge
-// appears only where the admin API has it; every view fits 390×844.
+// appears only where the admin API has it; the provider's account shows
+// with its api_key entry (never the key) and labels its tasks, which
+// filter by it; every view fits 390×844.
 //
 // The console's browser test drives a real headless Chromium (Debian's
 // chromium package; .ci/run installs it) with chromedp. It is skipped only
@@ -610,6 +612,18 @@ func TestConsoleBrowser(t *testing.T) {
 		until(`(document.querySelector('[data-provider="2captcha"]')||{}).innerText?.includes('parked 6')`),
 		until(`document.querySelector('[data-provider="2captcha"]').innerText.includes('quarantined 1')`))
 	b.screenshot(t, "overview.png")
+	// The provider's one account, named by its api_key entry, with the
+	// registered task pending; the key itself nowhere.
+	acct := accountID("2captcha", trkKey)
+	acctSel := `[data-provider="2captcha"] [data-account="` + acct + `"]`
+	b.do(t, "overview's account", until(`document.querySelector('`+acctSel+`')`))
+	if text := evalJS[string](t, b, `document.querySelector('`+acctSel+`').innerText`); !strings.Contains(text, acct) ||
+		!strings.Contains(text, "api_key #1") || !strings.Contains(text, "pending\n1") {
+		t.Errorf("the account reads %q, want its id, api_key #1 and 1 pending task", text)
+	}
+	if text := evalJS[string](t, b, `document.body.innerText`); strings.Contains(text, trkKey) {
+		t.Error("the overview shows the API key")
+	}
 
 	// The dead-letter queue, by a linkable filter.
 	b.do(t, "dead letters", chromedp.Navigate(consoleRoot+"?state=parked"),
@@ -734,6 +748,19 @@ func TestConsoleBrowser(t *testing.T) {
 	// The tasks.
 	b.do(t, "tasks", chromedp.Navigate(consoleSub+"?view=tasks&state=pending"),
 		until(`document.querySelector('#tasks [data-key="2captcha:7600"]')`))
+	if got := evalJS[string](t, b, `document.querySelector('#tasks [data-key="2captcha:7600"]').dataset.account`); got != acct {
+		t.Errorf("task 2captcha:7600 labelled with account %q, want %q", got, acct)
+	}
+	if text := evalJS[string](t, b, `document.querySelector('#tasks [data-key="2captcha:7600"]').innerText`); !strings.Contains(text, "account\n"+acct) {
+		t.Errorf("task 2captcha:7600 reads %q, want its account %s", text, acct)
+	}
+	b.do(t, "one account's tasks", chromedp.Navigate(consoleSub+"?view=tasks&state=pending&account="+acct),
+		until(`document.querySelector('#tasks [data-key="2captcha:7600"]')`))
+	if got := evalJS[string](t, b, `document.querySelector('input[name="account"]').value`); got != acct {
+		t.Errorf("the account filter reads %q, want %q", got, acct)
+	}
+	b.do(t, "another account's tasks", chromedp.Navigate(consoleSub+"?view=tasks&state=pending&account=0000000000000000"),
+		until(`document.querySelector('#tasks').innerText.includes('No tracked task matches')`))
 
 	// A phone: 390×844, every view without horizontal scrolling.
 	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)))
@@ -794,7 +821,10 @@ func TestConsoleBrowser(t *testing.T) {
 type statusRoutes struct {
 	mu     sync.Mutex
 	routes map[string]adminapi.RouteStatus
-	errs   []string
+	// more replaces other fields of the answer too (field → value), as
+	// routes replaces "routes".
+	more map[string]any
+	errs []string
 }
 
 func (s *statusRoutes) set(routes map[string]adminapi.RouteStatus) {
@@ -860,6 +890,11 @@ func (s *statusRoutes) answer(ctx context.Context, tgt *chromedp.Target, ev fetc
 		}
 		s.mu.Lock()
 		fields["routes"], err = json.Marshal(s.routes)
+		for k, v := range s.more {
+			if err == nil {
+				fields[k], err = json.Marshal(v)
+			}
+		}
 		s.mu.Unlock()
 		if err == nil {
 			out, err = json.Marshal(fields)
@@ -950,4 +985,69 @@ func TestConsoleRoutes(t *testing.T) {
 	s.set(map[string]adminapi.RouteStatus{})
 	b.do(t, "routes recovered", until(`!document.querySelector('#routes') && !document.body.innerText.includes('Routes held back')`),
 		until(`[...document.querySelectorAll('h2')].some((h) => h.textContent === 'Loops and store')`))
+}
+
+// TestConsoleAccounts drives the overview in Chromium with the accounts
+// of GET /pingback/status rewritten in the tab (a rotation under way and
+// a key this Caddy does not have): the provider's card shows its
+// unpollable tasks, and each account, sorted by id, with its api_key
+// entry ("not in api_key" for the unknown one), its pending tasks as a
+// link to that account's pending tasks, its unpollable tasks when there
+// are any, and its budget; the page fits a 390 px phone.
+func TestConsoleAccounts(t *testing.T) {
+	b := newBrowserTab(t)
+	app := newAppStub(t)
+	startCaddy(t, trkGlobal, consoleSites(app))
+
+	const oldID, newID, unknownID = "0c41d8e2a5b79f13", "f3a9c2d17b604e58", "9e0b7a6c5d4f3e21"
+	s := &statusRoutes{routes: map[string]adminapi.RouteStatus{}, more: map[string]any{
+		"tasks": map[string]adminapi.TaskStatus{"2captcha": {Pending: 9, Unpollable: 2, OldestPendingAgeSeconds: 40}},
+		"accounts": map[string]map[string]adminapi.AccountStatus{"2captcha": {
+			newID:     {Key: "{env.CAPTCHA_KEY_NEW}", Used: 3, Left: 1197, Pending: 4},
+			oldID:     {Key: "{env.CAPTCHA_KEY_OLD}", Used: 120, Left: 1080, Pending: 3},
+			unknownID: {Pending: 2, Unpollable: 2},
+		}},
+	}}
+	s.intercept(t, b)
+	b.do(t, "overview with accounts", chromedp.Navigate(consoleRoot),
+		until(`document.querySelectorAll('[data-provider="2captcha"] [data-account]').length === 3`))
+	order := evalJS[[]string](t, b, `[...document.querySelectorAll('[data-provider="2captcha"] [data-account]')].map((e) => e.dataset.account)`)
+	if want := []string{oldID, unknownID, newID}; !slices.Equal(order, want) {
+		t.Errorf("accounts shown in the order %q, want %q", order, want)
+	}
+	if text := evalJS[string](t, b, `document.querySelector('[data-provider="2captcha"] .kv').innerText`); !strings.Contains(text, "unpollable\n2") {
+		t.Errorf("the provider reads %q, want 2 unpollable tasks", text)
+	}
+	account := func(id string) string {
+		return evalJS[string](t, b, `document.querySelector('[data-account="`+id+`"]').innerText`)
+	}
+	for _, tc := range []struct{ id, has, hasNot string }{
+		{oldID, "{env.CAPTCHA_KEY_OLD}", "unpollable"},
+		{oldID, "pending\n3", ""},
+		{oldID, "budget\nused 120, left 1080", ""},
+		{newID, "{env.CAPTCHA_KEY_NEW}", "unpollable"},
+		{newID, "pending\n4", ""},
+		{unknownID, "not in api_key", "{env."},
+		{unknownID, "unpollable\n2", ""},
+	} {
+		if text := account(tc.id); !strings.Contains(text, tc.has) || tc.hasNot != "" && strings.Contains(text, tc.hasNot) {
+			t.Errorf("account %s reads %q, want %q in it (and not %q)", tc.id, text, tc.has, tc.hasNot)
+		}
+	}
+	if text := evalJS[string](t, b, `document.querySelector('[data-provider="2captcha"]').innerText`); strings.Contains(text, "undefined") || strings.Contains(text, "[object") {
+		t.Errorf("the provider reads %q: a value rendered as undefined or [object ...]", text)
+	}
+	b.screenshot(t, "accounts.png")
+
+	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)),
+		chromedp.Navigate(consoleRoot), until(`document.querySelectorAll('[data-account]').length === 3`))
+	noHorizontalScroll(t, b, "overview with accounts")
+
+	// An account's pending count links to its pending tasks.
+	b.do(t, "an account's tasks", chromedp.Click(chromedp.CSS(`[data-account="`+oldID+`"] a`)),
+		until(`document.body.dataset.view === 'tasks' && document.querySelector('#tasks').innerText.includes('No tracked task matches')`))
+	q, err := url.ParseQuery(strings.TrimPrefix(evalJS[string](t, b, `location.search`), "?"))
+	if err != nil || q.Get("provider") != "2captcha" || q.Get("account") != oldID || q.Get("state") != "pending" {
+		t.Errorf("the account's link leads to %v (%v), want provider 2captcha, account %s, state pending", q, err, oldID)
+	}
 }

@@ -205,17 +205,21 @@
 			}
 			const t = tasks[p] || {};
 			const budget = (s.budget || {})[p];
+			const unpollable = t.unpollable === undefined ? undefined :
+				el('span', {class: t.unpollable > 0 ? 'nonzero state-expired' : ''}, String(t.unpollable));
 			const oldestUndelivered = (s.oldest_undelivered_age_seconds || {})[p];
 			grid.append(el('section', {class: 'card', 'data-provider': p},
 				el('h3', null, navLink({view: 'records', provider: p}, p), ' ', el('span', {class: 'muted'}, total + ' stored')),
 				counts,
 				kv([
 					['pending tasks', t.pending === undefined ? undefined : navLink({view: 'tasks', provider: p, state: 'pending'}, String(t.pending))],
+					['unpollable', unpollable],
 					['oldest pending', t.oldest_pending_age_seconds === undefined ? undefined : duration(t.oldest_pending_age_seconds)],
 					['retry backlog', oldestUndelivered === undefined ? undefined : (oldestUndelivered > 0 ? duration(oldestUndelivered) + ' old' : 'none')],
 					['last pingback', (s.last_callback_at || {})[p] === undefined ? undefined : when(s.last_callback_at[p])],
 					['budget', budget ? 'used ' + budget.used + ', left ' + budget.left : undefined],
-				])));
+				]),
+				accountList(p, (s.accounts || {})[p])));
 		}
 		out.push(grid);
 		out.push(...heldRoutes(s.routes));
@@ -230,6 +234,30 @@
 		])));
 		main.replaceChildren(...out);
 		setTimeout(() => { if (gen === generation) overview(gen); }, 5000);
+	}
+
+	// accountList shows a provider's accounts (status' accounts.<provider>:
+	// account id → {key, used, left, pending, unpollable}), sorted by id:
+	// each with its api_key entry (never the key; "not in api_key" for an
+	// account this Caddy has no key for), its pending tasks (a link to
+	// them), its unpollable tasks when there are any, and its budget. None
+	// when the provider has no account (or the Caddy is older).
+	function accountList(provider, accounts) {
+		const ids = Object.keys(accounts || {}).sort();
+		if (ids.length === 0) return [];
+		const list = el('div', {class: 'accounts'});
+		for (const id of ids) {
+			const a = accounts[id] || {};
+			list.append(el('section', {class: 'account', 'data-account': id},
+				el('h4', null, 'account ', el('code', null, id), ' ',
+					el('span', {class: a.key ? 'muted' : 'nonzero state-expired'}, a.key || 'not in api_key')),
+				kv([
+					['pending', navLink({view: 'tasks', provider, account: id, state: 'pending'}, String(a.pending || 0))],
+					['unpollable', a.unpollable > 0 ? el('span', {class: 'nonzero state-expired'}, String(a.unpollable)) : undefined],
+					['budget', 'used ' + (a.used || 0) + ', left ' + (a.left || 0)],
+				])));
+		}
+		return list;
 	}
 
 	// heldRoutes shows the routes whose replays are held back (status'
@@ -621,17 +649,20 @@
 	// ---- tasks ----
 
 	async function tasks(gen, q) {
-		const f = {provider: q.get('provider') || '', state: q.get('state') || ''};
+		const f = {provider: q.get('provider') || '', state: q.get('state') || '', account: q.get('account') || ''};
 		const list = el('div', {id: 'tasks'});
-		main.replaceChildren(el('h1', null, 'Tasks' + (f.state ? ': ' + f.state : '')), filterForm('tasks', f, TASK_STATES), list);
+		const account = el('label', null, 'account',
+			el('input', {name: 'account', value: f.account, placeholder: 'any', size: 16, autocapitalize: 'off', spellcheck: 'false'}));
+		main.replaceChildren(el('h1', null, 'Tasks' + (f.state ? ': ' + f.state : '')), filterForm('tasks', f, TASK_STATES, account), list);
 		await listPage(gen, 'tasks', f, '', list, taskCard, 'No tracked task matches.');
 	}
 
 	function taskCard(t) {
-		return el('article', {class: 'card', 'data-key': t.provider + ':' + t.id},
+		return el('article', {class: 'card', 'data-key': t.provider + ':' + t.id, 'data-account': t.account || null},
 			el('div', {class: 'rec-head'}, el('strong', null, t.provider + ' / ' + t.id), stateBadge(t.state),
 				isTime(t.result_at) ? navLink({view: 'record', provider: t.provider, id: t.id}, 'result') : null),
 			kv([
+				['account', t.account ? navLink({view: 'tasks', provider: t.provider, account: t.account}, t.account) : undefined],
 				['submitted', when(t.submitted_at)],
 				['method', t.method],
 				['next poll', isTime(t.next_poll_at) ? when(t.next_poll_at) : undefined],

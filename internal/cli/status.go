@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,15 +18,19 @@ import (
 func statusCommand() *cobra.Command {
 	return adminCommand(&cobra.Command{
 		Use:   "status",
-		Short: "Shows stored results by state, pending tasks, held-back routes, the loops and the store",
+		Short: "Shows stored results by state, pending tasks, accounts, held-back routes, the loops and the store",
 		Long: `
 Shows the overview of GET /pingback/status: per provider the stored results
-by delivery state, the tracked tasks still pending and the age of the
-oldest, and when the last live pingback was stored; the routes whose
-replays this process holds back after the app answered 429 (or 503 with
-Retry-After), if any: until when they are paused and how many replays of
-each may be in flight, of the replay concurrency; then when the replay
-and poll loops last ran, and the store.`,
+by delivery state, the tracked tasks still pending (and how many of them
+are unpollable: submitted with an API key not in the provider's api_key)
+and the age of the oldest, and when the last live pingback was stored;
+per provider and account (one API key, named by its account id and its
+api_key entry, never the key) the poll budget used and left and the
+pending and unpollable tasks, which tell when a rotated-out key can be
+removed; the routes whose replays this process holds back after the app
+answered 429 (or 503 with Retry-After), if any: until when they are
+paused and how many replays of each may be in flight, of the replay
+concurrency; then when the replay and poll loops last ran, and the store.`,
 		Args: cobra.NoArgs,
 	}, runStatus)
 }
@@ -47,7 +52,7 @@ func runStatus(c *client, _ []string) error {
 // the times to come counted from now.
 func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS\tOLDEST PENDING\tLAST PINGBACK")
+	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS\tUNPOLLABLE\tOLDEST PENDING\tLAST PINGBACK")
 	var provs []string
 	for p := range s.Records {
 		provs = append(provs, p)
@@ -68,10 +73,13 @@ func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 		if age := s.Tasks[p].OldestPendingAgeSeconds; age > 0 {
 			oldest = (time.Duration(age * float64(time.Second))).Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", p, total, r[store.StateDelivered], r[store.StateFailed],
-			r[store.StateRejected], r[store.StateParked], s.Tasks[p].Pending, oldest, ago(s.LastCallbackAt[p], now))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", p, total, r[store.StateDelivered], r[store.StateFailed],
+			r[store.StateRejected], r[store.StateParked], s.Tasks[p].Pending, s.Tasks[p].Unpollable, oldest, ago(s.LastCallbackAt[p], now))
 	}
 	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := writeAccounts(out, s.Accounts); err != nil {
 		return err
 	}
 	if err := writeRoutes(out, s.Routes, now); err != nil {
@@ -86,6 +94,46 @@ func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 	}
 	fmt.Fprintf(out, "store: %s %s, %s\n", s.Store.Kind, s.Store.Location, avail)
 	return nil
+}
+
+// noKey is what the accounts table shows as the api_key entry of an
+// account this Caddy has no key for (its tasks are unpollable).
+const noKey = "(not in api_key)"
+
+// writeAccounts writes the accounts as a table sorted by provider, then
+// account id: the api_key entry each is (its placeholder or position;
+// noKey for an account with pending tasks but no configured key), its
+// poll budget used and left, and its pending and unpollable tasks. It
+// writes nothing when there are none (or the Caddy is older than
+// accounts).
+func writeAccounts(out io.Writer, accounts map[string]map[string]adminapi.AccountStatus) error {
+	type row struct{ provider, id string }
+	var rows []row
+	for p, m := range accounts {
+		for id := range m {
+			rows = append(rows, row{p, id})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	slices.SortFunc(rows, func(a, b row) int {
+		if c := strings.Compare(a.provider, b.provider); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	w := newTable(out)
+	fmt.Fprintln(w, "PROVIDER\tACCOUNT\tKEY\tUSED\tLEFT\tPENDING\tUNPOLLABLE")
+	for _, r := range rows {
+		a := accounts[r.provider][r.id]
+		key := a.Key
+		if key == "" {
+			key = noKey
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", r.provider, r.id, key, a.Used, a.Left, a.Pending, a.Unpollable)
+	}
+	return w.Flush()
 }
 
 // writeRoutes writes the held-back routes as a table sorted by route: the

@@ -71,7 +71,12 @@ func measureProviders(ctx context.Context, cfg map[string]any, samples int, addr
 		if pc == nil || !ok {
 			continue
 		}
-		apiKey := repl.ReplaceAll(fmt.Sprint(pc["api_key"]), "")
+		apiKey := ""
+		for _, k := range apiKeys(pc["api_key"]) {
+			if apiKey = repl.ReplaceAll(k, ""); apiKey != "" {
+				break // any of the provider's keys answers a balance request
+			}
+		}
 		for _, api := range []protocol.API{protocol.Legacy, protocol.JSON} {
 			if !p.Has(api) {
 				continue

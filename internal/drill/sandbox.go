@@ -254,7 +254,7 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 		if pc == nil {
 			continue
 		}
-		if k, _ := pc["api_key"].(string); k != "" {
+		if len(apiKeys(pc["api_key"])) > 0 {
 			polledNames = append(polledNames, name)
 		}
 	}
@@ -358,6 +358,9 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 			pc["api_endpoint"] = simURL(name)
 		}
 		if _, has := pc["api_key"]; has {
+			if n := len(apiKeys(pc["api_key"])); n > 1 {
+				sb.Notes = append(sb.Notes, fmt.Sprintf("provider %s: its %d api_key keys replaced by the simulator's one key (the drill submits every task with it)", name, n))
+			}
 			pc["api_key"] = drillSimKey
 		}
 	}
@@ -398,6 +401,28 @@ func newSandbox(source string, cfg map[string]any, opt drillOptions, standin str
 // drillUpstreamHeader tells the stand-in, with --app, which of the app's
 // upstreams a delivery goes to; the stand-in removes it before forwarding.
 const drillUpstreamHeader = "X-Pingback-Drill-Upstream"
+
+// apiKeys reads a provider's api_key from the JSON config: a string is
+// one key ("" none), an array of strings several (empty entries left
+// out); anything else is none (Caddy refuses it when the config loads).
+// The keys are returned as written, placeholders unresolved.
+func apiKeys(v any) []string {
+	switch k := v.(type) {
+	case string:
+		if k != "" {
+			return []string{k}
+		}
+	case []any:
+		var keys []string
+		for _, e := range k {
+			if s, _ := e.(string); s != "" {
+				keys = append(keys, s)
+			}
+		}
+		return keys
+	}
+	return nil
+}
 
 // drillSimKey is the API key of the drill's simulators.
 const drillSimKey = "5157cafe5157cafe5157cafe5157cafe"
