@@ -159,7 +159,9 @@ func TestKeyRotationLosesNothing(t *testing.T) {
 		loadCaddyfile(t, pollerCaddyfile(env.dir, env.logFile, poll, app, route(keys)))
 	}
 	oldID, newID := accountID("2captcha", oldKey), accountID("2captcha", newKey)
-	unpollable := func() float64 { return testutil.ToFloat64(runningApp(t).metrics.unpollable.WithLabelValues("2captcha")) }
+	unpollable := func() float64 {
+		return testutil.ToFloat64(runningApp(t).metrics.unpollable.WithLabelValues("2captcha"))
+	}
 
 	ofOld := submitWith(t, "2captcha", oldKey, "userrecaptcha", 2)
 	reload(oldKey + " " + newKey)

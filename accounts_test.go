@@ -258,7 +258,6 @@ func TestLegacyAccounts(t *testing.T) {
 	}
 }
 
-
 // FuzzAPIKeysJSON: any JSON value is either refused or read as keys that
 // marshal back to a value read as the same keys.
 func FuzzAPIKeysJSON(f *testing.F) {

@@ -110,14 +110,15 @@ func TestTrackMaxAnswerStreams(t *testing.T) {
 // afterwards (the key in the app's own URL) shows where docs/security.md says
 // the key still appears: reverse_proxy's debug lines only.
 func TestNoKeyInDebugLogs(t *testing.T) {
-	const key = "f00dfeedf00dfeedf00dfeedf00dfeed"
+	// Two accounts: every request below is made with each key.
+	const key, key2 = "f00dfeedf00dfeedf00dfeedf00dfeed", "c0ffeec0ffeec0ffeec0ffeec0ffee02"
 	dir := t.TempDir()
 	logFile, accessFile := filepath.Join(dir, "caddy.log"), filepath.Join(dir, "access.log")
 	// A port that refuses connections: the provider is down.
 	dead := "127.0.0.1:" + testkit.UnusedLoopbackPort(t)
 	app := newAppStub(t)
-	g := testGlobals(fmt.Sprintf("storage_dir %s\nprovider 2captcha {\n\tendpoint http://%s\n\tapi_endpoint http://%s\n\tapi_key %s\n}\npoll {\n\tafter 20s\n}",
-		filepath.Join(dir, "store"), dead, dead, key))
+	g := testGlobals(fmt.Sprintf("storage_dir %s\nprovider 2captcha {\n\tendpoint http://%s\n\tapi_endpoint http://%s\n\tapi_key %s %s\n}\npoll {\n\tafter 20s\n}",
+		filepath.Join(dir, "store"), dead, dead, key, key2))
 	g.LogFile, g.LogLevel = logFile, "DEBUG"
 	cfg := g.Caddyfile(fmt.Sprintf(`http://localhost:%s {
 	log {
@@ -158,24 +159,26 @@ func TestNoKeyInDebugLogs(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if s := form("/in.php", "key="+key+"&method=userrecaptcha&googlekey=k&pageurl=https://a.example&json=1"); s != http.StatusBadGateway {
-		t.Errorf("in.php with the provider down: %d, want 502", s)
-	}
-	if s := form("/res.php", "key="+key+"&action=get&id=123456&json=1"); s != http.StatusBadGateway {
-		t.Errorf("res.php with the provider down: %d, want 502", s)
-	}
-	resp, err := http.Post(testBase+"/createTask", "application/json", strings.NewReader(`{"clientKey":"`+key+`","task":{"type":"RecaptchaV2TaskProxyless","websiteURL":"https://a.example","websiteKey":"k"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadGateway {
-		t.Errorf("createTask with the provider down: %d, want 502", resp.StatusCode)
+	for _, key := range []string{key, key2} {
+		if s := form("/in.php", "key="+key+"&method=userrecaptcha&googlekey=k&pageurl=https://a.example&json=1"); s != http.StatusBadGateway {
+			t.Errorf("in.php with the provider down: %d, want 502", s)
+		}
+		if s := form("/res.php", "key="+key+"&action=get&id=123456&json=1"); s != http.StatusBadGateway {
+			t.Errorf("res.php with the provider down: %d, want 502", s)
+		}
+		resp, err := http.Post(testBase+"/createTask", "application/json", strings.NewReader(`{"clientKey":"`+key+`","task":{"type":"RecaptchaV2TaskProxyless","websiteURL":"https://a.example","websiteKey":"k"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("createTask with the provider down: %d, want 502", resp.StatusCode)
+		}
 	}
 	// A task whose first poll is due now: the poller asks the dead
 	// provider's res.php (a POST) and backs off.
 	if s, b := adminDo(t, http.MethodPost, "/pingback/tasks", adminRegistration(t, map[string]string{"provider": "2captcha", "id": "777001",
-		"pingback_url": trkCallbackURL, "submitted_at": time.Now().Add(-30 * time.Second).UTC().Format(time.RFC3339)})); s != 201 {
+		"account": accountID("2captcha", key2), "pingback_url": trkCallbackURL, "submitted_at": time.Now().Add(-30 * time.Second).UTC().Format(time.RFC3339)})); s != 201 {
 		t.Fatalf("registering a task: %d %s", s, b)
 	}
 	errs := runningApp(t).metrics.resphp.WithLabelValues("2captcha", "error")
@@ -197,24 +200,24 @@ func TestNoKeyInDebugLogs(t *testing.T) {
 			t.Errorf("Caddy's log lacks %q: the test would not see the lines it checks", want)
 		}
 	}
-	if strings.Count(access, `"uri":"/in.php"`) != 1 {
-		t.Errorf("access log: want one in.php line; got:\n%s", access)
+	if strings.Count(access, `"uri":"/in.php"`) != 2 {
+		t.Errorf("access log: want two in.php lines; got:\n%s", access)
 	}
 	for name, text := range map[string]string{"Caddy's log": logs, "the access log": access} {
 		for i, line := range strings.Split(text, "\n") {
-			if strings.Contains(line, key) {
-				t.Errorf("%s, line %d, holds the API key: %s", name, i+1, line)
+			if strings.Contains(line, key) || strings.Contains(line, key2) {
+				t.Errorf("%s, line %d, holds an API key: %s", name, i+1, line)
 			}
 		}
 	}
 
 	// A GET submission: the key is in the app's own URL.
-	resp, err = http.Get(testBase + "/in.php?key=" + key + "&method=userrecaptcha&googlekey=k&pageurl=https://a.example")
+	resp, err := http.Get(testBase + "/in.php?key=" + key + "&method=userrecaptcha&googlekey=k&pageurl=https://a.example")
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	testkit.WaitFor(t, 5*time.Second, "the GET submission's access line", func() bool { return strings.Count(read(accessFile), `"uri":"/in.php`) == 2 })
+	testkit.WaitFor(t, 5*time.Second, "the GET submission's access line", func() bool { return strings.Count(read(accessFile), `"uri":"/in.php`) == 3 })
 	for i, line := range strings.Split(read(logFile), "\n") {
 		if !strings.Contains(line, key) {
 			continue
