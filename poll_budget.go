@@ -48,7 +48,7 @@ func (a *App) takePoll(name string, ps *providerState) (ok, overBudget bool, wai
 	}
 	ctx, cancel := context.WithTimeout(a.loopCtx, sharedTimeout)
 	defer cancel()
-	g, err := sp.TakePoll(ctx, name, a.pollLimit())
+	g, err := sp.TakePoll(ctx, store.Account{Provider: name}, a.pollLimit())
 	if err != nil {
 		a.logger.Warn("taking a res.php request from the shared budget failed; polling pauses", zap.String("provider", name), zap.Error(err))
 		return false, false, 0
@@ -99,7 +99,7 @@ func (a *App) countTracked(name string, ps *providerState) {
 	if sp := a.handle.sharedPolling(); sp != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), sharedTimeout)
 		defer cancel()
-		if err := sp.CountTracked(ctx, name); err != nil {
+		if err := sp.CountTracked(ctx, store.Account{Provider: name}); err != nil {
 			a.logger.Warn("counting a tracked task in the shared res.php budget failed", zap.String("provider", name), zap.Error(err))
 		}
 	}
@@ -115,7 +115,10 @@ func (a *App) pollBudgets(ctx context.Context) (map[string]adminapi.BudgetStatus
 		if err != nil {
 			return nil, err
 		}
-		maps.Copy(counts, shared)
+		for acct, c := range shared {
+			sum := counts[acct.Provider]
+			counts[acct.Provider] = store.PollBudget{Polls: sum.Polls + c.Polls, Tracked: sum.Tracked + c.Tracked}
+		}
 	} else {
 		a.handle.mu.Lock()
 		states := maps.Clone(a.handle.providers)

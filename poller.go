@@ -88,7 +88,7 @@ func (a *App) pollDue() {
 		return // a full disk: no res.php request whose result could not be stored
 	}
 	now := a.now().UTC()
-	tasks, err := st.DueTasks(a.ctx, now, 1000)
+	tasks, err := st.DueTasks(a.ctx, store.DueQuery{Now: now, Limit: 1000, Accounts: nil})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			a.logger.Error("scanning pending tasks", zap.Error(err))

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +30,15 @@ import (
 // trkKey is the API key the apps of these tests send; the recording
 // provider does not check it.
 const trkKey = "5157cafe5157cafe5157cafe5157cafe"
+
+// trkAccounts are the accounts the tasks of these tests can have: trkKey's
+// (the pinned account id: the first 8 bytes, hex, of HMAC-SHA256 keyed
+// with the key over "caddy-pingback account v1 <provider>") and none.
+var trkAccounts = func() []store.Account {
+	m := hmac.New(sha256.New, []byte(trkKey))
+	m.Write([]byte("caddy-pingback account v1 2captcha"))
+	return []store.Account{{Provider: "2captcha", ID: hex.EncodeToString(m.Sum(nil)[:8])}, {Provider: "2captcha"}}
+}()
 
 // trkAfter is the fixed poll `after` of these tests' configs: a tracked
 // task's first poll is due trkAfter past its submission. It is long enough
@@ -399,7 +411,7 @@ func trkAssertNotStored(t *testing.T, id string) {
 func trkPending(t *testing.T) []*store.Task {
 	t.Helper()
 	st := runningApp(t).store(time.Second)
-	tasks, err := st.DueTasks(context.Background(), time.Now().Add(24*time.Hour), 1000)
+	tasks, err := st.DueTasks(context.Background(), store.DueQuery{Now: time.Now().Add(24 * time.Hour), Limit: 1000, Accounts: trkAccounts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -794,7 +806,7 @@ func TestTrackResultPassThrough(t *testing.T) {
 		if err != nil || task.State != store.TaskDone {
 			t.Errorf("task: %+v, %v; want state done (never polled)", task, err)
 		}
-		if due, err := st.DueTasks(context.Background(), time.Now().Add(time.Hour), 100); err != nil || len(due) != 0 {
+		if due, err := st.DueTasks(context.Background(), store.DueQuery{Now: time.Now().Add(time.Hour), Limit: 100, Accounts: trkAccounts}); err != nil || len(due) != 0 {
 			t.Errorf("due tasks: %d, %v; want none", len(due), err)
 		}
 

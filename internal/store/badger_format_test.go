@@ -106,7 +106,7 @@ func TestBadgerFormat1(t *testing.T) {
 		now  time.Time
 		want int
 	}{{f1Poll106.Add(-time.Second), 0}, {f1Poll106, 1}} {
-		if ts, err := b.DueTasks(ctx, x.now, 10); err != nil || len(ts) != x.want {
+		if ts, err := b.DueTasks(ctx, DueQuery{Now: x.now, Limit: 10, Accounts: []Account{{Provider: "2captcha"}}}); err != nil || len(ts) != x.want {
 			t.Errorf("DueTasks(%s) = %d tasks, %v; want %d", x.now, len(ts), err, x.want)
 		}
 	}
@@ -181,7 +181,7 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 		if _, err := buildReceivedIndex(db); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := buildTaskOrder(db); err != nil {
+		if _, _, err := upgradeTaskIndexes(db, map[string]string{"2captcha": "00000000000000f1"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := buildFairIndex(db); err != nil {
@@ -197,6 +197,9 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 	}
 	b := openTestBadger(t, BadgerOptions{Dir: dir}) // and a third time
 	checkFormat1Records(t, b)
+	if task, err := b.GetTask(ctx, f1Key("106")); err != nil || task.Account != "00000000000000f1" {
+		t.Errorf("task 106 after the upgrade ran twice: %+v, %v; want account 00000000000000f1", task, err)
+	}
 }
 
 // TestBadgerFormat5: a store of format 5 had no fair claims index (f/);
@@ -287,7 +290,7 @@ func dropRaw(t *testing.T, dir, prefix string) int {
 
 func TestBadgerFormatNewer(t *testing.T) {
 	for _, x := range []struct{ format, want string }{
-		{"7", "stored format 7 is newer than this plugin's (6)"},
+		{"8", "stored format 8 is newer than this plugin's (7)"},
 		{"two", `format key "two"`},
 	} {
 		t.Run(x.format, func(t *testing.T) {

@@ -85,8 +85,9 @@ func (w *pgWhere) String() string {
 const pgTaskTime = `coalesce(submitted_at, 0)`
 
 // ListTaskPage implements TaskStore: one query over the submission-time
-// index (tasks_state_submitted when a state is given, tasks_submitted
-// otherwise; migration 0007), with only the conditions q sets and a row
+// index (with an account, tasks_account_state_submitted when a state is
+// given, tasks_account_submitted otherwise, migration 0009; without,
+// tasks_state_submitted or tasks_submitted, migration 0007), with only the conditions q sets and a row
 // comparison for the cursor (keyset pagination); one row more than the
 // page tells whether another follows.
 func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
@@ -99,6 +100,9 @@ func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, err
 	}
 	if q.Provider != "" {
 		w.and("provider = " + w.arg(q.Provider))
+	}
+	if q.Account != "" {
+		w.and("account = " + w.arg(q.Account))
 	}
 	if q.After != nil {
 		w.after(pgTaskTime, q.After.SubmittedAt, q.After.Key)
