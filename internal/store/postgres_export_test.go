@@ -30,3 +30,6 @@ func MigratePostgresTo(ctx context.Context, dsn, schema string, upTo int) error 
 // accounts' providers and ids (two text arrays), now (Unix ns) and the
 // limit.
 const PostgresDueTasksQuery = pgDueTasks
+
+// PostgresTaskPageQuery is ListTaskPage's query for q and its arguments.
+func PostgresTaskPageQuery(q TaskQuery) (string, []any) { return pgTaskPageQuery(q) }

@@ -94,6 +94,16 @@ func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, err
 	if err := checkLimit(q.Limit); err != nil {
 		return TaskPage{}, err
 	}
+	sql, args := pgTaskPageQuery(q)
+	out, err := pgCollect(ctx, p, sql, args, scanTask)
+	if err != nil {
+		return TaskPage{}, err
+	}
+	return taskPageFrom(out, q.Limit), nil
+}
+
+// pgTaskPageQuery is ListTaskPage's query for q and its arguments.
+func pgTaskPageQuery(q TaskQuery) (string, []any) {
 	var w pgWhere
 	if q.State != "" {
 		w.and("state = " + w.arg(string(q.State)))
@@ -109,11 +119,7 @@ func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, err
 	}
 	sql := `SELECT ` + pgTaskCols + ` FROM tasks` + w.String() +
 		` ORDER BY ` + pgTaskTime + `, provider COLLATE "C", id COLLATE "C" LIMIT ` + w.arg(q.Limit+1)
-	out, err := pgCollect(ctx, p, sql, w.args, scanTask)
-	if err != nil {
-		return TaskPage{}, err
-	}
-	return taskPageFrom(out, q.Limit), nil
+	return sql, w.args
 }
 
 // pgCollect runs sql (through p.op) and scans every row with scan.

@@ -17,6 +17,10 @@ CREATE INDEX tasks_due_account ON tasks (provider, account, next_poll_at, id COL
 -- tasks_submitted and tasks_state_submitted, migration 0007).
 CREATE INDEX tasks_account_submitted ON tasks (account, (coalesce(submitted_at, 0)), provider COLLATE "C", id COLLATE "C");
 CREATE INDEX tasks_account_state_submitted ON tasks (account, state, (coalesce(submitted_at, 0)), provider COLLATE "C", id COLLATE "C");
+-- The states of an account are far from those of the table (one account
+-- with few pending tasks among many of other accounts): statistics of
+-- the pair let the planner see it and choose the index of both.
+CREATE STATISTICS tasks_account_state (mcv) ON account, state FROM tasks;
 
 -- Task counts by account too (Counts.TasksPendingByAccount): task_counts
 -- gains the account in its key, rebuilt from the rows, and its triggers
