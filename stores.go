@@ -32,10 +32,10 @@ type StoreModule interface {
 	// StoreName is how status and logs show the store (a directory, or
 	// host:port/database): never a password.
 	StoreName() string
-	// OpenStore opens the store.
-	// legacyAccounts is provider → the account id given to the tasks
-	// stored before tasks had accounts (by the store's format or schema
-	// upgrade, once).
+	// OpenStore opens the store. legacyAccounts maps a provider to the
+	// account id given to the tasks stored before tasks had accounts
+	// (store.BadgerOptions.LegacyAccounts, store.PostgresOptions.
+	// LegacyAccounts).
 	OpenStore(logger *zap.Logger, minFreeSpace int64, legacyAccounts map[string]string) (store.Store, error)
 }
 
@@ -81,11 +81,11 @@ func (b *BadgerStore) StoreLocation() string { return b.dir }
 func (b *BadgerStore) StoreName() string { return b.dir }
 
 // OpenStore implements StoreModule.
-func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, _ map[string]string) (store.Store, error) {
+func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccounts map[string]string) (store.Store, error) {
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", b.dir, err)
 	}
-	opts := store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree}
+	opts := store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts}
 	if testStoreOptions != nil {
 		testStoreOptions(&opts)
 	}
@@ -169,12 +169,13 @@ func (p *PostgresStore) StoreName() string { return p.location }
 
 // OpenStore implements StoreModule: the database is retried for 10 s
 // while unreachable; the error then names host and port.
-func (p *PostgresStore) OpenStore(logger *zap.Logger, _ int64, _ map[string]string) (store.Store, error) {
+func (p *PostgresStore) OpenStore(logger *zap.Logger, _ int64, legacyAccounts map[string]string) (store.Store, error) {
 	return store.OpenPostgres(store.PostgresOptions{
-		DSN:       p.dsn,
-		Schema:    p.Schema,
-		LeaseTerm: time.Duration(p.LeaseTerm),
-		Logger:    logger.Named("postgres"),
+		DSN:            p.dsn,
+		Schema:         p.Schema,
+		LeaseTerm:      time.Duration(p.LeaseTerm),
+		Logger:         logger.Named("postgres"),
+		LegacyAccounts: legacyAccounts,
 	})
 }
 

@@ -55,6 +55,13 @@ type BadgerOptions struct {
 	// first replays and checkpoints what an earlier journaled open left
 	// in it.
 	JournalSize int64
+	// LegacyAccounts maps a provider's name to an account id (Task.
+	// Account): given to every task stored before tasks had accounts,
+	// once, by the store format 7 upgrade (the first open of a store of
+	// format 6 or earlier by this code; later opens ignore it). The app
+	// passes the account of each provider's first configured key; a
+	// provider missing from the map leaves its tasks without account.
+	LegacyAccounts map[string]string
 
 	// syncBadger, in tests, replaces the fsync of Badger's memtable and
 	// value logs in a checkpoint (to capture what it made durable, or to
@@ -279,7 +286,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 			logger.Info("replayed the journal", zap.Int("records", replayed))
 		}
 	}
-	epoch, err := openFormat(db, logger)
+	epoch, err := openFormat(db, logger, opts.LegacyAccounts)
 	if err == nil {
 		// The files Badger created while opening (LOCK, a memtable log).
 		err = privateFiles(opts.Dir)

@@ -173,8 +173,8 @@ func seedLastLive(db badgerDB) error {
 
 // countAges rebuilds the ages when the store opens: the backlog from the
 // failed state index and the lease index (each record's received time
-// read), pending tasks from the poll index (each task's submission time
-// read), the last live pingbacks from m/live/.
+// read), pending tasks from the pending runs of the task order (each
+// task's submission time read), the last live pingbacks from m/live/.
 func countAges(w *batch) (*memAges, error) {
 	a := newMemAges()
 	var ds []ageDelta
@@ -195,9 +195,9 @@ func countAges(w *batch) (*memAges, error) {
 				keys = append(keys, key)
 			}
 		}},
-		{pollPrefix, func(k []byte) {
-			if _, key, ok := parseTimeKey(pollPrefix, k); ok {
-				tasks = append(tasks, key)
+		{pendingOrderPrefix, func(k []byte) {
+			if provider, _, _, id, ok := splitAccountTimeKey(k[len(pendingOrderPrefix):]); ok {
+				tasks = append(tasks, Key{Provider: provider, ID: id})
 			}
 		}},
 	}

@@ -32,7 +32,7 @@ import (
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
-//	                      result_at token
+//	                      result_at token account
 //
 // string and []byte: uvarint length, bytes; int: zig-zag varint; bool: one
 // byte; time: 0 for the zero time, else 1, varint Unix seconds, uvarint
@@ -64,7 +64,7 @@ var (
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
 		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt",
-		"Token"}
+		"Token", "Account"}
 )
 
 // Whether the binary encoding covers every field of each type.
@@ -271,6 +271,7 @@ func encodeTask(t *Task) ([]byte, error) {
 	e.time(t.AppPolledAt)
 	e.time(t.ResultAt)
 	e.str(t.Token)
+	e.str(t.Account)
 	return e.b, nil
 }
 
@@ -302,6 +303,9 @@ func decodeTask(v []byte, t *Task) error {
 	}
 	if d.more() { // appended after result_at
 		t.Token = d.str()
+	}
+	if d.more() { // appended after token (format 7)
+		t.Account = d.str()
 	}
 	return d.end()
 }

@@ -137,14 +137,20 @@ func TestCodecRoundTrip(t *testing.T) {
 			// A value written before ResultAt was added (format 3 as first
 			// shipped) ends without it and reads with it zero.
 			old := *x
-			old.ResultAt, old.Token = time.Time{}, ""
+			old.ResultAt, old.Token, old.Account = time.Time{}, "", ""
 			ob, _ := encodeTask(&old)
-			roundTrip(t, name+" binary without result_at", &old, ob[:len(ob)-2], decodeTask)
+			roundTrip(t, name+" binary without result_at", &old, ob[:len(ob)-3], decodeTask)
 			// Nor, before that, the token (appended after result_at).
 			old = *x
-			old.Token = ""
+			old.Token, old.Account = "", ""
 			ob, _ = encodeTask(&old)
-			roundTrip(t, name+" binary without token", &old, ob[:len(ob)-1], decodeTask)
+			roundTrip(t, name+" binary without token", &old, ob[:len(ob)-2], decodeTask)
+			// Nor, before format 7, the account (appended after the
+			// token).
+			old = *x
+			old.Account = ""
+			ob, _ = encodeTask(&old)
+			roundTrip(t, name+" binary without account", &old, ob[:len(ob)-1], decodeTask)
 		}
 	})
 }
@@ -228,12 +234,12 @@ func TestCodecAppendedFields(t *testing.T) {
 	roundTrip(t, "record without the appended answer", r, b[:len(b)-7], decodeRecord)  // and its empty answer one more
 	roundTrip(t, "delivery without the appended history", &r.Delivery, encodeDelivery(&r.Delivery)[:len(encodeDelivery(&r.Delivery))-1], decodeDelivery)
 	task := filled[Task](t)
-	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt, task.Token = "", "", 0, time.Time{}, time.Time{}, ""
+	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt, task.Token, task.Account = "", "", 0, time.Time{}, time.Time{}, "", ""
 	tb, err := encodeTask(task)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-6], decodeTask) // three empty strings, 0, two zero times
+	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-7], decodeTask) // four empty strings, 0, two zero times
 	if err := decodeRecord(b[:len(b)-8], new(Record)); err == nil {
 		t.Error("a record cut inside its fixed fields decoded without error")
 	}

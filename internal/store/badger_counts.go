@@ -25,8 +25,8 @@ func (b *Badger) Counts(ctx context.Context) (Counts, error) {
 // countKeys counts what the store holds from its keys alone (no value is
 // read): records by r/, their states by the state index v/ (queued,
 // failed, rejected, parked) and the lease index l/ (forwarding), the rest
-// delivered; pending tasks by the poll index p/ (a pending task never to
-// be polled is not counted).
+// delivered; pending tasks, by provider and account, by the pending runs
+// of the task order o/.
 func countKeys(w *batch) (*memCounts, error) {
 	c := newMemCounts()
 	total := map[string]int64{}
@@ -55,9 +55,9 @@ func countKeys(w *batch) (*memCounts, error) {
 				add(key.Provider, StateForwarding)
 			}
 		}},
-		{pollPrefix, func(k []byte) {
-			if _, key, ok := parseTimeKey(pollPrefix, k); ok {
-				ds = append(ds, countDelta{provider: key.Provider, task: true, n: 1})
+		{pendingOrderPrefix, func(k []byte) {
+			if provider, account, _, _, ok := splitAccountTimeKey(k[len(pendingOrderPrefix):]); ok {
+				ds = append(ds, countDelta{provider: provider, account: account, task: true, n: 1})
 			}
 		}},
 	}

@@ -30,11 +30,20 @@ import (
 //	6: the fair claims index f/ (badger_claim.go), the due records of q/
 //	  with at most FewFailures failures; opening a store of an earlier
 //	  format writes the f/ entries of its due records.
-const formatVersion = 6
+//	7: tasks have accounts (Task.Account, appended to the t/ value); the
+//	  poll index p/ and the task order o/ are keyed by account (runs per
+//	  provider and account, badger_task.go). Opening a store of an
+//	  earlier format stamps its tasks with BadgerOptions.LegacyAccounts
+//	  and rewrites every p/ and o/ entry in the new layout
+//	  (upgradeTaskIndexes; it also writes the o/ entries formats 1 to 4
+//	  lacked).
+const formatVersion = 7
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
-func openFormat(db badgerDB, log *zap.Logger) (uint64, error) {
+// legacy is BadgerOptions.LegacyAccounts, given to the tasks of a store
+// of format 6 or earlier.
+func openFormat(db badgerDB, log *zap.Logger, legacy map[string]string) (uint64, error) {
 	version, err := checkFormat(db)
 	if err != nil {
 		return 0, err
@@ -60,19 +69,20 @@ func openFormat(db badgerDB, log *zap.Logger) (uint64, error) {
 		}
 		log.Info("built the received-time index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("records", n))
 	}
-	if version >= 1 && version < 5 {
-		n, err := buildTaskOrder(db)
-		if err != nil {
-			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
-		}
-		log.Info("built the task order index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("tasks", n))
-	}
 	if version >= 1 && version < 6 {
 		n, err := buildFairIndex(db)
 		if err != nil {
 			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
 		}
 		log.Info("built the fair claims index", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int("records", n))
+	}
+	if version >= 1 && version < 7 {
+		n, stamped, err := upgradeTaskIndexes(db, legacy)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
+		}
+		log.Info("rewrote the task indexes by account", zap.Int("from", version), zap.Int("to", formatVersion),
+			zap.Int("tasks", n), zap.Int("stamped", stamped))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {
@@ -238,6 +248,77 @@ func buildFairIndex(db badgerDB) (int, error) {
 		return 0, err
 	}
 	return len(keys), inChunks(db, len(keys), 1000, func(w *batch, i int) { w.set(keys[i], nil, exps[i]) })
+}
+
+// upgradeTaskIndexes brings the tasks of a store of format 6 or earlier
+// to format 7: a task without account whose provider legacy names gets
+// that account (its t/ value rewritten, TTL kept), and every p/ and o/
+// key goes, replaced by the entries the tasks call for in format 7's
+// layout, with the tasks' TTLs. It returns how many tasks there are and
+// how many it stamped. Each batch is its own transaction, the old keys
+// all gone before a new one is written; running it again is harmless
+// (stamped tasks stay stamped, the indexes are rebuilt from the tasks).
+func upgradeTaskIndexes(db badgerDB, legacy map[string]string) (tasks, stamped int, err error) {
+	type entry struct {
+		t   Task
+		exp uint64
+		val []byte // the stamped task's new value; nil if not stamped
+	}
+	var old [][]byte
+	var all []entry
+	err = db.View(func(txn *badger.Txn) error {
+		for _, prefix := range []string{pollPrefix, taskOrderPrefix} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				old = append(old, it.Item().KeyCopy(nil))
+			}
+			it.Close()
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(taskPrefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			var e entry
+			if err := item.Value(func(v []byte) error { return decodeTask(v, &e.t) }); err != nil {
+				return fmt.Errorf("decoding task %s: %w", item.Key(), err)
+			}
+			e.exp = item.ExpiresAt()
+			if id := legacy[e.t.Provider]; e.t.Account == "" && id != "" {
+				e.t.Account = id
+				if err := checkAccount(&e.t); err != nil {
+					return err
+				}
+				v, err := encodeTask(&e.t)
+				if err != nil {
+					return fmt.Errorf("encoding task %s: %w", e.t.Key(), err)
+				}
+				e.val = v
+				stamped++
+			}
+			all = append(all, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := inChunks(db, len(old), 1000, func(w *batch, i int) { w.del(old[i]) }); err != nil {
+		return 0, 0, err
+	}
+	err = inChunks(db, len(all), 500, func(w *batch, i int) {
+		e := &all[i]
+		if e.val != nil {
+			w.set(taskKey(e.t.Key()), e.val, e.exp)
+		}
+		if pk := pollKey(&e.t); pk != nil {
+			w.set(pk, nil, e.exp)
+		}
+		w.set(taskOrderKey(&e.t), nil, e.exp)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return len(all), stamped, nil
 }
 
 // inChunks calls fn for 0..n-1, chunk calls per transaction, and writes

@@ -1,6 +1,9 @@
 package store
 
 import (
+	"encoding/binary"
+	"fmt"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -106,7 +109,7 @@ func TestBadgerFormat1(t *testing.T) {
 		now  time.Time
 		want int
 	}{{f1Poll106.Add(-time.Second), 0}, {f1Poll106, 1}} {
-		if ts, err := b.DueTasks(ctx, x.now, 10); err != nil || len(ts) != x.want {
+		if ts, err := b.DueTasks(ctx, DueQuery{Now: x.now, Limit: 10, Accounts: []Account{{Provider: "2captcha"}}}); err != nil || len(ts) != x.want {
 			t.Errorf("DueTasks(%s) = %d tasks, %v; want %d", x.now, len(ts), err, x.want)
 		}
 	}
@@ -181,7 +184,7 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 		if _, err := buildReceivedIndex(db); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := buildTaskOrder(db); err != nil {
+		if _, _, err := upgradeTaskIndexes(db, map[string]string{"2captcha": "00000000000000f1"}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := buildFairIndex(db); err != nil {
@@ -197,6 +200,9 @@ func TestBadgerFormat1MigrationRerun(t *testing.T) {
 	}
 	b := openTestBadger(t, BadgerOptions{Dir: dir}) // and a third time
 	checkFormat1Records(t, b)
+	if task, err := b.GetTask(ctx, f1Key("106")); err != nil || task.Account != "00000000000000f1" {
+		t.Errorf("task 106 after the upgrade ran twice: %+v, %v; want account 00000000000000f1", task, err)
+	}
 }
 
 // TestBadgerFormat5: a store of format 5 had no fair claims index (f/);
@@ -287,7 +293,7 @@ func dropRaw(t *testing.T, dir, prefix string) int {
 
 func TestBadgerFormatNewer(t *testing.T) {
 	for _, x := range []struct{ format, want string }{
-		{"7", "stored format 7 is newer than this plugin's (6)"},
+		{"8", "stored format 8 is newer than this plugin's (7)"},
 		{"two", `format key "two"`},
 	} {
 		t.Run(x.format, func(t *testing.T) {
@@ -330,4 +336,174 @@ func setRaw(t *testing.T, dir, key, val string) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// toFormat6 rewrites the tasks of the store in dir (none with an account)
+// in the layout of format 6: t/ values without the appended account, the
+// poll index p/<NextPollAt><provider>/<id> and the task order
+// o/<state>/<provider>/<SubmittedAt><id>, with the tasks' TTLs; and sets
+// the stored format to 6.
+func toFormat6(t *testing.T, dir string) {
+	t.Helper()
+	dropRaw(t, dir, pollPrefix)
+	dropRaw(t, dir, taskOrderPrefix)
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(txn *badger.Txn) error {
+		type kv struct {
+			k, v []byte
+			exp  uint64
+		}
+		var tasks []kv
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(taskPrefix), PrefetchValues: true})
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				it.Close()
+				return err
+			}
+			tasks = append(tasks, kv{it.Item().KeyCopy(nil), v, it.Item().ExpiresAt()})
+		}
+		it.Close()
+		set := func(k, v []byte, exp uint64) error {
+			e := badger.NewEntry(k, v)
+			e.ExpiresAt = exp
+			return txn.SetEntry(e)
+		}
+		for _, x := range tasks {
+			var tk Task
+			if err := decodeTask(x.v, &tk); err != nil {
+				return err
+			}
+			if tk.Account != "" || x.v[len(x.v)-1] != 0 {
+				return fmt.Errorf("task %s has an account", tk.Key())
+			}
+			if err := set(x.k, x.v[:len(x.v)-1], x.exp); err != nil { // the empty account: one byte
+				return err
+			}
+			if tk.State == TaskPending && !tk.NextPollAt.IsZero() {
+				if err := set(timeKey(pollPrefix, tk.NextPollAt, tk.Key()), nil, x.exp); err != nil {
+					return err
+				}
+			}
+			ok := []byte(taskOrderPrefix + string(tk.State) + "/" + tk.Provider + "/")
+			ok = append(binary.BigEndian.AppendUint64(ok, unixNano(tk.SubmittedAt)), tk.ID...)
+			if err := set(ok, nil, x.exp); err != nil {
+				return err
+			}
+		}
+		return txn.Set([]byte(metaFormatKey), []byte("6"))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadgerFormat6Accounts: opening a store of format 6 stamps its tasks
+// with LegacyAccounts (a provider missing from the map keeps its tasks
+// without account), moves the poll index and the task order to their
+// runs by account, and counts the pending tasks by account; a later open
+// with another map changes nothing.
+func TestBadgerFormat6Accounts(t *testing.T) {
+	const acct = "0123456789abcdef"
+	dir := t.TempDir()
+	b := openTestBadger(t, BadgerOptions{Dir: dir})
+	sub := t0.Add(-time.Hour)
+	for _, x := range []struct {
+		p, id string
+		st    TaskState
+		next  time.Time
+	}{
+		{"2captcha", "p1", TaskPending, t0.Add(time.Second)},
+		{"2captcha", "p2", TaskPending, t0.Add(2 * time.Second)},
+		{"2captcha", "d1", TaskDone, time.Time{}},
+		{"2captcha", "e1", TaskExpired, time.Time{}},
+		{"captchaai", "q1", TaskPending, t0},
+	} {
+		tk := &Task{Provider: x.p, ID: x.id, SubmittedAt: sub, PingbackURL: "https://example.com/cb", State: x.st,
+			NextPollAt: x.next, UpdatedAt: sub, ExpiresAt: t0.Add(24 * time.Hour)}
+		if _, err := b.AddTask(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustInsert(t, b, testRecord("r1", StateQueued))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	toFormat6(t, dir)
+	if v, err := openManagedFormat(t, dir); err != nil || v != 6 {
+		t.Fatalf("the store before the upgrade: format %d, %v; want 6", v, err)
+	}
+
+	check := func(b *Badger, when string) {
+		t.Helper()
+		checkIndexesOK(t, b) // no p/ or o/ key of format 6 is left
+		if v, err := storedFormat(b.db); err != nil || v != formatVersion {
+			t.Errorf("%s: stored format %d, %v; want %d", when, v, err, formatVersion)
+		}
+		for id, want := range map[string]string{"p1": acct, "p2": acct, "d1": acct, "e1": acct} {
+			if tk, err := b.GetTask(ctx, Key{Provider: "2captcha", ID: id}); err != nil || tk.Account != want || tk.PingbackURL != "https://example.com/cb" {
+				t.Errorf("%s: task %s = %+v, %v; want account %q", when, id, tk, err, want)
+			}
+		}
+		if tk, err := b.GetTask(ctx, key("q1")); err != nil || tk.Account != "" {
+			t.Errorf("%s: task q1 of captchaai (not in the map) = %+v, %v; want no account", when, tk, err)
+		}
+		due := func(accts ...Account) string {
+			t.Helper()
+			ts, err := b.DueTasks(ctx, DueQuery{Now: t0.Add(time.Minute), Limit: 10, Accounts: accts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, tk := range ts {
+				ids = append(ids, tk.ID)
+			}
+			return strings.Join(ids, ",")
+		}
+		if got := due(Account{"2captcha", acct}); got != "p1,p2" {
+			t.Errorf("%s: due tasks of 2captcha/%s = %q, want p1,p2", when, acct, got)
+		}
+		if got := due(Account{Provider: "2captcha"}); got != "" {
+			t.Errorf("%s: due tasks of 2captcha without account = %q, want none", when, got)
+		}
+		if got := due(Account{Provider: "captchaai"}, Account{"2captcha", acct}); got != "q1,p1,p2" {
+			t.Errorf("%s: due tasks of both = %q, want q1,p1,p2", when, got)
+		}
+		page, err := b.ListTaskPage(ctx, TaskQuery{Account: acct, State: TaskDone, Limit: 10})
+		if err != nil || len(page.Tasks) != 1 || page.Tasks[0].ID != "d1" {
+			t.Errorf("%s: ListTaskPage(account, done) = %+v, %v; want d1", when, page.Tasks, err)
+		}
+		c, err := b.Counts(ctx)
+		want := map[string]map[string]int64{"2captcha": {acct: 2}, "captchaai": {"": 1}}
+		if err != nil || !maps.EqualFunc(c.TasksPendingByAccount, want, maps.Equal) ||
+			c.TasksPending["2captcha"] != 2 || c.TasksPending["captchaai"] != 1 {
+			t.Errorf("%s: counts %+v, %v; want pending by account %v", when, c, err, want)
+		}
+		mustGet(t, b, key("r1"))
+	}
+	b = openTestBadger(t, BadgerOptions{Dir: dir, LegacyAccounts: map[string]string{"2captcha": acct}})
+	check(b, "upgraded")
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The stamp is given once: a later open's map is not applied.
+	b = openTestBadger(t, BadgerOptions{Dir: dir, LegacyAccounts: map[string]string{"2captcha": "ffffffffffffffff", "captchaai": "ffffffffffffffff"}})
+	check(b, "opened again")
+}
+
+// openManagedFormat reads the stored format of the closed store in dir.
+func openManagedFormat(t *testing.T, dir string) (int, error) {
+	t.Helper()
+	db, err := openManaged(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	return storedFormat(db)
 }

@@ -91,11 +91,11 @@ func (w *batch) purge(k Key, state State) (bool, error) {
 	switch t, err := w.task(k); {
 	case err == nil:
 		if t.State == TaskPending {
-			w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: -1})
+			w.counted = append(w.counted, countDelta{provider: k.Provider, account: t.Account, task: true, n: -1})
 			w.trackPending(t, -1)
 		}
-		if !t.NextPollAt.IsZero() {
-			w.del(timeKey(pollPrefix, t.NextPollAt, k))
+		if pk := pollKey(t); pk != nil {
+			w.del(pk)
 		}
 		w.del(taskOrderKey(t))
 		w.del(taskKey(k))

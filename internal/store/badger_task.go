@@ -1,26 +1,97 @@
 package store
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
-// Task keys:
+// Task keys (format 7):
 //
-//	t/<provider>/<id>                               → JSON Task
-//	p/<8-byte big-endian NextPollAt unix ns><provider>/<id> → empty; the poll index
-//	o/<state>/<provider>/<8-byte SubmittedAt unix ns><id>   → empty; the task order (badger_taskorder.go)
+//	t/<provider>/<id>                                        → Task (badger_codec.go)
+//	p/<provider>/<account>/<8-byte NextPollAt unix ns><id>   → empty; the poll index
+//	o/<state>/<provider>/<account>/<8-byte SubmittedAt unix ns><id> → empty; the task order (badger_taskorder.go)
+//
+// The poll index holds one entry per pending task with a poll time, in
+// one run per account (provider, account id; "" for a task without
+// account), so that DueTasks merges the runs of the accounts it is asked
+// for and never steps over another account's due tasks. Stores of format
+// 6 and earlier keyed it p/<NextPollAt><provider>/<id>; the format 7
+// upgrade rewrote it (upgradeTaskIndexes).
 const (
 	taskPrefix = "t/"
 	pollPrefix = "p/"
 )
 
+// pollRunPrefix is the prefix of a's run of the poll index.
+func pollRunPrefix(a Account) []byte {
+	b := make([]byte, 0, len(pollPrefix)+len(a.Provider)+len(a.ID)+2)
+	b = append(b, pollPrefix...)
+	b = append(b, a.Provider...)
+	b = append(b, '/')
+	b = append(b, a.ID...)
+	return append(b, '/')
+}
+
+// pollKey is the p/ entry of t, or nil if t is not polled: only a
+// pending task with a poll time is, whatever poll time another state was
+// left with.
+func pollKey(t *Task) []byte {
+	if t.State != TaskPending || t.NextPollAt.IsZero() {
+		return nil
+	}
+	b := pollRunPrefix(t.TaskAccount())
+	b = binary.BigEndian.AppendUint64(b, unixNano(t.NextPollAt))
+	return append(b, t.ID...)
+}
+
+// duePos is a place in the poll index: the poll time, then the key.
+type duePos struct {
+	at      time.Time
+	account string
+	key     Key
+}
+
+func compareDuePos(a, b duePos) int {
+	return cmp.Or(cmp.Compare(unixNano(a.at), unixNano(b.at)),
+		strings.Compare(a.key.Provider, b.key.Provider), strings.Compare(a.key.ID, b.key.ID))
+}
+
+// parsePollKey splits a p/ key.
+func parsePollKey(k []byte) (duePos, bool) {
+	provider, account, at, id, ok := splitAccountTimeKey(k[len(pollPrefix):])
+	return duePos{at: at, account: account, key: Key{Provider: provider, ID: id}}, ok
+}
+
+// splitAccountTimeKey splits "<provider>/<account>/<8-byte unix ns><id>",
+// the tail of the p/ and o/ keys.
+func splitAccountTimeKey(rest []byte) (provider, account string, at time.Time, id string, ok bool) {
+	i := bytes.IndexByte(rest, '/')
+	if i < 0 {
+		return "", "", time.Time{}, "", false
+	}
+	provider, rest = string(rest[:i]), rest[i+1:]
+	j := bytes.IndexByte(rest, '/')
+	if j < 0 || len(rest) < j+1+8 {
+		return "", "", time.Time{}, "", false
+	}
+	account = string(rest[:j])
+	at = time.Unix(0, int64(binary.BigEndian.Uint64(rest[j+1:]))).UTC()
+	return provider, account, at, string(rest[j+1+8:]), true
+}
+
 // AddTask implements TaskStore.
 func (b *Badger) AddTask(ctx context.Context, t *Task) (*Task, error) {
+	if err := checkAccount(t); err != nil {
+		return nil, err
+	}
 	k := t.Key()
 	var existing *Task
 	o := &op{size: 1024}
@@ -74,6 +145,9 @@ func (b *Badger) UpdateTask(ctx context.Context, key Key, fn func(*Task) error) 
 		if err := fn(&cur); err != nil {
 			return err
 		}
+		if err := checkAccount(&cur); err != nil {
+			return err
+		}
 		result = &cur
 		return w.writeTask(old, &cur)
 	}}
@@ -81,40 +155,43 @@ func (b *Badger) UpdateTask(ctx context.Context, key Key, fn func(*Task) error) 
 	return result, err
 }
 
-// DueTasks implements TaskStore.
-func (b *Badger) DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error) {
+// DueTasks implements TaskStore: a merge of the poll index runs of
+// q.Accounts, each from its start, that stops at the first entry after
+// q.Now (or once q.Limit tasks are found): it reads the entries it
+// returns, the stale ones among them and one more per account, never
+// another account's.
+func (b *Badger) DueTasks(ctx context.Context, q DueQuery) ([]*Task, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	accounts := q.accounts()
 	var out []*Task
 	err := b.view(func(txn *badger.Txn) error {
+		out = nil
 		w := &batch{txn: txn}
-		var keys []Key
-		err := w.scan(pollPrefix, func(k []byte) bool {
-			at, key, ok := parseTimeKey(pollPrefix, k)
-			if !ok {
-				return true
-			}
-			if at.After(now) || ctx.Err() != nil {
-				return false
-			}
-			keys = append(keys, key)
-			return len(keys) < limit
-		})
-		if err != nil {
-			return err
+		starts := make([]runStart, len(accounts))
+		for i, a := range accounts {
+			p := pollRunPrefix(a)
+			starts[i] = runStart{prefix: p, seek: p}
 		}
-		for _, k := range keys {
-			t, err := w.task(k)
+		parse := func(k []byte) (duePos, bool) { return parsePollKey(k) }
+		return mergeRuns(ctx, txn, starts, parse, compareDuePos, func(pos duePos) (bool, error) {
+			if pos.at.After(q.Now) {
+				return false, nil // every run's next entry is later still
+			}
+			t, err := w.task(pos.key)
 			if errors.Is(err, ErrNotFound) {
-				continue
+				return true, nil
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
-			if t.State != TaskPending {
-				continue // a poll entry written before writeTask kept only pending ones
+			if t.State != TaskPending || t.Account != pos.account {
+				return true, nil // a stale entry
 			}
 			out = append(out, t)
-		}
-		return ctx.Err()
+			return len(out) < q.Limit, nil
+		})
 	})
 	return out, err
 }
@@ -171,8 +248,9 @@ func (w *batch) task(k Key) (*Task, error) {
 	return t, nil
 }
 
-// writeTask stores t, moves its poll index entry from old's NextPollAt
-// and its task order entry (badger_taskorder.go) from old's.
+// writeTask stores t, moves its poll index entry from old's (poll time
+// or account) and its task order entry (badger_taskorder.go) from old's,
+// and counts it out of old's pending count and into t's.
 func (w *batch) writeTask(old, t *Task) error {
 	val, err := encodeTask(t)
 	if err != nil {
@@ -180,27 +258,27 @@ func (w *batch) writeTask(old, t *Task) error {
 	}
 	exp := expiry(t.ExpiresAt)
 	k := t.Key()
-	if was, is := old != nil && old.State == TaskPending, t.State == TaskPending; was != is {
-		n := int64(1)
-		if was {
-			n = -1
-		}
-		w.counted = append(w.counted, countDelta{provider: k.Provider, task: true, n: n})
-	}
 	was, is := old != nil && old.State == TaskPending, t.State == TaskPending
+	if was && (!is || old.Account != t.Account) {
+		w.counted = append(w.counted, countDelta{provider: k.Provider, account: old.Account, task: true, n: -1})
+	}
+	if is && (!was || old.Account != t.Account) {
+		w.counted = append(w.counted, countDelta{provider: k.Provider, account: t.Account, task: true, n: 1})
+	}
 	if was && (!is || !old.SubmittedAt.Equal(t.SubmittedAt)) {
 		w.trackPending(old, -1)
 	}
 	if is && (!was || !old.SubmittedAt.Equal(t.SubmittedAt)) {
 		w.trackPending(t, 1)
 	}
-	// Only a pending task is polled, whatever poll time it was left with.
-	polled := t.State == TaskPending && !t.NextPollAt.IsZero()
-	if old != nil && !old.NextPollAt.IsZero() && (!polled || !old.NextPollAt.Equal(t.NextPollAt)) {
-		w.del(timeKey(pollPrefix, old.NextPollAt, k))
+	pk := pollKey(t)
+	if old != nil {
+		if ok := pollKey(old); ok != nil && !bytes.Equal(ok, pk) {
+			w.del(ok)
+		}
 	}
-	if polled {
-		w.set(timeKey(pollPrefix, t.NextPollAt, k), nil, exp)
+	if pk != nil {
+		w.set(pk, nil, exp)
 	}
 	w.writeTaskOrder(old, t, exp)
 	w.set(taskKey(k), val, exp)

@@ -4,39 +4,50 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
 
-// The task order index (format 5):
+// The task order index (format 5; by account since format 7):
 //
-//	o/<state>/<provider>/<8-byte big-endian SubmittedAt unix ns><id> → empty
+//	o/<state>/<provider>/<account>/<8-byte big-endian SubmittedAt unix ns><id> → empty
 //
 // one key per task, written by writeTask in the task's own transaction
-// with the task's TTL, moved when its state or submission time changes,
-// deleted with it (Purge). ListTaskPage merges the runs of the (state,
-// provider) pairs q selects, so a page costs what it holds whatever the
-// filters.
+// with the task's TTL, moved when its state, account or submission time
+// changes, deleted with it (Purge). ListTaskPage merges the runs of the
+// (state, provider, account) triples q selects, so a page costs what it
+// holds whatever the filters (plus one seek per run). The pending runs
+// also give the pending counts when the store opens (countKeys).
 const taskOrderPrefix = "o/"
+
+// pendingOrderPrefix is where the runs of the pending tasks are.
+const pendingOrderPrefix = taskOrderPrefix + string(TaskPending) + "/"
 
 // taskOrderKey is the o/ entry of t.
 func taskOrderKey(t *Task) []byte {
-	b := make([]byte, 0, len(taskOrderPrefix)+len(t.State)+len(t.Provider)+2+8+len(t.ID))
-	b = append(b, taskOrderPrefix...)
-	b = append(b, t.State...)
-	b = append(b, '/')
-	b = append(b, t.Provider...)
-	b = append(b, '/')
+	b := taskOrderRun(t.State, t.Provider, t.Account)
 	b = binary.BigEndian.AppendUint64(b, unixNano(t.SubmittedAt))
 	return append(b, t.ID...)
 }
 
-// taskOrderStart is where the run of (state, provider) reaches at.
-func taskOrderStart(state TaskState, provider string, at time.Time) []byte {
-	return taskOrderKey(&Task{State: state, Provider: provider, SubmittedAt: at})
+// taskOrderRun is the prefix of the run of (state, provider, account).
+func taskOrderRun(state TaskState, provider, account string) []byte {
+	b := make([]byte, 0, len(taskOrderPrefix)+len(state)+len(provider)+len(account)+3+8+16)
+	b = append(b, taskOrderPrefix...)
+	b = append(b, state...)
+	b = append(b, '/')
+	b = append(b, provider...)
+	b = append(b, '/')
+	b = append(b, account...)
+	return append(b, '/')
+}
+
+// taskOrderStart is where the run of (state, provider, account) reaches
+// at.
+func taskOrderStart(state TaskState, provider, account string, at time.Time) []byte {
+	return taskOrderKey(&Task{State: state, Provider: provider, Account: account, SubmittedAt: at})
 }
 
 // parseTaskOrderKey splits an o/ key.
@@ -46,13 +57,8 @@ func parseTaskOrderKey(k []byte) (TaskPosition, bool) {
 	if i < 0 {
 		return TaskPosition{}, false
 	}
-	rest = rest[i+1:]
-	j := slices.Index(rest, '/')
-	if j < 0 || len(rest) < j+1+8 {
-		return TaskPosition{}, false
-	}
-	at := time.Unix(0, int64(binary.BigEndian.Uint64(rest[j+1:]))).UTC()
-	return TaskPosition{SubmittedAt: at, Key: Key{Provider: string(rest[:j]), ID: string(rest[j+1+8:])}}, true
+	provider, _, at, id, ok := splitAccountTimeKey(rest[i+1:])
+	return TaskPosition{SubmittedAt: at, Key: Key{Provider: provider, ID: id}}, ok
 }
 
 // writeTaskOrder moves the o/ entry of old (nil for a new task) to t's.
@@ -70,8 +76,8 @@ func (w *batch) writeTaskOrder(old, t *Task, exp uint64) {
 	w.set(k, nil, exp)
 }
 
-// ListTaskPage implements TaskStore: a merge of the o/ runs of q's states
-// and providers, each from q.After's submission time on.
+// ListTaskPage implements TaskStore: a merge of the o/ runs of q's
+// states, providers and accounts, each from q.After's submission time on.
 func (b *Badger) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if err := checkLimit(q.Limit); err != nil {
 		return TaskPage{}, err
@@ -105,7 +111,13 @@ func (w *batch) walkTaskOrder(ctx context.Context, q TaskQuery, out *[]*Task) er
 			providers = w.segments(taskOrderPrefix + s + "/")
 		}
 		for _, p := range providers {
-			starts = append(starts, runStart{[]byte(taskOrderPrefix + s + "/" + p + "/"), taskOrderStart(TaskState(s), p, start)})
+			accounts := []string{q.Account}
+			if q.Account == "" {
+				accounts = w.segments(taskOrderPrefix + s + "/" + p + "/")
+			}
+			for _, a := range accounts {
+				starts = append(starts, runStart{taskOrderRun(TaskState(s), p, a), taskOrderStart(TaskState(s), p, a, start)})
+			}
 		}
 	}
 	return mergeRuns(ctx, w.txn, starts, parseTaskOrderKey, CompareTaskPosition, func(pos TaskPosition) (bool, error) {
@@ -122,29 +134,4 @@ func (w *batch) walkTaskOrder(ctx context.Context, q TaskQuery, out *[]*Task) er
 		*out = append(*out, t)
 		return len(*out) <= q.Limit, nil
 	})
-}
-
-// buildTaskOrder writes the o/ entry of every task, with the task's TTL
-// (stores of format 4 and earlier had none). Running it again is
-// harmless.
-func buildTaskOrder(db badgerDB) (int, error) {
-	var keys [][]byte
-	var exps []uint64
-	err := db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(taskPrefix), PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			var t Task
-			if err := item.Value(func(v []byte) error { return decodeTask(v, &t) }); err != nil {
-				return fmt.Errorf("decoding task %s: %w", item.Key(), err)
-			}
-			keys, exps = append(keys, taskOrderKey(&t)), append(exps, item.ExpiresAt())
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	return len(keys), inChunks(db, len(keys), 1000, func(w *batch, i int) { w.set(keys[i], nil, exps[i]) })
 }

@@ -14,6 +14,11 @@ type Counts struct {
 	Records map[string]map[State]int64 `json:"records"`
 	// TasksPending counts tracked tasks in TaskPending, by provider.
 	TasksPending map[string]int64 `json:"tasks_pending"`
+	// TasksPendingByAccount counts the same tasks by provider, then
+	// account id (Task.Account; "" for tasks stored without one): the
+	// counts of a provider's accounts add up to its TasksPending.
+	// Providers and accounts with none are left out.
+	TasksPendingByAccount map[string]map[string]int64 `json:"tasks_pending_by_account"`
 }
 
 // Counter is the part of the Store contract that counts: the counts change
@@ -28,9 +33,11 @@ type Counter interface {
 }
 
 // countDelta is one change of a count: a record entering (+1) or leaving
-// (-1) a state, or a task entering or leaving TaskPending (task set).
+// (-1) a state, or a task of an account entering or leaving TaskPending
+// (task set).
 type countDelta struct {
 	provider string
+	account  string
 	state    State
 	task     bool
 	n        int64
@@ -39,13 +46,14 @@ type countDelta struct {
 // memCounts are counts kept in memory (Badger's: rebuilt from the keys
 // when the store opens, then moved by each committed batch).
 type memCounts struct {
-	mu      sync.Mutex
-	records map[string]map[State]int64
-	pending map[string]int64
+	mu        sync.Mutex
+	records   map[string]map[State]int64
+	pending   map[string]int64
+	byAccount map[string]map[string]int64
 }
 
 func newMemCounts() *memCounts {
-	return &memCounts{records: map[string]map[State]int64{}, pending: map[string]int64{}}
+	return &memCounts{records: map[string]map[State]int64{}, pending: map[string]int64{}, byAccount: map[string]map[string]int64{}}
 }
 
 // apply adds the deltas of a committed batch.
@@ -61,20 +69,27 @@ func (c *memCounts) apply(ds []countDelta) {
 			if c.pending[d.provider] <= 0 {
 				delete(c.pending, d.provider)
 			}
+			addCount(c.byAccount, d.provider, d.account, d.n)
 			continue
 		}
-		m := c.records[d.provider]
-		if m == nil {
-			m = map[State]int64{}
-			c.records[d.provider] = m
-		}
-		m[d.state] += d.n
-		if m[d.state] <= 0 {
-			delete(m, d.state)
-		}
-		if len(m) == 0 {
-			delete(c.records, d.provider)
-		}
+		addCount(c.records, d.provider, d.state, d.n)
+	}
+}
+
+// addCount adds n to m[outer][inner], leaving out counts that reach 0 and
+// inner maps left empty.
+func addCount[K comparable](m map[string]map[K]int64, outer string, inner K, n int64) {
+	in := m[outer]
+	if in == nil {
+		in = map[K]int64{}
+		m[outer] = in
+	}
+	in[inner] += n
+	if in[inner] <= 0 {
+		delete(in, inner)
+	}
+	if len(in) == 0 {
+		delete(m, outer)
 	}
 }
 
@@ -82,9 +97,13 @@ func (c *memCounts) apply(ds []countDelta) {
 func (c *memCounts) snapshot() Counts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := Counts{Records: make(map[string]map[State]int64, len(c.records)), TasksPending: maps.Clone(c.pending)}
+	out := Counts{Records: make(map[string]map[State]int64, len(c.records)), TasksPending: maps.Clone(c.pending),
+		TasksPendingByAccount: make(map[string]map[string]int64, len(c.byAccount))}
 	for p, m := range c.records {
 		out.Records[p] = maps.Clone(m)
+	}
+	for p, m := range c.byAccount {
+		out.TasksPendingByAccount[p] = maps.Clone(m)
 	}
 	return out
 }

@@ -99,8 +99,8 @@ func checkIndexes(txn *badger.Txn) error {
 			if e.exp != expiry(t.ExpiresAt) {
 				bad("%s: TTL %d, want %d", k, e.exp, expiry(t.ExpiresAt))
 			}
-			if t.State == TaskPending && !t.NextPollAt.IsZero() {
-				want[string(timeKey(pollPrefix, t.NextPollAt, t.Key()))] = e.exp
+			if pk := pollKey(&t); pk != nil {
+				want[string(pk)] = e.exp
 			}
 			want[string(taskOrderKey(&t))] = e.exp
 		}

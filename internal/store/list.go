@@ -87,6 +87,10 @@ func TaskPositionOf(t *Task) TaskPosition {
 type TaskQuery struct {
 	Provider string
 	State    TaskState
+	// Account keeps the tasks of this account id (Task.Account), alone
+	// or with Provider and State; empty matches every account (there is
+	// no filter for tasks without one).
+	Account string
 	// After, if set, starts the page after this position (the Next of
 	// the page before).
 	After *TaskPosition

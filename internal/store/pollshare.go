@@ -6,31 +6,37 @@ import (
 )
 
 // SharedPolling is implemented by a store that several Caddy instances
-// share (PostgreSQL): the fallback poller's per-provider res.php budget,
-// its rate limit and the submit-to-pingback delays behind the automatic
-// "after" are kept in the store, so that any number of instances poll a
-// provider no harder than one would. A single-node store does not
-// implement it; its poller keeps that state in memory.
+// share (PostgreSQL): the fallback poller's res.php budget and rate limit,
+// per account (a provider's limits are per API key), and the
+// submit-to-pingback delays behind the automatic "after", per provider,
+// are kept in the store, so that any number of instances poll an account
+// no harder than one would. One account's spent budget or rate limit
+// never limits another account, of the same provider or not. A
+// single-node store does not implement it; its poller keeps that state in
+// memory.
 type SharedPolling interface {
-	// TakePoll reserves one res.php request to provider, if both the
-	// rate limit (rate requests per second, bursts of up to burst, by the
-	// store's clock) and the budget (requests so far below perTask ×
-	// tasks tracked + allowance) allow it now, and counts it.
-	TakePoll(ctx context.Context, provider string, limit PollLimit) (PollGrant, error)
-	// CountTracked counts one newly tracked task of provider toward the
+	// TakePoll reserves one res.php request with acct's key, if both the
+	// account's rate limit (rate requests per second, bursts of up to
+	// burst, by the store's clock) and its budget (requests so far below
+	// perTask × tasks tracked + allowance) allow it now, and counts it.
+	TakePoll(ctx context.Context, acct Account, limit PollLimit) (PollGrant, error)
+	// CountTracked counts one newly tracked task of acct toward its
 	// budget.
-	CountTracked(ctx context.Context, provider string) error
+	CountTracked(ctx context.Context, acct Account) error
 	// ObserveDelay records one submit-to-pingback delay of provider.
 	ObserveDelay(ctx context.Context, provider string, d time.Duration) error
 	// RecentDelays returns up to n of the most recent delays of provider,
 	// newest first.
 	RecentDelays(ctx context.Context, provider string, n int) ([]time.Duration, error)
-	// PollBudgets returns the budget's counts of every provider that has
-	// any (one small row per provider; nothing is taken or counted).
-	PollBudgets(ctx context.Context) (map[string]PollBudget, error)
+	// PollBudgets returns the budget's counts of every account that has
+	// any (one small row per account; nothing is taken or counted). The
+	// rows of a database migrated from schema 8 or earlier are those of
+	// account "" unless PostgresOptions.LegacyAccounts named the
+	// provider's account.
+	PollBudgets(ctx context.Context) (map[Account]PollBudget, error)
 }
 
-// PollBudget is the counts behind a provider's budget: requests made
+// PollBudget is the counts behind an account's budget: requests made
 // (res.php and getTaskResult) and tasks tracked.
 type PollBudget struct {
 	Polls, Tracked int64

@@ -64,6 +64,14 @@ type PostgresOptions struct {
 	OpenWait time.Duration
 	// Logger receives the store's log lines. Nil discards them.
 	Logger *zap.Logger
+	// LegacyAccounts maps a provider's name to an account id (Task.
+	// Account): given to every task stored before tasks had accounts,
+	// once, by the schema 0009 migration, in its transaction (the open
+	// that migrates the database from version 8 or earlier; later opens
+	// ignore it), together with the provider's poll budget row. The app
+	// passes the account of each provider's first configured key; a
+	// provider missing from the map leaves its tasks without account.
+	LegacyAccounts map[string]string
 }
 
 // Postgres is the Store on PostgreSQL, shared by any number of Caddy
@@ -179,7 +187,7 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	}
 	// Every connection, this first one included, was checked by
 	// pgDurability.afterConnect: synchronous_commit off is refused.
-	if err := migrate(ctx, pool, opts.Schema); err != nil {
+	if err := migrate(ctx, pool, opts.Schema, opts.LegacyAccounts, 0); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres %s: %w", loc, err)
 	}

@@ -6,12 +6,13 @@ import (
 
 // Counts implements Counter: the sums of the counter tables that the
 // schema's triggers keep in the same transactions as the rows (schema
-// version 3), database-wide.
+// version 3; tasks by account since version 9), database-wide.
 func (p *Postgres) Counts(ctx context.Context) (Counts, error) {
-	out := Counts{Records: map[string]map[State]int64{}, TasksPending: map[string]int64{}}
+	out := Counts{Records: map[string]map[State]int64{}, TasksPending: map[string]int64{}, TasksPendingByAccount: map[string]map[string]int64{}}
 	err := p.op(func() error {
 		clear(out.Records)
 		clear(out.TasksPending)
+		clear(out.TasksPendingByAccount)
 		rows, err := p.pool.Query(ctx, `SELECT provider, state, sum(n)::bigint FROM record_counts
 			GROUP BY provider, state HAVING sum(n) > 0`)
 		if err != nil {
@@ -33,19 +34,20 @@ func (p *Postgres) Counts(ctx context.Context) (Counts, error) {
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		rows, err = p.pool.Query(ctx, `SELECT provider, sum(n)::bigint FROM task_counts
-			WHERE state = 'pending' GROUP BY provider HAVING sum(n) > 0`)
+		rows, err = p.pool.Query(ctx, `SELECT provider, account, sum(n)::bigint FROM task_counts
+			WHERE state = 'pending' GROUP BY provider, account HAVING sum(n) > 0`)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var prov string
+			var prov, acct string
 			var n int64
-			if err := rows.Scan(&prov, &n); err != nil {
+			if err := rows.Scan(&prov, &acct, &n); err != nil {
 				return err
 			}
-			out.TasksPending[prov] = n
+			out.TasksPending[prov] += n
+			addCount(out.TasksPendingByAccount, prov, acct, n)
 		}
 		return rows.Err()
 	})

@@ -71,7 +71,7 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 	task := &store.Task{Provider: "2captcha", ID: "100", Method: "userrecaptcha", API: "json", SubmittedAt: at(1),
 		PingbackURL: "https://example.com/cb", Server: "srv7", State: store.TaskPending, NextPollAt: at(2), Polls: 4,
 		AppPolls: 2, AppPolledAt: at(3), LastError: "CAPCHA_NOT_READY", UpdatedAt: at(4), ExpiresAt: at(5), ResultAt: at(6),
-		Token: "0123456789abcdef0123456789abcdef"}
+		Token: "0123456789abcdef0123456789abcdef", Account: "00112233445566aa"}
 	allSet(t, "Task", reflect.ValueOf(*task))
 	if _, err := p.AddTask(ctx, task); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 		t.Errorf("task read back\n got %s\nwant %s", g, w)
 	}
 	changed := *task
-	changed.AppPolls, changed.API, changed.Server = 9, "legacy", "srv8"
+	changed.AppPolls, changed.API, changed.Server, changed.Account = 9, "legacy", "srv8", "ffeeddccbbaa9988"
 	if _, err := p.UpdateTask(ctx, task.Key(), func(tk *store.Task) error { *tk = changed; return nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -85,14 +85,25 @@ func (w *pgWhere) String() string {
 const pgTaskTime = `coalesce(submitted_at, 0)`
 
 // ListTaskPage implements TaskStore: one query over the submission-time
-// index (tasks_state_submitted when a state is given, tasks_submitted
-// otherwise; migration 0007), with only the conditions q sets and a row
+// index (with an account, tasks_account_state_submitted when a state is
+// given, tasks_account_submitted otherwise, migration 0009; without,
+// tasks_state_submitted or tasks_submitted, migration 0007), with only the conditions q sets and a row
 // comparison for the cursor (keyset pagination); one row more than the
 // page tells whether another follows.
 func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, error) {
 	if err := checkLimit(q.Limit); err != nil {
 		return TaskPage{}, err
 	}
+	sql, args := pgTaskPageQuery(q)
+	out, err := pgCollect(ctx, p, sql, args, scanTask)
+	if err != nil {
+		return TaskPage{}, err
+	}
+	return taskPageFrom(out, q.Limit), nil
+}
+
+// pgTaskPageQuery is ListTaskPage's query for q and its arguments.
+func pgTaskPageQuery(q TaskQuery) (string, []any) {
 	var w pgWhere
 	if q.State != "" {
 		w.and("state = " + w.arg(string(q.State)))
@@ -100,16 +111,15 @@ func (p *Postgres) ListTaskPage(ctx context.Context, q TaskQuery) (TaskPage, err
 	if q.Provider != "" {
 		w.and("provider = " + w.arg(q.Provider))
 	}
+	if q.Account != "" {
+		w.and("account = " + w.arg(q.Account))
+	}
 	if q.After != nil {
 		w.after(pgTaskTime, q.After.SubmittedAt, q.After.Key)
 	}
 	sql := `SELECT ` + pgTaskCols + ` FROM tasks` + w.String() +
 		` ORDER BY ` + pgTaskTime + `, provider COLLATE "C", id COLLATE "C" LIMIT ` + w.arg(q.Limit+1)
-	out, err := pgCollect(ctx, p, sql, w.args, scanTask)
-	if err != nil {
-		return TaskPage{}, err
-	}
-	return taskPageFrom(out, q.Limit), nil
+	return sql, w.args
 }
 
 // pgCollect runs sql (through p.op) and scans every row with scan.

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,13 +67,50 @@ func PostgresSchemaVersion() int {
 	return len(ms)
 }
 
+// pgAfter are the Go steps of migrations, run after the version's SQL in
+// its transaction (search_path set to the store's schema), with
+// PostgresOptions.LegacyAccounts.
+var pgAfter = map[int]func(ctx context.Context, tx pgx.Tx, legacy map[string]string) error{
+	9: stampLegacyAccounts,
+}
+
+// stampLegacyAccounts gives every task without account (all of them, as
+// 0009 added the column) of a provider legacy names that account, and
+// moves the provider's poll budget row (account "") to it too: the tasks
+// it counted were submitted with the same key. The count triggers move
+// the task counts.
+func stampLegacyAccounts(ctx context.Context, tx pgx.Tx, legacy map[string]string) error {
+	providers := slices.Sorted(maps.Keys(legacy))
+	for _, prov := range providers {
+		acct := legacy[prov]
+		if acct == "" {
+			continue
+		}
+		if err := checkAccount(&Task{Provider: prov, Account: acct}); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tasks SET account = $2 WHERE provider = $1 AND account = ''`, prov, acct); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE providers SET account = $2 WHERE provider = $1 AND account = ''`, prov, acct); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // migrate creates the schema if needed and applies the migrations it
 // lacks, under an advisory lock held on one connection for the whole run.
-// A database at a newer version than this build knows is refused.
-func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+// A database at a newer version than this build knows is refused. legacy
+// is PostgresOptions.LegacyAccounts (for migration 9). upTo, if positive,
+// stops after that version (tests: a database of an earlier schema).
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, legacy map[string]string, upTo int) error {
 	ms, err := pgMigrations()
 	if err != nil {
 		return err
+	}
+	if upTo > 0 && upTo < len(ms) {
+		ms = ms[:upTo]
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -109,6 +147,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 			}
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return err
+			}
+			if after := pgAfter[m.version]; after != nil {
+				if err := after(ctx, tx, legacy); err != nil {
+					return err
+				}
 			}
 			_, err := tx.Exec(ctx, "INSERT INTO schema_version (version) VALUES ($1)", m.version)
 			return err

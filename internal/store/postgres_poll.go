@@ -15,22 +15,24 @@ const (
 )
 
 // TakePoll implements SharedPolling: one transaction that locks the
-// provider's row, so instances take requests one after another. The rate
+// account's row (providers, keyed by provider and account since schema
+// 9), so instances take requests one after another. The rate
 // limit is a GCRA on next_slot (the theoretical arrival time of the next
 // request), by the database's clock.
-func (p *Postgres) TakePoll(ctx context.Context, provider string, l PollLimit) (PollGrant, error) {
+func (p *Postgres) TakePoll(ctx context.Context, acct Account, l PollLimit) (PollGrant, error) {
 	var g PollGrant
 	step := int64(float64(time.Second) / l.Rate)
 	slack := int64(max(l.Burst, 1)-1) * step
 	clock := p.clockArg()
 	err := p.tx(ctx, func(tx pgx.Tx) error {
 		g = PollGrant{}
-		if _, err := tx.Exec(ctx, `INSERT INTO providers (provider) VALUES ($1) ON CONFLICT DO NOTHING`, provider); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO providers (provider, account) VALUES ($1, $2) ON CONFLICT DO NOTHING`, acct.Provider, acct.ID); err != nil {
 			return err
 		}
 		var tat, now int64
-		if err := tx.QueryRow(ctx, `SELECT polls, tracked, next_slot, coalesce($2::bigint, now_ns()) FROM providers WHERE provider = $1 FOR UPDATE`,
-			provider, clock).Scan(&g.Polls, &g.Tracked, &tat, &now); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT polls, tracked, next_slot, coalesce($3::bigint, now_ns()) FROM providers
+			WHERE provider = $1 AND account = $2 FOR UPDATE`,
+			acct.Provider, acct.ID, clock).Scan(&g.Polls, &g.Tracked, &tat, &now); err != nil {
 			return err
 		}
 		tat = max(tat, now)
@@ -44,29 +46,30 @@ func (p *Postgres) TakePoll(ctx context.Context, provider string, l PollLimit) (
 		}
 		g.OK = true
 		g.Polls++
-		_, err := tx.Exec(ctx, `UPDATE providers SET polls = polls + 1, next_slot = $2 WHERE provider = $1`, provider, tat+step)
+		_, err := tx.Exec(ctx, `UPDATE providers SET polls = polls + 1, next_slot = $3 WHERE provider = $1 AND account = $2`,
+			acct.Provider, acct.ID, tat+step)
 		return err
 	})
 	return g, err
 }
 
 // PollBudgets implements SharedPolling.
-func (p *Postgres) PollBudgets(ctx context.Context) (map[string]PollBudget, error) {
-	out := map[string]PollBudget{}
+func (p *Postgres) PollBudgets(ctx context.Context) (map[Account]PollBudget, error) {
+	out := map[Account]PollBudget{}
 	err := p.op(func() error {
 		clear(out)
-		rows, err := p.pool.Query(ctx, `SELECT provider, polls, tracked FROM providers`)
+		rows, err := p.pool.Query(ctx, `SELECT provider, account, polls, tracked FROM providers`)
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var prov string
+			var a Account
 			var b PollBudget
-			if err := rows.Scan(&prov, &b.Polls, &b.Tracked); err != nil {
+			if err := rows.Scan(&a.Provider, &a.ID, &b.Polls, &b.Tracked); err != nil {
 				return err
 			}
-			out[prov] = b
+			out[a] = b
 		}
 		return rows.Err()
 	})
@@ -74,10 +77,10 @@ func (p *Postgres) PollBudgets(ctx context.Context) (map[string]PollBudget, erro
 }
 
 // CountTracked implements SharedPolling.
-func (p *Postgres) CountTracked(ctx context.Context, provider string) error {
+func (p *Postgres) CountTracked(ctx context.Context, acct Account) error {
 	return p.op(func() error {
-		_, err := p.pool.Exec(ctx, `INSERT INTO providers (provider, tracked) VALUES ($1, 1)
-			ON CONFLICT (provider) DO UPDATE SET tracked = providers.tracked + 1`, provider)
+		_, err := p.pool.Exec(ctx, `INSERT INTO providers (provider, account, tracked) VALUES ($1, $2, 1)
+			ON CONFLICT (provider, account) DO UPDATE SET tracked = providers.tracked + 1`, acct.Provider, acct.ID)
 		return err
 	})
 }

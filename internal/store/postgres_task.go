@@ -3,19 +3,18 @@ package store
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // The columns of a task, in the order scanTask reads them.
-const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at, result_at, token`
+const pgTaskCols = `provider, id, method, api, submitted_at, pingback_url, server, state, next_poll_at, polls, app_polls, app_polled_at, last_error, updated_at, expires_at, result_at, token, account`
 
 func scanTask(row pgx.Row) (*Task, error) {
 	var t Task
 	var sub, next, appPolled, updated, expires, resultAt *int64
 	err := row.Scan(&t.Provider, &t.ID, &t.Method, &t.API, &sub, &t.PingbackURL, &t.Server, &t.State, &next,
-		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires, &resultAt, &t.Token)
+		&t.Polls, &t.AppPolls, &appPolled, &t.LastError, &updated, &expires, &resultAt, &t.Token, &t.Account)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -30,6 +29,9 @@ func scanTask(row pgx.Row) (*Task, error) {
 // AddTask implements TaskStore: under the key's advisory lock (shared with
 // Insert), the task is stored done if its result is already stored.
 func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
+	if err := checkAccount(t); err != nil {
+		return nil, err
+	}
 	var existing *Task
 	err := p.op(func() error {
 		existing = nil
@@ -40,14 +42,14 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 				CASE WHEN r.id IS NULL THEN $7 ELSE 'done' END,
 				CASE WHEN r.id IS NULL THEN $8::bigint END,
 				$9, $14, $15::bigint, $10, $11, $12,
-				CASE WHEN r.id IS NULL THEN $16::bigint ELSE r.received_at END, $17
+				CASE WHEN r.id IS NULL THEN $16::bigint ELSE r.received_at END, $17, $18
 			FROM (SELECT 1) one LEFT JOIN records r ON r.provider = $1 AND r.id = $2
 				AND r.state <> 'quarantined' AND r.received_at >= coalesce($4::bigint, 0)
 			ON CONFLICT (provider, id) DO NOTHING
 			RETURNING id`,
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
 			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), pgNano(t.ExpiresAt),
-			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt), t.Token)
+			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt), t.Token, t.Account)
 		br := p.pool.SendBatch(ctx, b)
 		if _, err := br.Exec(); err != nil {
 			br.Close()
@@ -103,37 +105,44 @@ func (p *Postgres) UpdateTask(ctx context.Context, key Key, fn func(*Task) error
 			if err := fn(&cur); err != nil {
 				return err
 			}
+			if err := checkAccount(&cur); err != nil {
+				return err
+			}
 			result = &cur
 			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
 				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12,
-				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16, token = $17
+				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16, token = $17, account = $18
 				WHERE provider = $1 AND id = $2`,
 				key.Provider, key.ID, cur.Method, ns(cur.SubmittedAt), cur.PingbackURL, cur.Server, string(cur.State),
 				ns(cur.NextPollAt), cur.Polls, cur.LastError, ns(cur.UpdatedAt), pgNano(cur.ExpiresAt),
-				cur.API, cur.AppPolls, ns(cur.AppPolledAt), ns(cur.ResultAt), cur.Token)
+				cur.API, cur.AppPolls, ns(cur.AppPolledAt), ns(cur.ResultAt), cur.Token, cur.Account)
 			return nil
 		})
 	return result, err
 }
 
-// DueTasks implements TaskStore.
-func (p *Postgres) DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error) {
-	var out []*Task
-	err := p.op(func() error {
-		rows, err := p.pool.Query(ctx, `SELECT `+pgTaskCols+` FROM tasks
-			WHERE state = 'pending' AND next_poll_at <= $1 ORDER BY next_poll_at LIMIT $2`, now.UnixNano(), limit)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			t, err := scanTask(rows)
-			if err != nil {
-				return err
-			}
-			out = append(out, t)
-		}
-		return rows.Err()
-	})
-	return out, err
+// pgDueTasks is DueTasks' query: for each account asked for (the pairs
+// of $1 and $2), at most $4 of its due tasks by next poll time, one range
+// of tasks_due_account (0009_accounts.sql) each; then the earliest $4 of
+// those. It reads at most $4 rows per account, none of another account.
+const pgDueTasks = `SELECT t.* FROM unnest($1::text[], $2::text[]) AS a(provider, account)
+	CROSS JOIN LATERAL (SELECT ` + pgTaskCols + ` FROM tasks
+		WHERE tasks.provider = a.provider AND tasks.account = a.account AND state = 'pending' AND next_poll_at <= $3
+		ORDER BY next_poll_at, id COLLATE "C" LIMIT $4) t
+	ORDER BY t.next_poll_at, t.provider COLLATE "C", t.id COLLATE "C" LIMIT $4`
+
+// DueTasks implements TaskStore (pgDueTasks).
+func (p *Postgres) DueTasks(ctx context.Context, q DueQuery) ([]*Task, error) {
+	if err := q.check(); err != nil {
+		return nil, err
+	}
+	accounts := q.accounts()
+	if len(accounts) == 0 {
+		return nil, p.op(func() error { return nil }) // ErrClosed once closed
+	}
+	providers, ids := make([]string, len(accounts)), make([]string, len(accounts))
+	for i, a := range accounts {
+		providers[i], ids[i] = a.Provider, a.ID
+	}
+	return pgCollect(ctx, p, pgDueTasks, []any{providers, ids, q.Now.UnixNano(), q.Limit}, scanTask)
 }

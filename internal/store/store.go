@@ -17,6 +17,17 @@
 // Badger: every handle that opened the store before this one), and the
 // record is then claimable.
 //
+// Accounts. A tracked task remembers the account it was submitted with
+// (Task.Account: an account id the root package derives from the API key;
+// the store never sees a key). The poller's reads are per account
+// (DueTasks answers the due tasks of the accounts it is given and reads
+// no other's), as are the pending counts (Counts.TasksPendingByAccount)
+// and, on a shared store, the poll budget and rate limit (SharedPolling).
+// Tasks stored before accounts (Badger format 6, PostgreSQL schema 8) are
+// stamped once, when the store is upgraded, with the account the app
+// names for their provider (BadgerOptions.LegacyAccounts,
+// PostgresOptions.LegacyAccounts).
+//
 // Transient faults. PostgreSQL retries an insert, a delivery update and a
 // claim once, on a newly dialled connection, after a connection-level
 // error (SQLSTATE class 08, 57P01, 57P02, 57P03, 57P05, EOF, a reset or

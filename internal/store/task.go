@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -65,10 +68,67 @@ type Task struct {
 	// without one (registered by hand, tracked before tokens, or a GET
 	// submission whose pingback URL has a query of its own).
 	Token string `json:"token,omitempty"`
+	// Account is the account id of the API key the task was submitted
+	// with (see the provider's api_key): the root package's 16 hex
+	// characters, never the key; empty when unknown (tasks stored without
+	// one). It never contains '/': AddTask and UpdateTask refuse one that
+	// does.
+	Account string `json:"account,omitempty"`
 }
 
 // Key returns the task's key, the same as its result's.
 func (t *Task) Key() Key { return Key{Provider: t.Provider, ID: t.ID} }
+
+// TaskAccount returns the account the task was submitted with.
+func (t *Task) TaskAccount() Account { return Account{Provider: t.Provider, ID: t.Account} }
+
+// Account names one account of a provider: the provider's name and the
+// account id of one of its API keys ("" for tasks stored without one).
+type Account struct {
+	Provider string
+	ID       string
+}
+
+// String returns "<provider>/<id>".
+func (a Account) String() string { return a.Provider + "/" + a.ID }
+
+// DueQuery selects the tasks DueTasks returns.
+type DueQuery struct {
+	// Now is the time the tasks are due at: NextPollAt at or before it.
+	Now time.Time
+	// Limit is the most tasks returned (at least 1).
+	Limit int
+	// Accounts are the accounts whose tasks are returned (an account
+	// listed twice counts once); none: the answer is empty.
+	Accounts []Account
+}
+
+// check refuses a query without a positive limit.
+func (q *DueQuery) check() error {
+	if q.Limit < 1 {
+		return fmt.Errorf("due tasks: limit %d, need at least 1", q.Limit)
+	}
+	return nil
+}
+
+// accounts is q.Accounts without repeats, in their order.
+func (q *DueQuery) accounts() []Account {
+	out := make([]Account, 0, len(q.Accounts))
+	for _, a := range q.Accounts {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// checkAccount refuses an account id the stores cannot key by.
+func checkAccount(t *Task) error {
+	if strings.Contains(t.Account, "/") {
+		return fmt.Errorf("task %s: account id %q contains '/'", t.Key(), t.Account)
+	}
+	return nil
+}
 
 // TaskStore is the part of the store that tracks submitted tasks. Writes
 // follow the Store contract: durable on success, indexes in step.
@@ -82,9 +142,14 @@ type TaskStore interface {
 	GetTask(ctx context.Context, key Key) (*Task, error)
 	// UpdateTask atomically applies fn to the task under key, like Update.
 	UpdateTask(ctx context.Context, key Key, fn func(*Task) error) (*Task, error)
-	// DueTasks returns up to limit pending tasks whose NextPollAt is at or
-	// before now, earliest first.
-	DueTasks(ctx context.Context, now time.Time, limit int) ([]*Task, error)
+	// DueTasks returns up to q.Limit pending tasks whose NextPollAt is at
+	// or before q.Now and whose account (Provider, Account) is one of
+	// q.Accounts, earliest NextPollAt first (then provider and id,
+	// bytewise). Its cost is that of what it returns (and one index seek
+	// per account), never that of the due tasks of other accounts (those
+	// of another instance sharing the store, or submitted with keys this
+	// one does not have). An error for q.Limit below 1.
+	DueTasks(ctx context.Context, q DueQuery) ([]*Task, error)
 	// ListTaskPage returns the first q.Limit tasks matching q after
 	// q.After, ordered by submission time (SubmittedAt, Unix ns; a zero
 	// time first), then provider, then id, bytewise, and the position to

@@ -227,7 +227,7 @@ func testDueTasks(t *testing.T, h Harness) {
 	check(at(3), 10, "b", "c", "a")
 	check(at(3), 2, "b", "c")
 	check(at(3600), 10, "b", "c", "a", "d")
-	tasks, err := s.DueTasks(ctx, at(1), 10)
+	tasks, err := s.DueTasks(ctx, store.DueQuery{Now: at(1), Limit: 10, Accounts: anyAccount})
 	if err != nil || len(tasks) != 1 || diffTask(tasks[0], newTask("b", t0, at(1))) != "" {
 		t.Errorf("DueTasks returned %+v, %v; want task b as stored", tasks, err)
 	}

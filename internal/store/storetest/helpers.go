@@ -359,6 +359,9 @@ func diffTask(got, want *store.Task) string {
 	if got.Token != want.Token {
 		add("token", got.Token, want.Token)
 	}
+	if got.Account != want.Account {
+		add("account", got.Account, want.Account)
+	}
 	for _, x := range []struct {
 		name string
 		g, w time.Time
@@ -384,9 +387,14 @@ func taskIDs(ts []*store.Task) []string {
 	return out
 }
 
+// anyAccount is the account of the suite's tasks without one.
+var anyAccount = []store.Account{{Provider: prov}}
+
+// dueTaskIDs is the ids of the due tasks of the suite's tasks without
+// account.
 func dueTaskIDs(t *testing.T, s store.Store, now time.Time, limit int) []string {
 	t.Helper()
-	ts, err := s.DueTasks(ctx, now, limit)
+	ts, err := s.DueTasks(ctx, store.DueQuery{Now: now, Limit: limit, Accounts: anyAccount})
 	if err != nil {
 		t.Fatalf("DueTasks(%s, %d): %v", fmtTime(now), limit, err)
 	}

@@ -402,12 +402,15 @@ func testClose(t *testing.T, h Harness) {
 			_, err := claimAt(s, store.ClaimRequest{Now: t0, Limit: 1, Lease: time.Minute, Decide: forward})
 			return err
 		},
-		"Renew":    func() error { return s.Renew(ctx, key("1"), 1, t0) },
-		"Expire":   func() error { _, err := s.Expire(ctx, t0.Add(2*retention), 10); return err },
-		"List":     func() error { _, err := s.List(ctx, store.Filter{}, 10); return err },
-		"AddTask":  func() error { _, err := s.AddTask(ctx, newTask("4", t0, t0)); return err },
-		"GetTask":  func() error { _, err := s.GetTask(ctx, key("2")); return err },
-		"DueTasks": func() error { _, err := s.DueTasks(ctx, t0, 10); return err },
+		"Renew":   func() error { return s.Renew(ctx, key("1"), 1, t0) },
+		"Expire":  func() error { _, err := s.Expire(ctx, t0.Add(2*retention), 10); return err },
+		"List":    func() error { _, err := s.List(ctx, store.Filter{}, 10); return err },
+		"AddTask": func() error { _, err := s.AddTask(ctx, newTask("4", t0, t0)); return err },
+		"GetTask": func() error { _, err := s.GetTask(ctx, key("2")); return err },
+		"DueTasks": func() error {
+			_, err := s.DueTasks(ctx, store.DueQuery{Now: t0, Limit: 10, Accounts: anyAccount})
+			return err
+		},
 		"UpdateTask": func() error {
 			_, err := s.UpdateTask(ctx, key("2"), func(*store.Task) error { return nil })
 			return err
