@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
+	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testfs"
 	"github.com/caddy-pingback/pingback/internal/testkit"
@@ -407,6 +408,91 @@ func TestLocalAnswersOnlyToOwnKey(t *testing.T) {
 		body, passed := ask(tc.key)
 		if passed == tc.wantLocal || !strings.HasPrefix(body, tc.wantBody) {
 			t.Errorf("%s: answered %q, passed to the provider %v; want %q, local %v", tc.name, body, passed, tc.wantBody, tc.wantLocal)
+		}
+	}
+}
+
+// TestInstancesPollOnlyTheirAccounts: two instances on one PostgreSQL
+// database, each with the key of one account of the provider. Tasks of
+// both accounts, submitted through the first instance, pingbacks dropped:
+// each instance polls only the tasks of the account it has the key for,
+// with that key, and every result reaches the app once.
+func TestInstancesPollOnlyTheirAccounts(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	app := newAppStub(t)
+	sim := newPollerSim(t, captchasim.Config{Seed: 38, DropRate: 1, Key: keyA, Keys: []string{keyB}, SolveMin: 200 * time.Millisecond, SolveMax: time.Second})
+	cl := &pgCluster{dsn: dsn, schema: pgtest.Schema(t, dsn)}
+	cl.globalFor = func(in *pgInstance) string {
+		key := keyA
+		if in.name == "B" {
+			key = keyB
+		}
+		return fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint %s\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter 1s\n\t\t\tinterval 5s\n\t\t}", sim.url, key)
+	}
+	var aPort string
+	cl.site = func(in *pgInstance) string {
+		if in.name == "A" {
+			aPort = in.port
+		}
+		return fmt.Sprintf(`http://localhost:%[1]s {
+	handle /cb/2captcha {
+		pingback {
+			provider 2captcha
+		}
+		reverse_proxy %[2]s {
+			header_up X-Instance %[3]s
+		}
+	}
+	handle /api/* {
+		pingback_track {
+			provider 2captcha
+			pingback_url http://localhost:%[4]s/cb/2captcha
+		}
+		reverse_proxy %[5]s
+	}
+	respond 404
+}
+`, in.port, app.HostPort(), in.name, aPort, sim.hostPort)
+	}
+	ins := cl.start(t, 2)
+	a := ins[0]
+	client := &http.Client{Timeout: 10 * time.Second}
+	byKey := map[string][]string{}
+	for _, key := range []string{keyA, keyA, keyA, keyB, keyB, keyB} {
+		id, err := pollerSubmit(client, a.base()+"/api", key, "userrecaptcha", true, url.Values{"googlekey": {"k"}, "pageurl": {"https://a.example"}})
+		if err != nil {
+			t.Fatalf("submitting through A: %v", err)
+		}
+		byKey[key] = append(byKey[key], id)
+	}
+	testkit.WaitFor(t, 2*testPollInterval+pollSlack+10*time.Second, "every polled result delivered", func() bool {
+		for _, ids := range byKey {
+			for _, id := range ids {
+				if app.Deliveries("2captcha:"+id) == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	name := map[string]string{keyA: "A", keyB: "B"}
+	for key, ids := range byKey {
+		for _, id := range ids {
+			if n := app.Count("2captcha:" + id); n != 1 {
+				t.Errorf("2captcha:%s reached the app %d times, want once", id, n)
+			}
+		}
+		if s := keyStats(t, sim.Sim, key); s.ResCalls == 0 || s.ForeignTaskCalls != 0 {
+			t.Errorf("account %s: %d res.php requests, %d for another account's task; want some, none", name[key], s.ResCalls, s.ForeignTaskCalls)
+		}
+	}
+	// Each key is only in one instance's config, so every res.php
+	// request with it (ResCalls above) came from that instance. Polled
+	// results are delivered by whichever instance claims them (the one
+	// delivery path).
+	for _, r := range app.Requests() {
+		if src := r.Header.Get(HeaderSource); src != "poll" {
+			t.Errorf("%s reached the app with source %q, want poll (every pingback dropped)", r.Header.Get(HeaderIdempotencyKey), src)
 		}
 	}
 }

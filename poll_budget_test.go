@@ -83,7 +83,7 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	var polls, tracked int64
-	if err := conn.QueryRow(ctx, "SELECT polls, tracked FROM "+pgx.Identifier{schema, "providers"}.Sanitize()+" WHERE provider = $1", provider).
+	if err := conn.QueryRow(ctx, "SELECT polls, tracked FROM "+pgx.Identifier{schema, "providers"}.Sanitize()+" WHERE provider = $1 AND account = $2", provider, accountID(provider, captchasim.DefaultKey)).
 		Scan(&polls, &tracked); err != nil {
 		t.Fatalf("reading the shared budget: %v", err)
 	}
@@ -92,5 +92,9 @@ func TestJSONPollsInSharedBudget(t *testing.T) {
 	}
 	if b, want := status.Budget[provider], (adminapi.BudgetStatus{Used: polls, Left: 10*tracked + pollAllowance - polls}); b != want {
 		t.Errorf("status budget[%s] = %+v, want the shared row's %+v", provider, b, want)
+	}
+	acc := status.Accounts[provider][accountID(provider, captchasim.DefaultKey)]
+	if acc.Used != polls || acc.Left != 10*tracked+pollAllowance-polls {
+		t.Errorf("status accounts[%s] = %+v, want the shared row's budget", provider, acc)
 	}
 }

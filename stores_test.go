@@ -484,15 +484,22 @@ type pgCluster struct {
 	schema string
 	global string                      // extra lines of the pingback block
 	site   func(in *pgInstance) string // the sites of one instance
+	// globalFor, if set, gives the extra lines of one instance's pingback
+	// block instead of global.
+	globalFor func(in *pgInstance) string
 }
 
 // caddyfile is the config of one instance.
 func (c *pgCluster) caddyfile(in *pgInstance) string {
+	global := c.global
+	if c.globalFor != nil {
+		global = c.globalFor(in)
+	}
 	return testkit.Globals{
 		Admin:       in.admin,
 		HTTPPort:    in.port,
 		GracePeriod: "1ns",
-		Pingback:    fmt.Sprintf("store postgres {\n\tdsn \"%s\"\n\tschema %s\n\tlease_term %s\n}\n%s", c.dsn, c.schema, testLeaseTerm, c.global),
+		Pingback:    fmt.Sprintf("store postgres {\n\tdsn \"%s\"\n\tschema %s\n\tlease_term %s\n}\n%s", c.dsn, c.schema, testLeaseTerm, global),
 	}.Caddyfile(c.site(in))
 }
 
