@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -494,5 +495,82 @@ func TestInstancesPollOnlyTheirAccounts(t *testing.T) {
 		if src := r.Header.Get(HeaderSource); src != "poll" {
 			t.Errorf("%s reached the app with source %q, want poll (every pingback dropped)", r.Header.Get(HeaderIdempotencyKey), src)
 		}
+	}
+}
+
+// TestUntrackedConflictAsksEachKey: a conflict on a result whose task is
+// not tracked is settled by asking the provider with each configured key
+// in turn: the first account does not know the task (ERROR_WRONG_CAPTCHA_ID),
+// the second gives its result, which is delivered as the correction.
+func TestUntrackedConflictAsksEachKey(t *testing.T) {
+	const other = "c4c4c4c4c4c4c4c4c4c4c4c4c4c4c4c4"
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	var mu sync.Mutex
+	var asked []string
+	orig := p.Server.Config.Handler
+	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "res.php") {
+			orig.ServeHTTP(w, r)
+			return
+		}
+		key := r.FormValue("key")
+		mu.Lock()
+		asked = append(asked, key)
+		mu.Unlock()
+		if key == trkKey {
+			_, _ = io.WriteString(w, `{"status":1,"request":"REAL"}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`)
+	})
+	global := strings.Replace(vfyGlobal(p), "api_key "+trkKey, "api_key "+other+" "+trkKey, 1)
+	startCaddy(t, global, vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+	id := "72000000002"
+	vfyPingback(t, "/cb", id, "FORGED")
+	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
+	vfyPingback(t, "/cb", id, "REAL")
+	key := "2captcha:" + id + ":correction"
+	testkit.WaitFor(t, 10*time.Second, "the correction", func() bool { return len(app.WithKey(key)) > 0 })
+	wantDelivery(t, app, key, "REAL", "/cb", "res_php", "false", "correction")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || asked[0] != other || asked[1] != trkKey {
+		t.Errorf("the provider was asked with %d keys (first the other account's: %v), want the two in api_key order", len(asked), len(asked) > 0 && asked[0] == other)
+	}
+}
+
+// TestUntrackedLocalAnswerNeedsOneKey: the track route answers res.php
+// itself for a result with no tracked task only when the provider has one
+// key (as before accounts); with several, whose result it is is unknown,
+// so the request goes to the provider.
+func TestUntrackedLocalAnswerNeedsOneKey(t *testing.T) {
+	const other = "c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5"
+	for _, tc := range []struct {
+		name      string
+		keys      string
+		wantLocal bool
+	}{
+		{"one key", trkKey, true},
+		{"two keys", other + " " + trkKey, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := newAppStub(t)
+			p := newTrkProvider(t)
+			global := strings.Replace(vfyGlobal(p), "api_key "+trkKey, "api_key "+tc.keys, 1)
+			startCaddy(t, global, vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+			id := "72000000003"
+			vfyPingback(t, "/cb", id, "UNTRACKED-CODE")
+			waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
+			before := len(p.requests("res.php"))
+			resp := trkDo(t, http.MethodGet, "/res.php?"+url.Values{"key": {trkKey}, "action": {"get"}, "id": {id}}.Encode(), "", nil)
+			passed := len(p.requests("res.php")) > before
+			if passed == tc.wantLocal {
+				t.Errorf("answered %d %q, passed to the provider %v; want local %v", resp.status, resp.body, passed, tc.wantLocal)
+			}
+			if tc.wantLocal && string(resp.body) != "OK|UNTRACKED-CODE" {
+				t.Errorf("local answer %q, want OK|UNTRACKED-CODE", resp.body)
+			}
+		})
 	}
 }
