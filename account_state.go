@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -56,6 +57,21 @@ func (as *accountState) overBudget() bool {
 	as.mu.Lock()
 	defer as.mu.Unlock()
 	return overPollBudget(as.polls, as.tracked)
+}
+
+// errAccountHeld: the account may not ask the provider now.
+var errAccountHeld = errors.New("the account is held back: its key was rejected, or the provider asked it to back off")
+
+// held returns errAccountHeld while the provider rejected the account's
+// key or its back-off lasts, else nil: a confirmation honours them as the
+// poller does.
+func (as *accountState) held(now time.Time) error {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.stopped || now.Before(as.blockedUntil) {
+		return errAccountHeld
+	}
+	return nil
 }
 
 // countPoll counts one result request made with the account's key.

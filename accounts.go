@@ -59,8 +59,10 @@ type account struct {
 	// key is the resolved key; never logged, shown or stored.
 	key string
 	// configured says which api_key entry it is without giving the key:
-	// the entry itself if it holds a placeholder ("{env.KEY_B}"), else
-	// its position ("api_key #2").
+	// the entry itself if it is one placeholder and nothing else
+	// ("{env.KEY_B}"), else its position ("api_key #2"): a key written
+	// in the config, even with braces or a placeholder in it, is never
+	// shown.
 	configured string
 }
 
@@ -108,7 +110,7 @@ func (pc *ProviderConfig) provisionAccounts(name string, repl *caddy.Replacer) e
 		}
 		seenID[id] = pos
 		configured := "api_key #" + strconv.Itoa(pos)
-		if strings.Contains(given, "{") {
+		if onePlaceholder(given) {
 			configured = given
 		}
 		pc.accounts = append(pc.accounts, account{id: id, key: key, configured: configured})
@@ -124,6 +126,21 @@ func (pc *ProviderConfig) account(id string) (account, bool) {
 		}
 	}
 	return account{}, false
+}
+
+// taskAccount returns the configured account that tasks of the account
+// id are polled, confirmed and answered locally with: the account of that
+// id; for tasks stored without account (before accounts, while their
+// provider had no key, so the store's upgrade could not stamp them), the
+// first configured key's, as the upgrade would have stamped them.
+func (pc *ProviderConfig) taskAccount(id string) (account, bool) {
+	if id == "" {
+		if len(pc.accounts) == 0 {
+			return account{}, false
+		}
+		return pc.accounts[0], true
+	}
+	return pc.account(id)
 }
 
 // hasKey reports whether key is one of the provider's configured keys.
@@ -171,9 +188,9 @@ func validAccountID(s string) bool {
 }
 
 // taskPollable reports whether t's account is one of its provider's
-// configured keys: only then may it be polled or confirmed.
+// configured keys (taskAccount): only then may it be polled or confirmed.
 func (a *App) taskPollable(t *store.Task) bool {
-	_, ok := a.providerConfig(t.Provider).account(t.Account)
+	_, ok := a.providerConfig(t.Provider).taskAccount(t.Account)
 	return ok
 }
 
@@ -188,4 +205,11 @@ func (a *App) legacyAccounts() map[string]string {
 		}
 	}
 	return out
+}
+
+// onePlaceholder reports whether s is exactly one placeholder, "{name}"
+// with no brace inside: an entry that may be shown, since it holds no
+// part of a key.
+func onePlaceholder(s string) bool {
+	return len(s) > 2 && s[0] == '{' && s[len(s)-1] == '}' && !strings.ContainsAny(s[1:len(s)-1], "{}")
 }

@@ -178,10 +178,10 @@ func TestKeyRotationLosesNothing(t *testing.T) {
 		t.Errorf("tasks_unpollable_total rose by %v when the old key was removed, want 2 (its pending tasks)", d)
 	}
 	s := adminStatus(t)
-	if acc := s.Accounts["2captcha"][oldID]; acc.Pending != 2 || acc.Unpollable != 2 || acc.Key != "" {
+	if acc := s.Accounts["2captcha"][oldID]; acc.Pending != 2 || acc.Unpollable != 2 || acc.APIKeyEntry != "" {
 		t.Errorf("status of the removed account: %+v, want 2 pending, 2 unpollable, no key entry", acc)
 	}
-	if acc := s.Accounts["2captcha"][newID]; acc.Pending != 2 || acc.Unpollable != 0 || acc.Key != "api_key #1" {
+	if acc := s.Accounts["2captcha"][newID]; acc.Pending != 2 || acc.Unpollable != 0 || acc.APIKeyEntry != "api_key #1" {
 		t.Errorf("status of the new account: %+v, want 2 pending, pollable, api_key #1", acc)
 	}
 	if n := s.Tasks["2captcha"].Unpollable; n != 2 {
@@ -284,7 +284,7 @@ func TestUnknownKeyTask(t *testing.T) {
 			t.Errorf("tasks_unpollable_total{provider=%q} rose by %v, want %v", p, d, want)
 		}
 	}
-	if acc := adminStatus(t).Accounts["rucaptcha"][accountID("rucaptcha", keyForeign)]; acc.Unpollable != 1 || acc.Key != "" {
+	if acc := adminStatus(t).Accounts["rucaptcha"][accountID("rucaptcha", keyForeign)]; acc.Unpollable != 1 || acc.APIKeyEntry != "" {
 		t.Errorf("status of the unknown account: %+v, want 1 unpollable, no key entry", acc)
 	}
 	task := getTask(t, gone[0])
@@ -500,43 +500,114 @@ func TestInstancesPollOnlyTheirAccounts(t *testing.T) {
 
 // TestUntrackedConflictAsksEachKey: a conflict on a result whose task is
 // not tracked is settled by asking the provider with each configured key
-// in turn: the first account does not know the task (ERROR_WRONG_CAPTCHA_ID),
-// the second gives its result, which is delivered as the correction.
+// in turn: the first account does not know the task (ERROR_WRONG_CAPTCHA_ID)
+// or cannot ask (the provider fails), the second gives its result, which
+// is delivered as the correction.
 func TestUntrackedConflictAsksEachKey(t *testing.T) {
 	const other = "c4c4c4c4c4c4c4c4c4c4c4c4c4c4c4c4"
+	for _, tc := range []struct {
+		name  string
+		first func(w http.ResponseWriter)
+	}{
+		{"first account does not know the task", func(w http.ResponseWriter) {
+			_, _ = io.WriteString(w, `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`)
+		}},
+		{"first account's request fails", func(w http.ResponseWriter) {
+			http.Error(w, "upstream down", http.StatusServiceUnavailable)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := newAppStub(t)
+			p := newTrkProvider(t)
+			var mu sync.Mutex
+			var asked []string
+			orig := p.Server.Config.Handler
+			p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasSuffix(r.URL.Path, "res.php") {
+					orig.ServeHTTP(w, r)
+					return
+				}
+				key := r.FormValue("key")
+				mu.Lock()
+				asked = append(asked, key)
+				mu.Unlock()
+				if key == trkKey {
+					_, _ = io.WriteString(w, `{"status":1,"request":"REAL"}`)
+					return
+				}
+				tc.first(w)
+			})
+			global := strings.Replace(vfyGlobal(p), "api_key "+trkKey, "api_key "+other+" "+trkKey, 1)
+			startCaddy(t, global, vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+			id := "72000000002"
+			vfyPingback(t, "/cb", id, "FORGED")
+			waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
+			vfyPingback(t, "/cb", id, "REAL")
+			key := "2captcha:" + id + ":correction"
+			testkit.WaitFor(t, 10*time.Second, "the correction", func() bool { return len(app.WithKey(key)) > 0 })
+			wantDelivery(t, app, key, "REAL", "/cb", "res_php", "false", "correction")
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != 2 || asked[0] != other || asked[1] != trkKey {
+				t.Errorf("the provider was asked with %d keys (first the other account's: %v), want the two in api_key order", len(asked), len(asked) > 0 && asked[0] == other)
+			}
+		})
+	}
+}
+
+// TestVerifyResPHPUnknownKeyNoToken: with verify res_php, a pingback for a
+// task without a token whose account's key this Caddy does not have cannot
+// be verified (the provider cannot be asked): it is quarantined as
+// unverified, never delivered unverified, and the provider is not asked.
+func TestVerifyResPHPUnknownKeyNoToken(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	var mu sync.Mutex
-	var asked []string
-	orig := p.Server.Config.Handler
-	p.Server.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !strings.HasSuffix(r.URL.Path, "res.php") {
-			orig.ServeHTTP(w, r)
-			return
-		}
-		key := r.FormValue("key")
-		mu.Lock()
-		asked = append(asked, key)
-		mu.Unlock()
-		if key == trkKey {
-			_, _ = io.WriteString(w, `{"status":1,"request":"REAL"}`)
-			return
-		}
-		_, _ = io.WriteString(w, `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`)
-	})
-	global := strings.Replace(vfyGlobal(p), "api_key "+trkKey, "api_key "+other+" "+trkKey, 1)
-	startCaddy(t, global, vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
-	id := "72000000002"
-	vfyPingback(t, "/cb", id, "FORGED")
-	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
-	vfyPingback(t, "/cb", id, "REAL")
-	key := "2captcha:" + id + ":correction"
-	testkit.WaitFor(t, 10*time.Second, "the correction", func() bool { return len(app.WithKey(key)) > 0 })
-	wantDelivery(t, app, key, "REAL", "/cb", "res_php", "false", "correction")
-	mu.Lock()
-	defer mu.Unlock()
-	if len(asked) != 2 || asked[0] != other || asked[1] != trkKey {
-		t.Errorf("the provider was asked with %d keys (first the other account's: %v), want the two in api_key order", len(asked), len(asked) > 0 && asked[0] == other)
+	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
+	st := runningApp(t).store(time.Second)
+	now := time.Now().UTC()
+	id := "72000000004"
+	if _, err := st.AddTask(t.Context(), &store.Task{Provider: "2captcha", ID: id, Account: accountID("2captcha", keyForeign),
+		SubmittedAt: now, PingbackURL: trkCallbackURL, State: store.TaskPending, NextPollAt: now.Add(time.Hour),
+		UpdatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	vfyPingback(t, "/cb", id, "CODE")
+	rec := waitForState(t, 5*time.Second, "2captcha", id, store.StateQuarantined)
+	if rec.Quarantine != whyUnverified {
+		t.Errorf("quarantined as %q, want %q", rec.Quarantine, whyUnverified)
+	}
+	if n := len(p.requests("res.php")); n != 0 {
+		t.Errorf("the provider was asked %d times, want never (not this Caddy's key)", n)
+	}
+	if n := len(app.Requests()); n != 0 {
+		t.Errorf("the app got %d requests, want none", n)
+	}
+}
+
+// TestTaskWithoutAccountPolledWithFirstKey: a task stored without account
+// (tracked before accounts, while its provider had no key, so the store's
+// upgrade could not stamp it) is polled with the provider's first key.
+func TestTaskWithoutAccountPolledWithFirstKey(t *testing.T) {
+	sim := newPollerSim(t, captchasim.Config{Seed: 39, DropRate: 1, Key: keyA, Keys: []string{keyB}, SolveMax: 200 * time.Millisecond})
+	app := newAppStub(t)
+	startPollerCaddy(t, pollBlock("after 1s", "interval 5s"), app, pollerRoute{provider: "2captcha", sim: sim, apiKey: keyA + " " + keyB})
+	tasks := submitWith(t, "2captcha", keyA, "userrecaptcha", 1)
+	st := runningApp(t).store(time.Second)
+	// As the task would be had it been stored before accounts: no account.
+	if _, err := st.UpdateTask(t.Context(), store.Key{Provider: "2captcha", ID: tasks[0].id}, func(tk *store.Task) error {
+		tk.Account = ""
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 2*testPollInterval+pollSlack, "the result recovered", func() bool { return allReceived(app, tasks) })
+	got := receivedOnce(t, app, tasks)
+	checkPolled(t, got[tasks[0].key()], tasks[0], "/cb/2captcha", sim.code(t, tasks[0].id))
+	if s := keyStats(t, sim.Sim, keyA); s.ResCalls == 0 || s.ForeignTaskCalls != 0 {
+		t.Errorf("first key: %d res.php requests, %d for another account's task; want some, none", s.ResCalls, s.ForeignTaskCalls)
+	}
+	if s := keyStats(t, sim.Sim, keyB); s.ResCalls != 0 {
+		t.Errorf("second key: %d res.php requests, want none", s.ResCalls)
 	}
 }
 

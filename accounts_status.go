@@ -28,7 +28,7 @@ func (a *App) accountStatuses(c store.Counts, budget map[store.Account]adminapi.
 		}
 		for _, acc := range pc.accounts {
 			put(name, acc.id, func(s *adminapi.AccountStatus) {
-				s.Key, s.Left = acc.configured, int64(l.Allowance)
+				s.APIKeyEntry, s.Left = acc.configured, int64(l.Allowance)
 			})
 		}
 	}
@@ -41,7 +41,7 @@ func (a *App) accountStatuses(c store.Counts, budget map[store.Account]adminapi.
 	for provider, m := range c.TasksPendingByAccount {
 		pc := a.providerConfig(provider)
 		for id, n := range m {
-			_, known := pc.account(id)
+			_, known := pc.taskAccount(id)
 			put(provider, id, func(s *adminapi.AccountStatus) {
 				s.Pending = n
 				if !known {

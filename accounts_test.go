@@ -124,6 +124,9 @@ func TestProvisionAccounts(t *testing.T) {
 		{name: "placeholder and literal", keys: APIKeys{"{env.PINGBACK_TEST_KEY_B}", "literal-key"},
 			wantIDs:   []string{accountID("2captcha", "bbbbbbbb"), accountID("2captcha", "literal-key")},
 			wantShown: []string{"{env.PINGBACK_TEST_KEY_B}", "api_key #2"}},
+		{name: "braces in a literal key", keys: APIKeys{"ab{cd", "x{env.PINGBACK_TEST_KEY_B}", "{unknown.placeholder}tail"},
+			wantIDs:   []string{accountID("2captcha", "ab{cd"), accountID("2captcha", "xbbbbbbbb"), accountID("2captcha", "tail")},
+			wantShown: []string{"api_key #1", "api_key #2", "api_key #3"}},
 		{name: "same key twice", keys: APIKeys{"x", "{env.PINGBACK_TEST_KEY_B}", "{env.PINGBACK_TEST_KEY_DUP}"},
 			wantErr: "provider 2captcha: api_key entries 2 and 3 are the same key"},
 		{name: "unset variable", keys: APIKeys{"x", "{env.PINGBACK_TEST_KEY_UNSET}"},
@@ -215,8 +218,8 @@ func TestAccountStatuses(t *testing.T) {
 	}
 	got := a.accountStatuses(c, budget)
 	want := map[string]adminapi.AccountStatus{
-		idA:     {Key: "{env.PINGBACK_TEST_ACC_A}", Used: 7, Left: 623, Pending: 3},
-		idB:     {Key: "api_key #2", Used: 1, Left: 599},
+		idA:     {APIKeyEntry: "{env.PINGBACK_TEST_ACC_A}", Used: 7, Left: 623, Pending: 3},
+		idB:     {APIKeyEntry: "api_key #2", Used: 1, Left: 599},
 		unknown: {Pending: 2, Unpollable: 2},
 	}
 	if len(got) != 1 || len(got["2captcha"]) != len(want) {
@@ -234,8 +237,8 @@ func TestAccountStatuses(t *testing.T) {
 		t.Errorf("provider budget = %+v, want the sum", b)
 	}
 	for _, s := range got["2captcha"] {
-		if strings.Contains(s.Key, "key-a") || strings.Contains(s.Key, "literal-b") {
-			t.Errorf("status shows a key: %q", s.Key)
+		if strings.Contains(s.APIKeyEntry, "key-a") || strings.Contains(s.APIKeyEntry, "literal-b") {
+			t.Errorf("status shows a key: %q", s.APIKeyEntry)
 		}
 	}
 }

@@ -58,7 +58,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		provider <name> {
 //			endpoint <base url>
 //			api_endpoint <base url>
-//			api_key <key>
+//			api_key <key> [<key>...]
 //			callback_method get|post
 //			callback_format form|json
 //			result_method get|post

@@ -41,14 +41,27 @@ func (a *App) askResult(ctx context.Context, t *store.Task) (protocol.Answer, er
 		return protocol.Answer{}, err
 	}
 	var ans protocol.Answer
+	var failed error
 	for _, acc := range accs {
-		if ans, err = a.askResultWith(ctx, t, acc); err != nil || ans.Kind != protocol.UnknownTask {
+		ans, err = a.askResultWith(ctx, t, acc)
+		switch {
+		case err == nil && ans.Kind == protocol.UnknownTask:
+			// Not this account's task (an untracked result): the next key.
+		case err != nil && len(accs) > 1:
+			failed = err // this key could not ask (budget, back-off, error): the next one may
+		default:
 			return ans, err
 		}
-		// Not this account's task (an untracked result): the next key.
 	}
-	return ans, errNotConfirmed // no configured account knows the task
+	if failed != nil {
+		return protocol.Answer{}, failed
+	}
+	return ans, errUnknownToAll
 }
+
+// errUnknownToAll: no configured account knows the untracked result's
+// task; asking again will not change that.
+var errUnknownToAll = errors.New("no configured api_key's account knows the task")
 
 // errUnpollable: the task was submitted with an API key this Caddy does
 // not have; the provider cannot be asked about it.
@@ -65,7 +78,7 @@ func (a *App) confirmAccounts(t *store.Task) ([]account, error) {
 	if t.State == "" {
 		return pc.accounts, nil
 	}
-	acc, ok := pc.account(t.Account)
+	acc, ok := pc.taskAccount(t.Account)
 	if !ok {
 		return nil, errUnpollable
 	}
@@ -82,6 +95,9 @@ func (a *App) askResultWith(ctx context.Context, t *store.Task, acc account) (pr
 	acct := store.Account{Provider: name, ID: acc.id}
 	as := h.account(acct)
 	pc := a.providerConfig(name)
+	if held := as.held(a.now()); held != nil {
+		return protocol.Answer{}, held
+	}
 	if a.handle.sharedPolling() == nil && as.overBudget() {
 		// The in-process budget (a shared store's is checked by waitPoll).
 		return protocol.Answer{}, errBudgetSpent
@@ -133,7 +149,8 @@ func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer
 		if err == nil {
 			return ans, nil
 		}
-		if try >= confirmTries || errors.Is(err, errBudgetSpent) || errors.Is(err, errUnpollable) || !confirmAfter(ctx, confirmGap) {
+		if try >= confirmTries || errors.Is(err, errBudgetSpent) || errors.Is(err, errUnpollable) || errors.Is(err, errUnknownToAll) ||
+			errors.Is(err, errAccountHeld) || !confirmAfter(ctx, confirmGap) {
 			return ans, err
 		}
 	}

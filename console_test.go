@@ -1003,8 +1003,8 @@ func TestConsoleAccounts(t *testing.T) {
 	s := &statusRoutes{routes: map[string]adminapi.RouteStatus{}, more: map[string]any{
 		"tasks": map[string]adminapi.TaskStatus{"2captcha": {Pending: 9, Unpollable: 2, OldestPendingAgeSeconds: 40}},
 		"accounts": map[string]map[string]adminapi.AccountStatus{"2captcha": {
-			newID:     {Key: "{env.CAPTCHA_KEY_NEW}", Used: 3, Left: 1197, Pending: 4},
-			oldID:     {Key: "{env.CAPTCHA_KEY_OLD}", Used: 120, Left: 1080, Pending: 3},
+			newID:     {APIKeyEntry: "{env.CAPTCHA_KEY_NEW}", Used: 3, Left: 1197, Pending: 4},
+			oldID:     {APIKeyEntry: "{env.CAPTCHA_KEY_OLD}", Used: 120, Left: 1080, Pending: 3},
 			unknownID: {Pending: 2, Unpollable: 2},
 		}},
 	}}

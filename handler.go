@@ -93,7 +93,8 @@ type Handler struct {
 	// the provider's api_key) or "none". A pingback that fails is kept in
 	// quarantine (state quarantined), not delivered, and the provider
 	// still gets 200. Tasks without a token are confirmed as with res_php
-	// when the provider has an api_key, else accepted. Default: token for
+	// when the key of the task's account is in the provider's api_key,
+	// else accepted (quarantined with res_php: nothing can verify them). Default: token for
 	// a provider that has a pingback_track in this config, none otherwise.
 	Verify string `json:"verify,omitempty"`
 

@@ -105,18 +105,20 @@ func (a *App) pollDue() {
 		byAccount[acct] = append(byAccount[acct], t)
 	}
 	for acct, ts := range byAccount {
-		if acc, ok := a.providerConfig(acct.Provider).account(acct.ID); ok {
+		if acc, ok := a.providerConfig(acct.Provider).taskAccount(acct.ID); ok {
 			a.pollAccount(acct.Provider, acc, ts, now)
 		}
 	}
 }
 
 // pollAccounts returns every account the poller polls for: each
-// configured key of each provider.
+// configured key of each provider, and, for a provider with a key, the
+// tasks stored without account (taskAccount: polled with its first key).
 func (a *App) pollAccounts() []store.Account {
 	var out []store.Account
 	for _, name := range protocol.Names() {
-		if pc := a.Providers[name]; pc != nil {
+		if pc := a.Providers[name]; pc != nil && len(pc.accounts) > 0 {
+			out = append(out, store.Account{Provider: name})
 			for _, acc := range pc.accounts {
 				out = append(out, store.Account{Provider: name, ID: acc.id})
 			}

@@ -257,10 +257,8 @@ type storeHandle struct {
 	apps      []*App                          // started apps, oldest first; the last one owns the loops
 	providers map[string]*providerState       // the poller's state per provider
 	accounts  map[store.Account]*accountState // the poller's state per account
-	// configured are the accounts of the config that started last
-	// (noteRemovedAccounts), and unpollableLogged when the unpollable
-	// warning was last logged per account (warnUnpollable).
-	configured       map[store.Account]bool
+	// unpollableLogged is when the unpollable warning was last logged,
+	// per account (warnUnpollable).
 	unpollableLogged map[store.Account]time.Time
 	closing          bool // Destruct began: no new outcomes
 	// outcomesWaiting counts outcomes waiting for an unavailable store to

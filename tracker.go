@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
@@ -43,8 +44,9 @@ const DefaultTrackMaxBody = 8 << 20
 // pending, then returns the answer to the app unchanged. With PingbackURL
 // set, a submission without a `pingback` parameter gets that one added.
 //
-// On res.php?action=get&id=<id> with the provider's configured api_key it
-// answers from the store when the plugin already holds the result (by
+// On res.php?action=get&id=<id> with the configured api_key of the task's
+// account (a result with no task: the provider's only key) it answers from
+// the store when the plugin already holds the result (by
 // pingback or by its own poll), in the format the app asked for (json=0 or
 // json=1; the provider's kept JSON answer byte for byte), without calling
 // the provider; otherwise it passes the request through, and a result the
@@ -55,8 +57,8 @@ const DefaultTrackMaxBody = 8 << 20
 // callbackUrl (the last member) when PingbackURL is set and the request
 // carries none; its answer's taskId is recorded; a synchronous answer
 // (status "ready" with the solution) is stored as a result at once. A
-// getTaskResult request with the configured clientKey for a result the
-// plugin holds in getTaskResult's shape is answered locally; any other
+// getTaskResult request with the clientKey of the task's account for a
+// result the plugin holds in getTaskResult's shape is answered locally; any other
 // request passes through unchanged, and a result seen in its answer is
 // stored as delivered.
 type Tracker struct {
@@ -204,14 +206,14 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 	asJSON := params.Get("json") == "1"
 	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
-	// Answer locally only a caller that proves it owns the account: the
-	// key must be the configured key of the task's account (mayAnswer).
-	// Task ids are nearly sequential, so anything less would let anyone
-	// who reaches this site read other accounts' results.
-	if st != nil && t.mayAnswer(r.Context(), st, key, params.Get("key")) {
-		// Only a trusted result is answered locally; for any other the
-		// provider answers (servedLocally).
-		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) {
+	// Answer locally only a trusted result (servedLocally), and only to
+	// a caller that proves it owns the account: the key must be the
+	// configured key of the task's account (mayAnswer). Task ids are
+	// nearly sequential, so anything less would let anyone who reaches
+	// this site read other accounts' results. For any other the provider
+	// answers.
+	if st != nil && t.app.providerConfig(t.Provider).hasKey(params.Get("key")) {
+		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) && t.mayAnswer(r.Context(), st, held, params.Get("key")) {
 			body, ct := protocol.LocalResAnswer(held.Code, held.Answer, asJSON)
 			return writeLocal(w, ct, body)
 		}
@@ -270,18 +272,19 @@ func (t *Tracker) accountOf(key string) string {
 	return accountID(t.Provider, key)
 }
 
-// mayAnswer reports whether a result request for key carrying apiKey may
-// be answered locally: apiKey must be one of the provider's configured
-// keys, and the key of the task's account; a result with no tracked task
-// is answered only when the provider has a single configured key (with
-// several, whose result it is is unknown: never one account's result to
-// another). Without a configured key nothing is answered locally.
-func (t *Tracker) mayAnswer(ctx context.Context, st store.Store, key store.Key, apiKey string) bool {
+// mayAnswer reports whether held, a stored result that servedLocally
+// trusts, may be answered locally to a result request carrying apiKey:
+// apiKey must be the key of the account of the result's task
+// (taskAccount); a result with no tracked task is answered only when the
+// provider has a single configured key (with several, whose result it is
+// is unknown: never one account's result to another). Without a
+// configured key nothing is answered locally.
+func (t *Tracker) mayAnswer(ctx context.Context, st store.Store, held *store.Record, apiKey string) bool {
 	pc := t.app.providerConfig(t.Provider)
 	if !pc.hasKey(apiKey) {
 		return false
 	}
-	task, err := st.GetTask(ctx, key)
+	task, err := st.GetTask(ctx, held.Key())
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		_, one := pc.onlyAccount()
@@ -289,7 +292,8 @@ func (t *Tracker) mayAnswer(ctx context.Context, st store.Store, key store.Key, 
 	case err != nil:
 		return false
 	}
-	return task.Account == accountID(t.Provider, apiKey)
+	acc, ok := pc.taskAccount(task.Account)
+	return ok && hmac.Equal([]byte(acc.key), []byte(apiKey))
 }
 
 // storeSeenResult stores a result the app fetched itself, as delivered (the

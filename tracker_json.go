@@ -107,9 +107,10 @@ func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, nex
 	}
 	key := store.Key{Provider: t.Provider, ID: t.provider.CanonicalID(id)}
 	st := t.app.store(time.Second)
-	if st != nil && t.mayAnswer(r.Context(), st, key, clientKey) {
-		// Only a trusted result is answered locally (servedLocally).
-		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) {
+	if st != nil && t.app.providerConfig(t.Provider).hasKey(clientKey) {
+		// Only a trusted result is answered locally (servedLocally), to
+		// the key of its task's account (mayAnswer).
+		if held, err := st.Get(r.Context(), key); err == nil && servedLocally(r.Context(), st, held) && t.mayAnswer(r.Context(), st, held, clientKey) {
 			if answer, ok := protocol.LocalTaskResult(held.Answer); ok {
 				return writeLocal(w, "application/json", answer)
 			}

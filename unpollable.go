@@ -34,6 +34,13 @@ func (a *App) warnUnpollable(acct store.Account, n int64) {
 	last, seen := h.unpollableLogged[acct]
 	logIt := !seen || now.Sub(last) >= unpollableLogEvery
 	if logIt {
+		// An entry older than the hour only says to log again: dropped,
+		// so that many keys seen once do not pile up.
+		for k, at := range h.unpollableLogged {
+			if now.Sub(at) >= unpollableLogEvery {
+				delete(h.unpollableLogged, k)
+			}
+		}
 		h.unpollableLogged[acct] = now
 	}
 	h.mu.Unlock()
@@ -43,37 +50,53 @@ func (a *App) warnUnpollable(acct store.Account, n int64) {
 	}
 }
 
-// noteRemovedAccounts counts, when a config starts on a store handle that
-// an earlier config used, the pending tasks of every account the earlier
-// config had a key for and this one has not: a reload that removed a key
-// makes them unpollable. It then records this config's accounts for the
-// next reload. Adding a key back makes its tasks pollable again (nothing
-// to count: unpollable is derived from the config).
+// noteRemovedAccounts counts, when a config starts while another config
+// on the same store handle runs (a reload), the pending tasks of every
+// account the running config has a key for and this one has not: the
+// reload makes them unpollable. Comparing with the running config, not
+// with the last one started, keeps the count right when Caddy rolls a
+// reload back. At the first start there is nothing to compare with:
+// pending tasks of accounts without a key are warned about, not counted
+// (they were counted when they became unpollable). Adding a key back makes
+// its tasks pollable again; nothing to count, unpollable being derived
+// from the config.
 func (a *App) noteRemovedAccounts(ctx context.Context) {
-	now := map[store.Account]bool{}
-	for _, acct := range a.pollAccounts() {
-		now[acct] = true
-	}
 	h := a.handle
 	h.mu.Lock()
-	before := h.configured
-	h.configured = now
-	h.mu.Unlock()
-	var removed []store.Account
-	for acct := range before {
-		if !now[acct] {
-			removed = append(removed, acct)
+	var prev *App
+	for _, x := range h.apps {
+		if x != a {
+			prev = x // the last one: the loops' owner until a took over
 		}
 	}
-	if len(removed) == 0 {
-		return
+	h.mu.Unlock()
+	pc := func(x *App) map[store.Account]bool {
+		m := map[store.Account]bool{}
+		for _, acct := range x.pollAccounts() {
+			m[acct] = true
+		}
+		return m
 	}
+	now := pc(a)
 	c, err := h.store.Counts(ctx)
 	if err != nil {
-		a.logger.Warn("counting the pending tasks of removed API keys failed", zap.Error(err))
+		a.logger.Warn("counting the pending tasks of accounts without a key failed", zap.Error(err))
 		return
 	}
-	for _, acct := range removed {
+	if prev == nil {
+		for provider, m := range c.TasksPendingByAccount {
+			for id, n := range m {
+				if acct := (store.Account{Provider: provider, ID: id}); n > 0 && !a.taskPollable(&store.Task{Provider: provider, Account: id}) {
+					a.warnUnpollable(acct, n)
+				}
+			}
+		}
+		return
+	}
+	for acct := range pc(prev) {
+		if now[acct] {
+			continue
+		}
 		if n := c.TasksPendingByAccount[acct.Provider][acct.ID]; n > 0 {
 			a.metrics.unpollable.WithLabelValues(acct.Provider).Add(float64(n))
 			a.warnUnpollable(acct, n)

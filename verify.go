@@ -191,6 +191,11 @@ func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, ke
 		// res_php, or a task without a token and its account's key to
 		// ask with.
 		v.confirm, v.why, v.verified = true, whyConfirming, VerifyResPHP
+	case verify == VerifyResPHP:
+		// res_php for a task without a token whose account's key this
+		// Caddy does not have: nothing can verify it, so it is not
+		// delivered unverified.
+		v.why, v.verified = whyUnverified, VerifyNone
 	default:
 		v.verified = VerifyNone // no token, no key: accepted as it is
 	}

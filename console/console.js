@@ -250,7 +250,7 @@
 			const a = accounts[id] || {};
 			list.append(el('section', {class: 'account', 'data-account': id},
 				el('h4', null, 'account ', el('code', null, id), ' ',
-					el('span', {class: a.key ? 'muted' : 'nonzero state-expired'}, a.key || 'not in api_key')),
+					el('span', {class: a.api_key_entry ? 'muted' : 'nonzero state-expired'}, a.api_key_entry || 'not in api_key')),
 				kv([
 					['pending', navLink({view: 'tasks', provider, account: id, state: 'pending'}, String(a.pending || 0))],
 					['unpollable', a.unpollable > 0 ? el('span', {class: 'nonzero state-expired'}, String(a.unpollable)) : undefined],

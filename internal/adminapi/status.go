@@ -77,11 +77,11 @@ type BudgetStatus struct {
 // AccountStatus is one account (one API key) of a provider in
 // StatusAnswer.
 type AccountStatus struct {
-	// Key says which api_key entry the account is, never the key: the
+	// APIKeyEntry says which api_key entry the account is, never the key: the
 	// entry's placeholder as written ("{env.CAPTCHA_KEY_B}"), or its
 	// 1-based position ("api_key #2") for a key written in the config;
 	// empty for an account this Caddy has no key for.
-	Key string `json:"key,omitempty"`
+	APIKeyEntry string `json:"api_key_entry,omitempty"`
 	// Used and Left are the account's res.php/getTaskResult budget, as
 	// in BudgetStatus.
 	Used int64 `json:"used"`

@@ -183,16 +183,16 @@ store: badger /var/lib/caddy/pingback, available
 			},
 			accounts: map[string]map[string]adminapi.AccountStatus{
 				"2captcha": {
-					"f3a9c2d17b604e58": {Key: "{env.CAPTCHA_KEY_NEW}", Used: 3, Left: 1197, Pending: 4},
-					"0c41d8e2a5b79f13": {Key: "{env.CAPTCHA_KEY_OLD}", Used: 120, Left: 1080, Pending: 3},
+					"f3a9c2d17b604e58": {APIKeyEntry: "{env.CAPTCHA_KEY_NEW}", Used: 3, Left: 1197, Pending: 4},
+					"0c41d8e2a5b79f13": {APIKeyEntry: "{env.CAPTCHA_KEY_OLD}", Used: 120, Left: 1080, Pending: 3},
 					"9e0b7a6c5d4f3e21": {Pending: 2, Unpollable: 2},
 				},
-				"anticaptcha": {"5a5a5a5a5a5a5a5a": {Key: "api_key #1", Used: 1, Left: 1199, Pending: 1}},
+				"anticaptcha": {"5a5a5a5a5a5a5a5a": {APIKeyEntry: "api_key #1", Used: 1, Left: 1199, Pending: 1}},
 			},
 			want: `PROVIDER     STORED  DELIVERED  FAILED  REJECTED  PARKED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
 2captcha     2       2          0       0         0       9              2           -               -
 anticaptcha  0       0          0       0         0       1              0           -               -
-PROVIDER     ACCOUNT           KEY                    USED  LEFT  PENDING  UNPOLLABLE
+PROVIDER     ACCOUNT           API_KEY ENTRY          USED  LEFT  PENDING  UNPOLLABLE
 2captcha     0c41d8e2a5b79f13  {env.CAPTCHA_KEY_OLD}  120   1080  3        0
 2captcha     9e0b7a6c5d4f3e21  (not in api_key)       0     0     2        2
 2captcha     f3a9c2d17b604e58  {env.CAPTCHA_KEY_NEW}  3     1197  4        0

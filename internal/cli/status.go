@@ -124,10 +124,10 @@ func writeAccounts(out io.Writer, accounts map[string]map[string]adminapi.Accoun
 		return strings.Compare(a.id, b.id)
 	})
 	w := newTable(out)
-	fmt.Fprintln(w, "PROVIDER\tACCOUNT\tKEY\tUSED\tLEFT\tPENDING\tUNPOLLABLE")
+	fmt.Fprintln(w, "PROVIDER\tACCOUNT\tAPI_KEY ENTRY\tUSED\tLEFT\tPENDING\tUNPOLLABLE")
 	for _, r := range rows {
 		a := accounts[r.provider][r.id]
-		key := a.Key
+		key := a.APIKeyEntry
 		if key == "" {
 			key = noKey
 		}

@@ -255,25 +255,54 @@ func buildFairIndex(db badgerDB) (int, error) {
 // that account (its t/ value rewritten, TTL kept), and every p/ and o/
 // key goes, replaced by the entries the tasks call for in format 7's
 // layout, with the tasks' TTLs. It returns how many tasks there are and
-// how many it stamped. Each batch is its own transaction, the old keys
-// all gone before a new one is written; running it again is harmless
+// how many it stamped. Each batch of 500 is its own transaction, the old
+// keys all gone before a new one is written; running it again is harmless
 // (stamped tasks stay stamped, the indexes are rebuilt from the tasks).
 func upgradeTaskIndexes(db badgerDB, legacy map[string]string) (tasks, stamped int, err error) {
+	// Streamed a chunk at a time (each written while the read snapshot
+	// goes on), so that a store with millions of tasks is upgraded in
+	// the memory of one chunk.
+	const chunk = 500
+	for _, prefix := range []string{pollPrefix, taskOrderPrefix} {
+		var keys [][]byte
+		err = db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				if keys = append(keys, it.Item().KeyCopy(nil)); len(keys) == chunk {
+					if err := inChunks(db, len(keys), chunk, func(w *batch, i int) { w.del(keys[i]) }); err != nil {
+						return err
+					}
+					keys = keys[:0]
+				}
+			}
+			return inChunks(db, len(keys), chunk, func(w *batch, i int) { w.del(keys[i]) })
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
 	type entry struct {
 		t   Task
 		exp uint64
 		val []byte // the stamped task's new value; nil if not stamped
 	}
-	var old [][]byte
-	var all []entry
-	err = db.View(func(txn *badger.Txn) error {
-		for _, prefix := range []string{pollPrefix, taskOrderPrefix} {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix)})
-			for it.Rewind(); it.Valid(); it.Next() {
-				old = append(old, it.Item().KeyCopy(nil))
+	var batchOf []entry
+	write := func() error {
+		err := inChunks(db, len(batchOf), chunk, func(w *batch, i int) {
+			e := &batchOf[i]
+			if e.val != nil {
+				w.set(taskKey(e.t.Key()), e.val, e.exp)
 			}
-			it.Close()
-		}
+			if pk := pollKey(&e.t); pk != nil {
+				w.set(pk, nil, e.exp)
+			}
+			w.set(taskOrderKey(&e.t), nil, e.exp)
+		})
+		batchOf = batchOf[:0]
+		return err
+	}
+	err = db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(taskPrefix), PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -295,30 +324,19 @@ func upgradeTaskIndexes(db badgerDB, legacy map[string]string) (tasks, stamped i
 				e.val = v
 				stamped++
 			}
-			all = append(all, e)
+			tasks++
+			if batchOf = append(batchOf, e); len(batchOf) == chunk {
+				if err := write(); err != nil {
+					return err
+				}
+			}
 		}
-		return nil
+		return write()
 	})
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := inChunks(db, len(old), 1000, func(w *batch, i int) { w.del(old[i]) }); err != nil {
-		return 0, 0, err
-	}
-	err = inChunks(db, len(all), 500, func(w *batch, i int) {
-		e := &all[i]
-		if e.val != nil {
-			w.set(taskKey(e.t.Key()), e.val, e.exp)
-		}
-		if pk := pollKey(&e.t); pk != nil {
-			w.set(pk, nil, e.exp)
-		}
-		w.set(taskOrderKey(&e.t), nil, e.exp)
-	})
-	if err != nil {
-		return 0, 0, err
-	}
-	return len(all), stamped, nil
+	return tasks, stamped, nil
 }
 
 // inChunks calls fn for 0..n-1, chunk calls per transaction, and writes

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -431,6 +432,19 @@ func TestBadgerFormat6Accounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// More than two of the upgrade's chunks of 500, added at once.
+	const many = 1100
+	var wg sync.WaitGroup
+	for i := range many {
+		wg.Go(func() {
+			tk := &Task{Provider: "2captcha", ID: fmt.Sprintf("m%04d", i), SubmittedAt: sub, PingbackURL: "https://example.com/cb",
+				State: TaskPending, NextPollAt: t0.Add(time.Hour), UpdatedAt: sub, ExpiresAt: t0.Add(24 * time.Hour)}
+			if _, err := b.AddTask(ctx, tk); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
 	mustInsert(t, b, testRecord("r1", StateQueued))
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -466,6 +480,9 @@ func TestBadgerFormat6Accounts(t *testing.T) {
 			}
 			return strings.Join(ids, ",")
 		}
+		if ts, err := b.DueTasks(ctx, DueQuery{Now: t0.Add(2 * time.Hour), Limit: 2 * many, Accounts: []Account{{"2captcha", acct}}}); err != nil || len(ts) != 2+many {
+			t.Errorf("%s: %d due tasks of 2captcha/%s in two hours, %v; want %d", when, len(ts), acct, err, 2+many)
+		}
 		if got := due(Account{"2captcha", acct}); got != "p1,p2" {
 			t.Errorf("%s: due tasks of 2captcha/%s = %q, want p1,p2", when, acct, got)
 		}
@@ -480,9 +497,9 @@ func TestBadgerFormat6Accounts(t *testing.T) {
 			t.Errorf("%s: ListTaskPage(account, done) = %+v, %v; want d1", when, page.Tasks, err)
 		}
 		c, err := b.Counts(ctx)
-		want := map[string]map[string]int64{"2captcha": {acct: 2}, "captchaai": {"": 1}}
+		want := map[string]map[string]int64{"2captcha": {acct: 2 + many}, "captchaai": {"": 1}}
 		if err != nil || !maps.EqualFunc(c.TasksPendingByAccount, want, maps.Equal) ||
-			c.TasksPending["2captcha"] != 2 || c.TasksPending["captchaai"] != 1 {
+			c.TasksPending["2captcha"] != 2+many || c.TasksPending["captchaai"] != 1 {
 			t.Errorf("%s: counts %+v, %v; want pending by account %v", when, c, err, want)
 		}
 		mustGet(t, b, key("r1"))
