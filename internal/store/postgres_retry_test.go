@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -209,6 +210,10 @@ func TestPostgresInsertRetryWithinDeadline(t *testing.T) {
 	}
 }
 
+// pgCancelRequestCode is the code of PostgreSQL's CancelRequest packet
+// (https://www.postgresql.org/docs/current/protocol-message-formats.html).
+const pgCancelRequestCode = 80877102
+
 // commitDropper is a loopback TCP proxy in front of PostgreSQL that, when
 // armed, relays the next client message holding COMMIT to the server and
 // then drops the client's connection before the server's answer reaches
@@ -248,9 +253,28 @@ func (d *commitDropper) accept() {
 		if err != nil {
 			return
 		}
+		// The first 8 bytes of a connection: the length and code of its
+		// startup packet. A cancel request (pgx sends one for a query in
+		// flight on a connection it gives up) is not relayed: it could
+		// abort the transaction whose COMMIT was just relayed, and this
+		// proxy's premise is that the commit lands.
+		head := make([]byte, 8)
+		if _, err := io.ReadFull(client, head); err != nil {
+			client.Close()
+			continue
+		}
+		if binary.BigEndian.Uint32(head[4:]) == pgCancelRequestCode {
+			client.Close()
+			continue
+		}
 		server, err := net.Dial("tcp", d.target)
 		if err != nil {
 			client.Close()
+			continue
+		}
+		if _, err := server.Write(head); err != nil {
+			client.Close()
+			server.Close()
 			continue
 		}
 		d.mu.Lock()
