@@ -35,7 +35,9 @@
 #     memory.peak) and memory.stat (rss, cache, mapped_file; v2: anon, file,
 #     file_mapped), its OOM kills (v1 memory.oom_control oom_kill, v2
 #     memory.events oom_kill) and whether Caddy is still the process it
-#     started; then stops Caddy and removes the cgroup.
+#     started, and Caddy's major page faults (/proc/<pid>/stat: file pages
+#     read back after the kernel reclaimed them); then stops Caddy and
+#     removes the cgroup.
 # It prints each round, the medians per kind, the limited/unlimited ratio of
 # each pair and whether the aims hold: no OOM kill and the same PID, every
 # 200 durable (the 200s wrk counted, warm-up and ready probe included, at
@@ -259,8 +261,9 @@ wrk_run() {
 
 # round R KIND: one round; appends a line to $tmp/rounds.dat:
 # R kind req_s ok200 stored oom pid_same startup_ms peak_anon mean_anon
-# peak_file mean_file max_usage rss cache mapped_file errors (memory in kB,
-# cgroup figures in bytes; stored -1 when Caddy was not there to ask).
+# peak_file mean_file max_usage rss cache mapped_file errors majflt (memory
+# in kB, cgroup figures in bytes; stored and majflt -1 when Caddy was not
+# there to ask; errors: wrk's non-2xx answers, timeouts and socket errors).
 round() {
 	local r=$1 kind=$2 limit_bytes
 	rm -rf "$tmp/store"
@@ -332,9 +335,12 @@ round() {
 		startup=-1
 	fi
 
-	local stored=-1 alive=0 oom stats
+	local stored=-1 alive=0 oom stats majflt=-1
 	if caddy_alive && grep -qx "$pid0" "$(cgfile cgroup.procs)"; then
 		alive=1
+		# Major page faults since its start: file pages read back from disk
+		# (the binary's text, the tables) after the kernel reclaimed them.
+		majflt=$(awk '{ print $12 }' "/proc/$caddy_pid/stat")
 		stored=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total\{/ && /result="stored"/ { s += $NF } END { printf "%d", s }') || stored=-1
 	fi
 	oom=$(oom_kills)
@@ -344,23 +350,23 @@ round() {
 	stop_round
 
 	awk -v r="$r" -v k="$kind" -v reqs="$reqs" -v dur="$dur" -v ok="$ok" -v st="$stored" -v oom="$oom" \
-		-v alive="$alive" -v su="$startup" -v stats="$stats" -v errs="$((non2xx + errs))" '
+		-v alive="$alive" -v su="$startup" -v stats="$stats" -v errs="$((non2xx + errs))" -v mf="$majflt" '
 		{ if ($1 > pa) pa = $1; if ($2 > pf) pf = $2; sa += $1; sf += $2; n++ }
 		END { split(stats, s, " ")
-			printf "%d %s %.0f %d %d %d %d %d %d %.0f %d %.0f %d %d %d %d %d\n", r, k, reqs / (dur / 1e6), ok, st, oom, alive, su,
-				pa, (n ? sa / n : 0), pf, (n ? sf / n : 0), s[1], s[2], s[3], s[4], errs }' \
+			printf "%d %s %.0f %d %d %d %d %d %d %.0f %d %.0f %d %d %d %d %d %d\n", r, k, reqs / (dur / 1e6), ok, st, oom, alive, su,
+				pa, (n ? sa / n : 0), pf, (n ? sf / n : 0), s[1], s[2], s[3], s[4], errs, mf }' \
 		"$tmp/rss-$r-$kind.dat" >>"$tmp/rounds.dat"
 	tail -1 "$tmp/rounds.dat" | awk '{
-		printf "%-3d %-9s %7d %8d %8s %4s %4s %6d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %5d\n",
+		printf "%-3d %-9s %7d %8d %8s %4s %4s %6d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %5d %8s\n",
 			$1, $2, $3, $4, ($5 < 0 ? "?" : $5), $6, ($7 ? "yes" : "NO"), $8, $9 / 1024, $10 / 1024, $11 / 1024, $12 / 1024,
-			$13 / 1048576, $14 / 1048576, $15 / 1048576, $16 / 1048576, $17 }'
+			$13 / 1048576, $14 / 1048576, $15 / 1048576, $16 / 1048576, $17, ($18 < 0 ? "?" : $18) }'
 }
 
 echo "== $ROUNDS pairs of rounds (limited to $LIMIT MiB / unlimited, ABBA), each: fresh store copy, page cache dropped$([ -n "$NO_DROP" ] && echo ' (NO: NO_DROP set)'), Caddy started in a new cgroup, $WARMUP warm-up, $DURATION of wrk ($CONNS connections, $THREADS threads) on the pingback route"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "memory in MiB; anon/file: Caddy's RssAnon/RssFile sampled every 200 ms (peak, mean); cgroup: max usage and memory.stat at the end (rss, cache, mapped_file)"
-printf '%-3s %-9s %7s %8s %8s %4s %4s %6s %7s %7s %7s %7s %7s %7s %7s %7s %5s\n' \
-	r kind "req/s" "200s" stored oom pid "up ms" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped errs
+echo "memory in MiB; anon/file: Caddy's RssAnon/RssFile sampled every 200 ms (peak, mean); cgroup: max usage and memory.stat at the end (rss, cache, mapped_file); errs: wrk's non-2xx, timeouts and socket errors; majflt: Caddy's major page faults"
+printf '%-3s %-9s %7s %8s %8s %4s %4s %6s %7s %7s %7s %7s %7s %7s %7s %7s %5s %8s\n' \
+	r kind "req/s" "200s" stored oom pid "up ms" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped errs majflt
 : >"$tmp/rounds.dat"
 for r in $(seq "$ROUNDS"); do
 	if [ $((r % 2)) = 1 ]; then order="limited unlimited"; else order="unlimited limited"; fi
@@ -379,13 +385,13 @@ median() {
 		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 echo "== medians of $ROUNDS rounds each"
-printf '%-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %6s\n' kind "req/s" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped "up ms"
+printf '%-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %6s %8s\n' kind "req/s" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped "up ms" majflt
 for kind in limited unlimited; do
 	awk -v k="$kind" -v a="$(median 3 "$kind")" -v b="$(median 9 "$kind")" -v c="$(median 10 "$kind")" -v d="$(median 11 "$kind")" \
 		-v e="$(median 12 "$kind")" -v f="$(median 13 "$kind")" -v g="$(median 14 "$kind")" -v h="$(median 15 "$kind")" \
-		-v i="$(median 16 "$kind")" -v j="$(median 8 "$kind")" 'BEGIN {
-		printf "%-9s %7d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %6d\n", k, a, b / 1024, c / 1024, d / 1024, e / 1024,
-			f / 1048576, g / 1048576, h / 1048576, i / 1048576, j }'
+		-v i="$(median 16 "$kind")" -v j="$(median 8 "$kind")" -v m="$(median 18 "$kind")" 'BEGIN {
+		printf "%-9s %7d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %6d %8d\n", k, a, b / 1024, c / 1024, d / 1024, e / 1024,
+			f / 1048576, g / 1048576, h / 1048576, i / 1048576, j, m }'
 done
 echo "limited/unlimited throughput, per pair: $(awk '$2 == "limited" { l[$1] = $3 } $2 == "unlimited" { u[$1] = $3 }
 	END { for (r = 1; r in l; r++) printf "%s%.2fx", (r > 1 ? ", " : ""), (u[r] ? l[r] / u[r] : 0) }' "$tmp/rounds.dat")"
