@@ -1,0 +1,405 @@
+#!/usr/bin/env bash
+# Memory as a container sees it: Caddy with a store of a million results,
+# started inside a memory cgroup limited to LIMIT MiB, under saturated load
+# on the pingback route, against the same run without the limit. Run as
+# root (it makes cgroups and drops the page cache).
+#
+#   bash bench/memory.sh                                  # 1,000,000 results, 256 MiB, 3+3 rounds of 60 s
+#   STORE_CACHE=/var/tmp/pb-mem-1m bash bench/memory.sh   # keep the filled store there; the next run skips the fill
+#   N=20000 DURATION=10s WARMUP=2s bash bench/memory.sh   # a smoke run
+#
+# What it does: builds ./cmd/caddy and bench/fill into a temp dir under
+# BENCH_DIR and fills a store with N delivered results through the store's
+# own insert path (bench/fill: Store.Insert, then the outcome update), in
+# STORE_CACHE if set (a directory it marks .pingback-fill-N; a later run
+# with the same N uses it as it is). Then ROUNDS pairs of rounds, limited
+# and unlimited alternating in ABBA order (limited first in odd pairs).
+# Each round:
+#   - copies the filled store afresh (every round starts from the same one),
+#     syncs and drops the page cache (echo 3 > /proc/sys/vm/drop_caches);
+#   - makes a new memory cgroup (v1: memory.limit_in_bytes LIMIT MiB, or
+#     unlimited, under the script's own memory cgroup; v2, when
+#     /sys/fs/cgroup/cgroup.controllers exists: memory.max, under the root),
+#     and starts Caddy INSIDE it (a shell writes its PID to cgroup.procs and
+#     execs Caddy, so Caddy's own memory-limit detection sees the limit).
+#     Only Caddy is in it: the app is a site of the same Caddy
+#     (`respond "ok" 200` on APP_PORT, what the pingback route forwards to);
+#     wrk runs outside. Caddy logs at INFO, so its start-up line "GOMEMLIMIT
+#     is updated" shows the Go memory limit it derived (from the cgroup's
+#     limit, or the machine's memory when there is none);
+#   - samples Caddy's RssAnon and RssFile (/proc/<pid>/status) every 200 ms
+#     from its start to its stop;
+#   - WARMUP, then DURATION of wrk on the pingback route (CONNS connections,
+#     THREADS threads, bench/post.lua: a new task id each request);
+#   - reads Caddy's /metrics, the cgroup's memory.max_usage_in_bytes (v2:
+#     memory.peak) and memory.stat (rss, cache, mapped_file; v2: anon, file,
+#     file_mapped), its OOM kills (v1 memory.oom_control oom_kill, v2
+#     memory.events oom_kill) and whether Caddy is still the process it
+#     started, and Caddy's major page faults (/proc/<pid>/stat: file pages
+#     read back after the kernel reclaimed them); then stops Caddy and
+#     removes the cgroup.
+# It prints each round, the medians per kind, the limited/unlimited ratio of
+# each pair and whether the aims hold: no OOM kill and the same PID, every
+# 200 durable (the 200s wrk counted, warm-up and ready probe included, at
+# most caddy_pingback_callbacks_total{result="stored"}), the limited
+# throughput at least 0.9x the unlimited in every pair.
+#
+# Environment: N (1000000), LIMIT (256, MiB), ROUNDS (3 pairs), DURATION
+# (60s), WARMUP (5s), CONNS (32), THREADS (2), BENCH_DIR (/var/tmp),
+# STORE_CACHE (empty: fill into the temp dir), CGROUP_PARENT (where the
+# cgroups are made), KEEP (1: keep the temp dir with logs and samples),
+# NO_DROP (1: do not drop the page cache; only for a smoke run on a machine
+# someone else is measuring on).
+set -euo pipefail
+
+N=${N:-1000000}
+LIMIT=${LIMIT:-256}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-60s}
+WARMUP=${WARMUP:-5s}
+CONNS=${CONNS:-32}
+THREADS=${THREADS:-2}
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+STORE_CACHE=${STORE_CACHE:-}
+CGROUP_PARENT=${CGROUP_PARENT:-}
+KEEP=${KEEP:-}
+NO_DROP=${NO_DROP:-}
+
+ADMIN=localhost:2986
+PORT=9086
+APP_PORT=9087
+
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+	echo "bench/memory.sh makes memory cgroups and drops the page cache: run it as root" >&2
+	exit 1
+fi
+if ! command -v wrk >/dev/null; then
+	if command -v apt-get >/dev/null; then
+		echo "wrk not found; installing the Debian package" >&2
+		apt-get update -qq && apt-get install -y -qq wrk >/dev/null
+	else
+		echo "wrk not found: install it (Debian: apt-get install wrk)" >&2
+		exit 1
+	fi
+fi
+
+# The cgroup version and where the round's cgroups go.
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+	cgv=2
+	# v2 allows no processes in a cgroup that hands controllers to its
+	# children, so the default parent is the root, which is exempt.
+	parent=${CGROUP_PARENT:-/sys/fs/cgroup}
+	if ! grep -qw memory "$parent/cgroup.subtree_control"; then
+		echo "+memory" >"$parent/cgroup.subtree_control"
+	fi
+elif [ -d /sys/fs/cgroup/memory ]; then
+	cgv=1
+	own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
+	parent=${CGROUP_PARENT:-/sys/fs/cgroup/memory${own%/}}
+else
+	echo "no memory cgroup controller found (neither /sys/fs/cgroup/cgroup.controllers nor /sys/fs/cgroup/memory)" >&2
+	exit 1
+fi
+
+tmp=$(mktemp -d "$BENCH_DIR/pingback-memory.XXXXXX")
+caddy_pid=
+sampler_pid=
+cg=
+# stop_round: Caddy and the sampler stopped, the round's cgroup removed.
+stop_round() {
+	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
+		kill "$caddy_pid" 2>/dev/null || true
+		wait "$caddy_pid" 2>/dev/null || true
+	fi
+	caddy_pid=
+	if [ -n "$sampler_pid" ]; then
+		kill "$sampler_pid" 2>/dev/null || true
+		wait "$sampler_pid" 2>/dev/null || true
+	fi
+	sampler_pid=
+	if [ -n "$cg" ] && [ -d "$cg" ]; then
+		# A process that has just exited may still be listed for a moment.
+		for _ in $(seq 50); do
+			rmdir "$cg" 2>/dev/null && break
+			sleep 0.1
+		done
+		if [ -d "$cg" ]; then
+			echo "warning: could not remove the cgroup $cg" >&2
+		fi
+	fi
+	cg=
+}
+cleanup() {
+	stop_round
+	if [ -n "$KEEP" ]; then
+		echo "kept $tmp"
+	else
+		rm -rf "$tmp"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== machine"
+echo "cores:      $(nproc)"
+echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "memory:     $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo), swap $(awk '/^SwapTotal/ { printf "%d MiB", $2 / 1024 }' /proc/meminfo)"
+echo "kernel:     $(uname -r)"
+echo "storage:    $tmp ($(df --output=fstype "$tmp" | tail -1) on $(df --output=source "$tmp" | tail -1), mount options $(findmnt -no OPTIONS -T "$tmp"))"
+echo "cgroups:    v$cgv, the rounds' cgroups under $parent"
+echo "go:         $(go version)"
+echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+echo "commit:     $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "GOMEMLIMIT: ${GOMEMLIMIT:-(not set in the environment)}"
+
+echo "== building ./cmd/caddy and bench/fill"
+go build -o "$tmp/caddy" ./cmd/caddy
+go build -o "$tmp/fill" ./bench/fill
+
+filled=${STORE_CACHE:-$tmp/filled}
+if [ -f "$filled/.pingback-fill-$N" ]; then
+	echo "== using the store filled with $N results in $filled ($(du -sh "$filled" | cut -f1))"
+else
+	if [ -d "$filled" ] && [ -n "$(ls -A "$filled")" ]; then
+		echo "$filled is not empty and not a store this script filled with $N results (.pingback-fill-$N)" >&2
+		exit 1
+	fi
+	echo "== filling $filled with $N delivered results through the store's insert path (bench/fill)"
+	mkdir -p "$filled"
+	"$tmp/fill" -dir "$filled" -n "$N" | grep -v ' stored (' | sed 's/^/fill: /'
+	date -u +%FT%TZ >"$filled/.pingback-fill-$N"
+	echo "store size: $(du -sh "$filled" | cut -f1)"
+fi
+
+cat >"$tmp/Caddyfile" <<EOF
+{
+	admin $ADMIN
+	http_port $PORT
+	https_port 9447
+	auto_https off
+	skip_install_trust
+	persist_config off
+	log {
+		level INFO
+	}
+	pingback {
+		storage_dir $tmp/store
+	}
+}
+http://:$PORT {
+	handle /cb {
+		pingback {
+			provider 2captcha
+		}
+		reverse_proxy 127.0.0.1:$APP_PORT
+	}
+	respond 404
+}
+http://:$APP_PORT {
+	respond "ok" 200
+}
+EOF
+
+# caddy_alive: Caddy's process is running (not gone, not a zombie waiting
+# for the script to reap it).
+caddy_alive() {
+	local state
+	state=$(awk '{ print $3 }' "/proc/$caddy_pid/stat" 2>/dev/null) || return 1
+	[ -n "$state" ] && [ "$state" != Z ]
+}
+# cgfile NAME: a file of the round's cgroup.
+cgfile() { echo "$cg/$1"; }
+# oom_kills: the round's cgroup's OOM kill count.
+oom_kills() {
+	if [ "$cgv" = 1 ]; then
+		awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }' "$(cgfile memory.oom_control)"
+	else
+		awk '$1 == "oom_kill" { print $2; f = 1 } END { if (!f) print 0 }' "$(cgfile memory.events)"
+	fi
+}
+# cg_stats: "max_usage_bytes rss cache mapped_file" of the round's cgroup
+# (v2: memory.peak, anon, file, file_mapped; max_usage 0 if the kernel has
+# no memory.peak).
+cg_stats() {
+	if [ "$cgv" = 1 ]; then
+		awk -v mu="$(cat "$(cgfile memory.max_usage_in_bytes)")" '$1 == "rss" { r = $2 } $1 == "cache" { c = $2 } $1 == "mapped_file" { m = $2 }
+			END { print mu, r + 0, c + 0, m + 0 }' "$(cgfile memory.stat)"
+	else
+		local peak=0
+		if [ -f "$(cgfile memory.peak)" ]; then
+			peak=$(cat "$(cgfile memory.peak)")
+		fi
+		awk -v mu="$peak" '$1 == "anon" { r = $2 } $1 == "file" { c = $2 } $1 == "file_mapped" { m = $2 }
+			END { print mu, r + 0, c + 0, m + 0 }' "$(cgfile memory.stat)"
+	fi
+}
+
+# wrk_run DURATION TAG: wrk on the pingback route; prints "requests
+# duration_us non2xx errors" (errors: connect, read, write, timeout);
+# "0 1 0 1" when Caddy is gone and wrk could not connect.
+wrk_run() {
+	local out="$tmp/wrk-$2.txt" line
+	BENCH_PREFIX="$(date +%s%3N)" wrk -t "$THREADS" -c "$CONNS" -d "$1" --latency -s bench/post.lua \
+		"http://127.0.0.1:$PORT/cb" >"$out" 2>&1 || true
+	line=$(grep '^RESULT ' "$out") || {
+		# No connection at all: Caddy is gone (an OOM kill), which the
+		# round reports; anything else is the script's failure.
+		if ! caddy_alive; then
+			echo "wrk ($2): $(head -1 "$out")" >&2
+			echo "0 1 0 1"
+			return 0
+		fi
+		echo "wrk gave no result:" >&2
+		cat "$out" >&2
+		exit 1
+	}
+	echo "$line" | awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+		print v["requests"], v["duration_us"], v["non2xx"], v["connect"] + v["read"] + v["write"] + v["timeout"] }'
+}
+
+# round R KIND: one round; appends a line to $tmp/rounds.dat:
+# R kind req_s ok200 stored oom pid_same startup_ms peak_anon mean_anon
+# peak_file mean_file max_usage rss cache mapped_file errors majflt (memory
+# in kB, cgroup figures in bytes; stored and majflt -1 when Caddy was not
+# there to ask; errors: wrk's non-2xx answers, timeouts and socket errors).
+round() {
+	local r=$1 kind=$2 limit_bytes
+	rm -rf "$tmp/store"
+	cp -a "$filled" "$tmp/store"
+	rm -f "$tmp/store/.pingback-fill-$N"
+	sync
+	if [ -z "$NO_DROP" ]; then
+		echo 3 >/proc/sys/vm/drop_caches
+	fi
+
+	cg=$parent/pingback-memory-$$-$r-$kind
+	mkdir "$cg"
+	if [ "$kind" = limited ]; then
+		limit_bytes=$((LIMIT * 1048576))
+		if [ "$cgv" = 1 ]; then
+			echo "$limit_bytes" >"$(cgfile memory.limit_in_bytes)"
+			# With swap, the limit is also on memory+swap.
+			if [ -f "$(cgfile memory.memsw.limit_in_bytes)" ]; then
+				echo "$limit_bytes" >"$(cgfile memory.memsw.limit_in_bytes)"
+			fi
+		else
+			echo "$limit_bytes" >"$(cgfile memory.max)"
+			if [ -f "$(cgfile memory.swap.max)" ]; then
+				echo 0 >"$(cgfile memory.swap.max)"
+			fi
+		fi
+	fi
+
+	local t0 ready= i
+	t0=$(date +%s%N)
+	# The shell joins the cgroup, then execs Caddy: Caddy starts inside it.
+	XDG_DATA_HOME=$tmp/xdg-data XDG_CONFIG_HOME=$tmp/xdg-config \
+		bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" \
+		"$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy-$r-$kind.log" 2>&1 &
+	caddy_pid=$!
+	(while kill -0 "$caddy_pid" 2>/dev/null; do
+		awk '/^RssAnon/ { a = $2 } /^RssFile/ { f = $2 } END { if (a != "") print a, f }' "/proc/$caddy_pid/status" 2>/dev/null
+		sleep 0.2
+	done) >"$tmp/rss-$r-$kind.dat" &
+	sampler_pid=$!
+	for i in $(seq 600); do
+		if curl -fsS -o /dev/null "http://$ADMIN/pingback/status" 2>/dev/null; then
+			ready=1
+			break
+		fi
+		caddy_alive || break
+		sleep 0.05
+	done
+	local startup=$((($(date +%s%N) - t0) / 1000000)) pid0=$caddy_pid ok=0 w
+	local reqs=0 dur=1 non2xx=0 errs=0
+	if [ -n "$ready" ]; then
+		# One pingback to see the route answer (a new id).
+		if curl -fsS -o /dev/null -d "id=$(date +%s%3N)$r&code=ready" "http://127.0.0.1:$PORT/cb"; then
+			ok=1
+		fi
+		w=$(wrk_run "$WARMUP" "$r-$kind-warmup")
+		ok=$((ok + $(echo "$w" | awk '{ print $1 - $3 }')))
+		w=$(wrk_run "$DURATION" "$r-$kind")
+		read -r reqs dur non2xx errs <<<"$w"
+		ok=$((ok + reqs - non2xx))
+	elif caddy_alive; then
+		echo "caddy did not come up in round $r ($kind) within 30 s; its log:" >&2
+		tail -50 "$tmp/caddy-$r-$kind.log" >&2
+		exit 1
+	else
+		# Gone before it was ready (an OOM kill at start-up): the round
+		# is reported with no load.
+		echo "round $r ($kind): Caddy exited before it was ready" >&2
+		startup=-1
+	fi
+
+	local stored=-1 alive=0 oom stats majflt=-1
+	if caddy_alive && grep -qx "$pid0" "$(cgfile cgroup.procs)"; then
+		alive=1
+		# Major page faults since its start: file pages read back from disk
+		# (the binary's text, the tables) after the kernel reclaimed them.
+		majflt=$(awk '{ print $12 }' "/proc/$caddy_pid/stat")
+		stored=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total\{/ && /result="stored"/ { s += $NF } END { printf "%d", s }') || stored=-1
+	fi
+	oom=$(oom_kills)
+	stats=$(cg_stats)
+	# What Caddy set from the cgroup (or the machine) at its start.
+	sed -n 's/.*"msg":"GOMEMLIMIT is updated","GOMEMLIMIT":\([0-9]*\).*/\1/p' "$tmp/caddy-$r-$kind.log" | head -1 >"$tmp/gomemlimit-$r-$kind.txt"
+	stop_round
+
+	awk -v r="$r" -v k="$kind" -v reqs="$reqs" -v dur="$dur" -v ok="$ok" -v st="$stored" -v oom="$oom" \
+		-v alive="$alive" -v su="$startup" -v stats="$stats" -v errs="$((non2xx + errs))" -v mf="$majflt" '
+		{ if ($1 > pa) pa = $1; if ($2 > pf) pf = $2; sa += $1; sf += $2; n++ }
+		END { split(stats, s, " ")
+			printf "%d %s %.0f %d %d %d %d %d %d %.0f %d %.0f %d %d %d %d %d %d\n", r, k, reqs / (dur / 1e6), ok, st, oom, alive, su,
+				pa, (n ? sa / n : 0), pf, (n ? sf / n : 0), s[1], s[2], s[3], s[4], errs, mf }' \
+		"$tmp/rss-$r-$kind.dat" >>"$tmp/rounds.dat"
+	tail -1 "$tmp/rounds.dat" | awk '{
+		printf "%-3d %-9s %7d %8d %8s %4s %4s %6d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %5d %8s\n",
+			$1, $2, $3, $4, ($5 < 0 ? "?" : $5), $6, ($7 ? "yes" : "NO"), $8, $9 / 1024, $10 / 1024, $11 / 1024, $12 / 1024,
+			$13 / 1048576, $14 / 1048576, $15 / 1048576, $16 / 1048576, $17, ($18 < 0 ? "?" : $18) }'
+}
+
+echo "== $ROUNDS pairs of rounds (limited to $LIMIT MiB / unlimited, ABBA), each: fresh store copy, page cache dropped$([ -n "$NO_DROP" ] && echo ' (NO: NO_DROP set)'), Caddy started in a new cgroup, $WARMUP warm-up, $DURATION of wrk ($CONNS connections, $THREADS threads) on the pingback route"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "memory in MiB; anon/file: Caddy's RssAnon/RssFile sampled every 200 ms (peak, mean); cgroup: max usage and memory.stat at the end (rss, cache, mapped_file); errs: wrk's non-2xx, timeouts and socket errors; majflt: Caddy's major page faults"
+printf '%-3s %-9s %7s %8s %8s %4s %4s %6s %7s %7s %7s %7s %7s %7s %7s %7s %5s %8s\n' \
+	r kind "req/s" "200s" stored oom pid "up ms" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped errs majflt
+: >"$tmp/rounds.dat"
+for r in $(seq "$ROUNDS"); do
+	if [ $((r % 2)) = 1 ]; then order="limited unlimited"; else order="unlimited limited"; fi
+	for kind in $order; do
+		round "$r" "$kind"
+	done
+done
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+for kind in limited unlimited; do
+	echo "GOMEMLIMIT Caddy set at its start ($kind): $(cat "$tmp"/gomemlimit-*-"$kind".txt | awk '{ printf "%s%.1f MiB", (NR > 1 ? ", " : ""), $1 / 1048576 } END { if (!NR) printf "not logged" }')"
+done
+
+# median COLUMN KIND
+median() {
+	awk -v k="$2" -v c="$1" '$2 == k { print $c }' "$tmp/rounds.dat" | sort -g | awk '{ v[NR] = $1 } END {
+		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+echo "== medians of $ROUNDS rounds each"
+printf '%-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %6s %8s\n' kind "req/s" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped "up ms" majflt
+for kind in limited unlimited; do
+	awk -v k="$kind" -v a="$(median 3 "$kind")" -v b="$(median 9 "$kind")" -v c="$(median 10 "$kind")" -v d="$(median 11 "$kind")" \
+		-v e="$(median 12 "$kind")" -v f="$(median 13 "$kind")" -v g="$(median 14 "$kind")" -v h="$(median 15 "$kind")" \
+		-v i="$(median 16 "$kind")" -v j="$(median 8 "$kind")" -v m="$(median 18 "$kind")" 'BEGIN {
+		printf "%-9s %7d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %6d %8d\n", k, a, b / 1024, c / 1024, d / 1024, e / 1024,
+			f / 1048576, g / 1048576, h / 1048576, i / 1048576, j, m }'
+done
+echo "limited/unlimited throughput, per pair: $(awk '$2 == "limited" { l[$1] = $3 } $2 == "unlimited" { u[$1] = $3 }
+	END { for (r = 1; r in l; r++) printf "%s%.2fx", (r > 1 ? ", " : ""), (u[r] ? l[r] / u[r] : 0) }' "$tmp/rounds.dat")"
+awk -v ml="$(median 3 limited)" -v mu="$(median 3 unlimited)" '
+	$2 == "limited" { l[$1] = $3 } $2 == "unlimited" { u[$1] = $3 }
+	{ oom += $6; if (!$7) died++; if ($5 < 0) unknown++; else if ($4 > $5) lost++ }
+	END { worst = 1e9; for (r in l) if (u[r] && l[r] / u[r] < worst) worst = l[r] / u[r]
+		printf "ratio of the medians: %.2fx; worst pair %.2fx (aim: >= 0.90 in every pair: %s)\n", (mu ? ml / mu : 0), worst, (worst >= 0.9 ? "met" : "MISSED")
+		printf "OOM kills: %d, Caddy gone: %d round(s) (aim: none: %s)\n", oom, died + 0, (oom + died == 0 ? "met" : "MISSED")
+		printf "durable: %s (the 200s of a round at most its stored count)%s\n", (lost ? "NO in " lost " round(s)" : (unknown ? "yes in the rounds Caddy lived through" : "yes, every round")),
+			(unknown ? "; " unknown " round(s) unknown: Caddy was gone before /metrics could be read" : "") }' "$tmp/rounds.dat"
