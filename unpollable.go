@@ -70,14 +70,14 @@ func (a *App) noteRemovedAccounts(ctx context.Context) {
 		}
 	}
 	h.mu.Unlock()
-	pc := func(x *App) map[store.Account]bool {
+	accountsOf := func(x *App) map[store.Account]bool {
 		m := map[store.Account]bool{}
 		for _, acct := range x.pollAccounts() {
 			m[acct] = true
 		}
 		return m
 	}
-	now := pc(a)
+	now := accountsOf(a)
 	c, err := h.store.Counts(ctx)
 	if err != nil {
 		a.logger.Warn("counting the pending tasks of accounts without a key failed", zap.Error(err))
@@ -93,7 +93,7 @@ func (a *App) noteRemovedAccounts(ctx context.Context) {
 		}
 		return
 	}
-	for acct := range pc(prev) {
+	for acct := range accountsOf(prev) {
 		if now[acct] {
 			continue
 		}
