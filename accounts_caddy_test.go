@@ -125,7 +125,8 @@ func TestAccountsEachRecoveredWithOwnKey(t *testing.T) {
 	})
 }
 
-// createTaskWith is createTask with clientKey key.
+// createTaskWith submits a reCAPTCHA task with clientKey key as the
+// official clients do (no callbackUrl) and returns its id as a string.
 func createTaskWith(t *testing.T, provider, key string) string {
 	t.Helper()
 	resp := jsonCall(t, provider, "createTask",
@@ -430,31 +431,7 @@ func TestInstancesPollOnlyTheirAccounts(t *testing.T) {
 		}
 		return fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint %s\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter 1s\n\t\t\tinterval 5s\n\t\t}", sim.url, key)
 	}
-	var aPort string
-	cl.site = func(in *pgInstance) string {
-		if in.name == "A" {
-			aPort = in.port
-		}
-		return fmt.Sprintf(`http://localhost:%[1]s {
-	handle /cb/2captcha {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy %[2]s {
-			header_up X-Instance %[3]s
-		}
-	}
-	handle /api/* {
-		pingback_track {
-			provider 2captcha
-			pingback_url http://localhost:%[4]s/cb/2captcha
-		}
-		reverse_proxy %[5]s
-	}
-	respond 404
-}
-`, in.port, app.HostPort(), in.name, aPort, sim.hostPort)
-	}
+	cl.site = pgPollSite(app, sim)
 	ins := cl.start(t, 2)
 	a := ins[0]
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -11,6 +11,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -283,4 +286,50 @@ func FuzzAPIKeysJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestWarnUnpollableOncePerAccountAndHour: the unpollable warning is
+// logged once per account id and hour, whatever the number of tasks, and
+// an account's entry older than the hour is dropped when another is
+// logged.
+func TestWarnUnpollableOncePerAccountAndHour(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	now := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	a := &App{logger: zap.New(core), handle: &storeHandle{}, now: func() time.Time { return now }}
+	one, two := store.Account{Provider: "2captcha", ID: "00000000000000a1"}, store.Account{Provider: "2captcha", ID: "00000000000000b2"}
+	const msg = "tasks submitted with an API key this Caddy does not know: their results can only arrive by pingback; add the key to the provider's api_key"
+	count := func(acct store.Account) int {
+		n := 0
+		for _, e := range logs.FilterMessage(msg).All() {
+			if e.ContextMap()["account"] == acct.ID {
+				n++
+			}
+		}
+		return n
+	}
+	three := store.Account{Provider: "rucaptcha", ID: "00000000000000c3"}
+	for _, step := range []struct {
+		after    time.Duration
+		acct     store.Account
+		wantOne  int
+		wantTwo  int
+		wantSeen int
+	}{
+		{0, one, 1, 0, 1},
+		{time.Minute, one, 1, 0, 1},      // within the hour: not again
+		{time.Minute, two, 1, 1, 2},      // another account: its own line
+		{59 * time.Minute, one, 2, 1, 2}, // an hour after one's line: again
+		{30 * time.Minute, two, 2, 2, 2}, // two's hour is over too
+		{10 * time.Minute, one, 2, 2, 2}, // within one's hour
+		{2 * time.Hour, three, 2, 2, 1},  // one's and two's entries, over the hour, are dropped
+	} {
+		now = now.Add(step.after)
+		a.warnUnpollable(step.acct, 1)
+		if g1, g2 := count(one), count(two); g1 != step.wantOne || g2 != step.wantTwo {
+			t.Fatalf("at %s: %d lines for one, %d for two; want %d, %d", now.Format(time.Kitchen), g1, g2, step.wantOne, step.wantTwo)
+		}
+		if n := len(a.handle.unpollableLogged); n != step.wantSeen {
+			t.Errorf("at %s: %d accounts remembered, want %d", now.Format(time.Kitchen), n, step.wantSeen)
+		}
+	}
 }

@@ -686,31 +686,7 @@ func TestInstanceKilledPollingTakenOver(t *testing.T) {
 	const interval = 5 * time.Second
 	cl.global = fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint %s\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter 1s\n\t\t\tinterval %s\n\t\t}",
 		sim.url, captchasim.DefaultKey, interval)
-	var aPort string
-	cl.site = func(in *pgInstance) string {
-		if in.name == "A" {
-			aPort = in.port
-		}
-		return fmt.Sprintf(`http://localhost:%[1]s {
-	handle /cb/2captcha {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy %[2]s {
-			header_up X-Instance %[3]s
-		}
-	}
-	handle /api/* {
-		pingback_track {
-			provider 2captcha
-			pingback_url http://localhost:%[4]s/cb/2captcha
-		}
-		reverse_proxy %[5]s
-	}
-	respond 404
-}
-`, in.port, app.HostPort(), in.name, aPort, sim.hostPort)
-	}
+	cl.site = pgPollSite(app, sim)
 	ins := cl.start(t, 2)
 	a, b := ins[0], ins[1]
 
@@ -960,5 +936,37 @@ func TestTerminatedBackendsUnderTraffic(t *testing.T) {
 	t.Logf("retries by operation: %v", retried)
 	if len(retried) == 0 {
 		t.Error("no operation was retried: the kills did not meet the store")
+	}
+}
+
+// pgPollSite is the site of each instance of a polling test: the pingback
+// route in front of app (the instance's name in X-Instance) and
+// pingback_track in front of sim, giving the first instance's pingback URL
+// (instance A starts first: its port is known to every later one).
+func pgPollSite(app *testkit.App, sim *pollerSim) func(in *pgInstance) string {
+	var aPort string
+	return func(in *pgInstance) string {
+		if in.name == "A" {
+			aPort = in.port
+		}
+		return fmt.Sprintf(`http://localhost:%[1]s {
+	handle /cb/2captcha {
+		pingback {
+			provider 2captcha
+		}
+		reverse_proxy %[2]s {
+			header_up X-Instance %[3]s
+		}
+	}
+	handle /api/* {
+		pingback_track {
+			provider 2captcha
+			pingback_url http://localhost:%[4]s/cb/2captcha
+		}
+		reverse_proxy %[5]s
+	}
+	respond 404
+}
+`, in.port, app.HostPort(), in.name, aPort, sim.hostPort)
 	}
 }

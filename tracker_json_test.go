@@ -93,17 +93,7 @@ func jsonCall(t *testing.T, provider, method, body string) trkResponse {
 // callbackUrl) and returns its id as a string.
 func createTask(t *testing.T, provider string) string {
 	t.Helper()
-	resp := jsonCall(t, provider, "createTask",
-		`{"clientKey":"`+captchasim.DefaultKey+`","task":{"type":"RecaptchaV2TaskProxyless","websiteURL":"https://a.example/","websiteKey":"6Le-wvkSAAAAAPBMRTvw0Q4Muexq9bi0DJwx_mJ-"}}`)
-	var a struct {
-		ErrorID int             `json:"errorId"`
-		TaskID  json.RawMessage `json:"taskId"`
-	}
-	if resp.status != http.StatusOK || json.Unmarshal(resp.body, &a) != nil || a.ErrorID != 0 {
-		t.Fatalf("createTask answered %d %q", resp.status, resp.body)
-	}
-	id := strings.Trim(string(a.TaskID), `"`)
-	return id
+	return createTaskWith(t, provider, captchasim.DefaultKey)
 }
 
 // deliveriesOf returns what the app received for key.

@@ -242,22 +242,7 @@ func TestPostgresFairClaimIndex(t *testing.T) {
 		if after {
 			args = append(args, int64(5001), "p", "f1")
 		}
-		rows, err := conn.Query(ctx, "EXPLAIN "+store.PostgresFairClaimQuery(after), args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		if text := strings.Join(plan, "\n"); !strings.Contains(text, "records_fair") {
+		if text := explain(t, conn, store.PostgresFairClaimQuery(after), args...); !strings.Contains(text, "records_fair") {
 			t.Errorf("plan of the fair pass (after a row: %v) does not use records_fair:\n%s", after, text)
 		}
 	}
