@@ -64,7 +64,7 @@ const (
 	boundWAL = 2 * (boundMemTableSize + boundBatch)
 
 	// Flush: a rotated memtable becomes one L0 table: the memtable's
-	// entries (at most M+B of them, Snappy-compressed, so rarely larger)
+	// entries (at most M+B of them, stored uncompressed)
 	// plus block index and bloom filter, which stay under 10%: 20.2 MiB.
 	// The WAL it replaces is deleted only after the table is written.
 	// Measured: 15.2–15.6 MiB L0 tables from 16 MiB memtables.
