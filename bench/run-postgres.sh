@@ -28,7 +28,9 @@
 #
 # Environment: ROUNDS (5), DURATION (10s), WARMUP (3s), CONNS (32),
 # THREADS (2), PINGBACK_BENCH_PG_DSN (empty: a throw-away cluster), KEEP (1:
-# keep the temp dir with the logs).
+# keep the temp dir with the logs), NO_COUNT_TRIGGERS (1: disable the
+# records table's count triggers once the schema is made, to measure what
+# they cost; the counts in /pingback/status are then wrong for the run).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -37,6 +39,7 @@ WARMUP=${WARMUP:-3s}
 CONNS=${CONNS:-32}
 THREADS=${THREADS:-2}
 KEEP=${KEEP:-}
+NO_COUNT_TRIGGERS=${NO_COUNT_TRIGGERS:-}
 
 ADMIN_A=localhost:2990
 ADMIN_B=localhost:2991
@@ -156,6 +159,13 @@ for port in $PORT_A $PORT_B $PORT_C; do
 		exit 1
 	fi
 done
+
+if [ -n "$NO_COUNT_TRIGGERS" ]; then
+	for trg in records_count_insert records_count_update records_count_delete; do
+		psql "$dsn" -qc "ALTER TABLE $schema.records DISABLE TRIGGER $trg"
+	done
+	echo "count triggers: disabled (NO_COUNT_TRIGGERS)"
+fi
 
 # wrk1 URL CONNS DUR TAG PREFIX_DIGIT: one wrk run; prints
 # "requests duration_us p50_us p99_us errors".

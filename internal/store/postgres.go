@@ -200,8 +200,8 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	p.inserts = newPGBatcher(p.insertBatch)
-	p.updates = newPGBatcher(p.updateBatch)
+	p.inserts = newPGBatcher(p.insertBatch, pgLazyWait)
+	p.updates = newPGBatcher(p.updateBatch, pgLazyWait)
 	p.available.Store(true)
 	go p.monitor()
 	return p, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,12 @@ const (
 	pgBatchMax     = 128 // operations per transaction
 	pgCommitters   = 4   // transactions in flight per kind of operation
 	pgBatchTimeout = 30 * time.Second
+	// pgLazyWait is how long a batch of only deferrable operations (a
+	// live forward's outcome, Deferrable) waits for more before its
+	// transaction starts: under load the outcomes of many pingbacks then
+	// share one transaction, where each took a share of a small batch of
+	// its own. An operation someone waits on ends the wait at once.
+	pgLazyWait = 5 * time.Millisecond
 )
 
 // pgOp is one queued operation and its result. ctx is its caller's:
@@ -37,19 +44,25 @@ type pgOp[T any] struct {
 	in   T
 	err  error
 	done chan struct{}
+	lazy bool // no caller waits for it to answer anyone (Deferrable)
 }
 
 // pgBatcher runs queued operations in batches.
 type pgBatcher[T any] struct {
-	ch   chan *pgOp[T]
-	run  func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
-	wg   sync.WaitGroup
-	mu   sync.RWMutex // held for reading while sending; Close takes it to close ch
-	shut bool
+	ch      chan *pgOp[T]
+	run     func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
+	wg      sync.WaitGroup
+	mu      sync.RWMutex // held for reading while sending; Close takes it to close ch
+	shut    bool
+	wait    time.Duration // how long a batch of deferrable operations waits for more
+	batches atomic.Uint64 // batches run, for tests
+	taken   atomic.Int64  // operations taken from ch, for tests
 }
 
-func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *pgBatcher[T] {
-	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run}
+// newPGBatcher starts pgCommitters loops running batches with run; a
+// batch of only deferrable operations waits up to wait for more.
+func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error, wait time.Duration) *pgBatcher[T] {
+	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run, wait: wait}
 	for range pgCommitters {
 		b.wg.Go(b.loop)
 	}
@@ -58,7 +71,7 @@ func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *p
 
 // do queues in and waits for its batch's commit.
 func (b *pgBatcher[T]) do(ctx context.Context, in T) (*pgOp[T], error) {
-	op := &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{})}
+	op := &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{}), lazy: IsDeferrable(ctx)}
 	b.mu.RLock()
 	if b.shut {
 		b.mu.RUnlock()
@@ -70,21 +83,54 @@ func (b *pgBatcher[T]) do(ctx context.Context, in T) (*pgOp[T], error) {
 	return op, op.err
 }
 
+// loop takes an operation, every other one already queued (up to
+// pgBatchMax) and, when all of them are deferrable, what arrives within
+// pgLazyWait, and runs them as one batch.
 func (b *pgBatcher[T]) loop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for op := range b.ch {
+		b.taken.Add(1)
 		ops := []*pgOp[T]{op}
-	gather:
-		for len(ops) < pgBatchMax {
-			select {
-			case o, ok := <-b.ch:
-				if !ok {
-					break gather
+		lazy := op.lazy
+		gather := func() {
+			for len(ops) < pgBatchMax {
+				select {
+				case o, ok := <-b.ch:
+					if !ok {
+						return
+					}
+					b.taken.Add(1)
+					ops = append(ops, o)
+					lazy = lazy && o.lazy
+				default:
+					return
 				}
-				ops = append(ops, o)
-			default:
-				break gather
 			}
 		}
+		gather()
+		if lazy {
+			timer.Reset(b.wait)
+		wait:
+			for len(ops) < pgBatchMax {
+				select {
+				case o, ok := <-b.ch:
+					if !ok {
+						break wait
+					}
+					b.taken.Add(1)
+					ops = append(ops, o)
+					if !o.lazy {
+						gather()
+						break wait
+					}
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
+		}
+		b.batches.Add(1)
 		ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
 		if err := b.run(ctx, ops); err != nil {
 			for _, o := range ops {

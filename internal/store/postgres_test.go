@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -244,6 +245,57 @@ func TestPostgresFairClaimIndex(t *testing.T) {
 		}
 		if text := explain(t, conn, store.PostgresFairClaimQuery(after), args...); !strings.Contains(text, "records_fair") {
 			t.Errorf("plan of the fair pass (after a row: %v) does not use records_fair:\n%s", after, text)
+		}
+	}
+}
+
+// TestPostgresDeferredOutcomes: the outcomes of live forwards (deferrable
+// updates, gathered for pgLazyWait into shared transactions) recorded
+// concurrently are each applied when their call returns, in fewer
+// transactions than outcomes.
+func TestPostgresDeferredOutcomes(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	p := openPG(t, dsn, pgtest.Schema(t, dsn))
+	ctx := context.Background()
+	now := time.Now().UTC()
+	const n = 40
+	for i := range n {
+		if _, err := p.Insert(ctx, &store.Record{
+			Provider: "2captcha", ID: fmt.Sprint(1000 + i), Code: "C", Source: store.SourceCallback, ReceivedAt: now,
+			Request:   store.Request{Method: "GET", URI: "/pb", Host: "example.com"},
+			Delivery:  store.Delivery{State: store.StateForwarding, Attempts: 1, Lease: store.Lease{Until: now.Add(time.Minute)}, UpdatedAt: now},
+			ExpiresAt: now.Add(time.Hour),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := store.PostgresUpdateBatches(p)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, err := p.UpdateDelivery(store.Deferrable(ctx), store.Key{Provider: "2captcha", ID: fmt.Sprint(1000 + i)}, func(d *store.Delivery) error {
+				d.State, d.Lease, d.UpdatedAt = store.StateDelivered, store.Lease{}, now
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if got := store.PostgresUpdateBatches(p) - before; got >= n {
+		t.Errorf("%d concurrent outcomes took %d transactions, want fewer", n, got)
+	}
+	for i := range n {
+		rec, err := p.Get(ctx, store.Key{Provider: "2captcha", ID: fmt.Sprint(1000 + i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.State != store.StateDelivered {
+			t.Errorf("record %d is %s after its outcome returned, want delivered", 1000+i, rec.State)
 		}
 	}
 }
