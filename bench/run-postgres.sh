@@ -167,6 +167,14 @@ if [ -n "$NO_COUNT_TRIGGERS" ]; then
 	echo "count triggers: disabled (NO_COUNT_TRIGGERS)"
 fi
 
+# xid: a new transaction id (txid_current assigns one); stored: the
+# pingbacks stored by A and B so far (their /metrics).
+xid() { psql "$dsn" -Atc 'SELECT txid_current()'; }
+stored() {
+	for admin in $ADMIN_A $ADMIN_B; do curl -fsS "http://$admin/metrics"; done |
+		awk '/^caddy_pingback_callbacks_total\{/ && /result="stored"/ { s += $NF } END { printf "%d", s }'
+}
+
 # wrk1 URL CONNS DUR TAG PREFIX_DIGIT: one wrk run; prints
 # "requests duration_us p50_us p99_us errors".
 wrk1() {
@@ -212,16 +220,26 @@ for p in bare pg pg2 badger; do load $p "$WARMUP" "warmup-$p" >/dev/null; done
 
 echo "== $ROUNDS rounds of $DURATION per path, $CONNS connections in all, $THREADS wrk threads per wrk"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-6s %-6s %9s %8s %8s\n' round path "req/s" "p50 ms" "p99 ms"
+printf '%-6s %-6s %9s %8s %8s %9s\n' round path "req/s" "p50 ms" "p99 ms" "tx/stored"
 paths=(bare pg pg2 badger)
 for p in "${paths[@]}"; do : >"$tmp/$p.dat"; done
 for r in $(seq "$ROUNDS"); do
 	# Rotate the order so that no path always runs first.
 	for i in 0 1 2 3; do
 		p=${paths[$(((i + r) % 4))]}
+		x0=$(xid) s0=$(stored)
 		res=$(load "$p" "$DURATION" "round$r-$p")
+		x1=$(xid) s1=$(stored)
+		# Write transactions per stored pingback: transaction ids the
+		# database assigned during the round (both probes included), per
+		# result the instances stored; for the PostgreSQL paths only.
+		tx=-
+		if [ "$p" = pg ] || [ "$p" = pg2 ]; then
+			tx=$(awk -v x="$((x1 - x0))" -v s="$((s1 - s0))" 'BEGIN { if (s > 0) printf "%.2f", x / s; else print "-" }')
+			echo "$tx" >>"$tmp/$p.tx"
+		fi
 		echo "$res" >>"$tmp/$p.dat"
-		echo "$res" | awk -v r="$r" -v n="$p" '{ printf "%-6s %-6s %9d %8.2f %8.2f\n", r, n, $1, $2 / 1000, $3 / 1000 }'
+		echo "$res" | awk -v r="$r" -v n="$p" -v tx="$tx" '{ printf "%-6s %-6s %9d %8.2f %8.2f %9s\n", r, n, $1, $2 / 1000, $3 / 1000, tx }'
 	done
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -237,6 +255,9 @@ for p in "${paths[@]}"; do
 	awk -v n="$p" -v a="$(median 1 "$tmp/$p.dat")" -v b="$(median 2 "$tmp/$p.dat")" \
 		-v c="$(median 3 "$tmp/$p.dat")" -v bare="$bare" \
 		'BEGIN { printf "%-6s %9d %8.2f %8.2f %13.2fx\n", n, a, b / 1000, c / 1000, a / bare }'
+done
+for p in pg pg2; do
+	echo "$p: $(median 1 "$tmp/$p.tx") write transactions per stored pingback (median of the rounds)"
 done
 
 echo "== plugin counters (admin /metrics of A, B and C)"

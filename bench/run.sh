@@ -298,8 +298,9 @@ echo "== plugin counters (admin /metrics)"
 curl -fsS "http://$ADMIN/metrics" >"$tmp/metrics.txt"
 grep -E '^caddy_pingback_(callbacks|forwards|store_[a-z]+)_total' "$tmp/metrics.txt" || echo "(no pingback metrics)"
 awk '/^caddy_pingback_store_commits_total/ { c = $2 } /^caddy_pingback_store_operations_total/ { o = $2 }
-	/^caddy_pingback_store_syncs_total/ { s = $2 } END {
-	if (c > 0) printf "group commit: %.1f operations per commit, %.1f per journal sync\n", o / c, (s > 0 ? o / s : 0) }' "$tmp/metrics.txt"
+	/^caddy_pingback_store_syncs_total/ { s = $2 } /^caddy_pingback_callbacks_total\{/ && /result="stored"/ { p += $NF } END {
+	if (c > 0) printf "group commit: %.1f operations per commit, %.1f per journal sync\n", o / c, (s > 0 ? o / s : 0)
+	if (p > 0) printf "per stored pingback: %.2f operations, %.3f commits, %.3f journal syncs\n", o / p, c / p, s / p }' "$tmp/metrics.txt"
 # The journal's write+fdatasync per group commit, from the histogram
 # (bucket bounds, so "at most"): the sync tail against the disk's own.
 awk -F'[ "]' '/^caddy_pingback_store_sync_seconds_bucket/ { le[n] = $2; c[n++] = $NF } /^caddy_pingback_store_sync_seconds_count/ { t = $NF }
