@@ -213,7 +213,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	// new heap buffer (kept in a block cache) and every table built held
 	// its blocks twice, uncompressed and compressed; with 1,000,000
 	// results in a 256 MiB cgroup the mean anonymous memory fell from
-	// 178 to 105 MiB without it (docs/benchmarks-lean.md), and the Go heap
+	// 174 to 117 MiB without it (docs/benchmarks-lean.md), and the Go heap
 	// target with it, which leaves the cgroup room for the tables' file
 	// pages. Uncompressed blocks are read from the mapped file in place,
 	// so no block cache is needed. The cost is disk: about 3.3 times the

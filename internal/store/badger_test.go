@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"runtime"
 	"strings"
@@ -842,4 +843,100 @@ func BenchmarkInsertParallel(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(s.Commits()-before)/float64(b.N), "commits/op")
+}
+
+// TestBadgerReadsSnappyTables: the store writes its tables uncompressed
+// and runs without a block cache, but a store whose tables an earlier
+// version wrote with Snappy (Badger's default) opens, counts and reads
+// as before.
+func TestBadgerReadsSnappyTables(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, BadgerOptions{Dir: dir})
+	const n = 300
+	for i := range n {
+		st := StateDelivered
+		if i%3 == 0 {
+			st = StateParked
+		}
+		mustInsert(t, b, testRecord(fmt.Sprintf("s%03d", i), st))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Every entry written again by Badger with its default options
+	// (Snappy), so that the tables the next open reads are compressed.
+	rewrite := func(db badgerDB) error {
+		type kv struct {
+			k, v []byte
+			exp  uint64
+		}
+		var all []kv
+		if err := db.View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				v, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				all = append(all, kv{it.Item().KeyCopy(nil), v, it.Item().ExpiresAt()})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return db.Update(func(txn *badger.Txn) error {
+			for _, x := range all {
+				e := badger.NewEntry(x.k, x.v)
+				e.ExpiresAt = x.exp
+				if err := txn.SetEntry(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	db, err := openManaged(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rewrite(db); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = openManaged(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compressed := false
+	for _, ti := range db.Tables() {
+		compressed = compressed || ti.OnDiskSize < ti.UncompressedSize
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !compressed {
+		t.Fatal("no compressed table to read: the test would prove nothing")
+	}
+
+	b = openTestBadger(t, BadgerOptions{Dir: dir})
+	checkIndexesOK(t, b)
+	c, err := b.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (map[State]int64{StateDelivered: n - n/3, StateParked: n / 3}); !maps.Equal(c.Records["captchaai"], want) {
+		t.Errorf("counts %v, want %v", c.Records["captchaai"], want)
+	}
+	for i := range n {
+		if r := mustGet(t, b, key(fmt.Sprintf("s%03d", i))); r.Code != fmt.Sprintf("CODE-s%03d", i) || string(r.Request.Body) != "id="+r.ID+"&code="+r.Code {
+			t.Fatalf("record %s read back as %+v", r.ID, r)
+		}
+	}
+	parked, err := b.List(ctx, Filter{State: StateParked}, 1000)
+	if err != nil || len(parked) != n/3 {
+		t.Errorf("List(parked) = %d records, %v; want %d", len(parked), err, n/3)
+	}
 }
