@@ -200,7 +200,7 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	p.inserts = newPGBatcher(p.insertBatch, pgLazyWait)
+	p.inserts = newPGBatcher(p.insertBatch, 0) // an insert is never deferrable: someone waits to answer
 	p.updates = newPGBatcher(p.updateBatch, pgLazyWait)
 	p.available.Store(true)
 	go p.monitor()
