@@ -231,12 +231,13 @@ for r in $(seq "$ROUNDS"); do
 		res=$(load "$p" "$DURATION" "round$r-$p")
 		x1=$(xid) s1=$(stored)
 		# Write transactions per stored pingback: transaction ids the
-		# database assigned during the round (both probes included), per
+		# database assigned during the round (one probe included; forwards
+		# still finishing from the previous path may spill in), per
 		# result the instances stored; for the PostgreSQL paths only.
 		tx=-
 		if [ "$p" = pg ] || [ "$p" = pg2 ]; then
 			tx=$(awk -v x="$((x1 - x0))" -v s="$((s1 - s0))" 'BEGIN { if (s > 0) printf "%.2f", x / s; else print "-" }')
-			echo "$tx" >>"$tmp/$p.tx"
+			[ "$tx" = - ] || echo "$tx" >>"$tmp/$p.tx"
 		fi
 		echo "$res" >>"$tmp/$p.dat"
 		echo "$res" | awk -v r="$r" -v n="$p" -v tx="$tx" '{ printf "%-6s %-6s %9d %8.2f %8.2f %9s\n", r, n, $1, $2 / 1000, $3 / 1000, tx }'

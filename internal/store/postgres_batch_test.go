@@ -35,8 +35,18 @@ func TestPGBatcherGathersDeferrable(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	if _, err := b.do(context.Background(), -1); err != nil {
-		t.Fatal(err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := b.do(context.Background(), -1)
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an operation someone waits on was held back by the deferrable ones")
 	}
 	b.close()
 	wg.Wait()

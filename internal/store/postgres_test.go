@@ -251,8 +251,8 @@ func TestPostgresFairClaimIndex(t *testing.T) {
 
 // TestPostgresDeferredOutcomes: the outcomes of live forwards (deferrable
 // updates, gathered for pgLazyWait into shared transactions) recorded
-// concurrently are each applied when their call returns, in fewer
-// transactions than outcomes.
+// concurrently on a real database are each applied when their call
+// returns. (That they are gathered is TestPGBatcherGathersDeferrable's.)
 func TestPostgresDeferredOutcomes(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	p := openPG(t, dsn, pgtest.Schema(t, dsn))
@@ -286,9 +286,7 @@ func TestPostgresDeferredOutcomes(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if got := store.PostgresUpdateBatches(p) - before; got >= n {
-		t.Errorf("%d concurrent outcomes took %d transactions, want fewer", n, got)
-	}
+	t.Logf("%d concurrent outcomes in %d transactions", n, store.PostgresUpdateBatches(p)-before)
 	for i := range n {
 		rec, err := p.Get(ctx, store.Key{Provider: "2captcha", ID: fmt.Sprint(1000 + i)})
 		if err != nil {
