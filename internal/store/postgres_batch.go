@@ -49,14 +49,13 @@ type pgOp[T any] struct {
 
 // pgBatcher runs queued operations in batches.
 type pgBatcher[T any] struct {
-	ch      chan *pgOp[T]
-	run     func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
-	wg      sync.WaitGroup
-	mu      sync.RWMutex // held for reading while sending; Close takes it to close ch
-	shut    bool
-	wait    time.Duration // how long a batch of deferrable operations waits for more
-	batches atomic.Uint64 // batches run, for tests
-	taken   atomic.Int64  // operations taken from ch, for tests
+	ch    chan *pgOp[T]
+	run   func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
+	wg    sync.WaitGroup
+	mu    sync.RWMutex // held for reading while sending; Close takes it to close ch
+	shut  bool
+	wait  time.Duration // how long a batch of deferrable operations waits for more
+	taken atomic.Int64  // operations taken from ch, for tests
 }
 
 // newPGBatcher starts pgCommitters loops running batches with run; a
@@ -130,7 +129,6 @@ func (b *pgBatcher[T]) loop() {
 			}
 			timer.Stop()
 		}
-		b.batches.Add(1)
 		ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
 		if err := b.run(ctx, ops); err != nil {
 			for _, o := range ops {

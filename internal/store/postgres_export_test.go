@@ -33,6 +33,3 @@ const PostgresDueTasksQuery = pgDueTasks
 
 // PostgresTaskPageQuery is ListTaskPage's query for q and its arguments.
 func PostgresTaskPageQuery(q TaskQuery) (string, []any) { return pgTaskPageQuery(q) }
-
-// PostgresUpdateBatches is how many batches of delivery updates p has run.
-func PostgresUpdateBatches(p *Postgres) uint64 { return p.updates.batches.Load() }
