@@ -118,6 +118,9 @@ type Badger struct {
 	aged      []ageDelta    // the committer's: the age changes of the batch being committed
 	scratch   batch         // the committer's: the view each operation of a batch applies through
 	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
+	cs        countState    // the committer's: the persisted counts' changes of the batch being committed
+	swept     uint64        // the committer's: the second up to which expiry buckets have been swept
+	sweepDone chan struct{} // closed when the sweep loop exits
 	ages      *memAges      // the times behind the age gauges: see badger_ages.go
 	has       *presence     // the committer's: key kinds the store holds (badger_presence.go)
 	fresh     *fresh        // the committer's: unchanged live forwards' states (badger_fresh.go)
@@ -338,6 +341,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 		done:      make(chan struct{}),
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),
+		sweepDone: make(chan struct{}),
 		journal:   j,
 		leases:    newLeaseTracker(),
 		fresh:     newFresh(),
@@ -362,7 +366,7 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	}
 	if err := db.View(func(txn *badger.Txn) error {
 		var err error
-		b.counts, err = countKeys(&batch{txn: txn})
+		b.counts, err = readCounts(&batch{txn: txn})
 		if err == nil {
 			b.ages, err = countAges(&batch{txn: txn})
 		}
@@ -378,6 +382,19 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	b.space = space
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
+	go b.sweepLoop()
+	// Delivered records that expired while the store was closed leave
+	// the counts before it serves.
+	if b.bucketDue() {
+		err = b.sweepExpired(context.Background())
+	}
+	if err == nil && SelfCheck {
+		err = b.checkCounts()
+	}
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("badger database in %s: counting out expired records: %w", opts.Dir, err)
+	}
 	return b, nil
 }
 
@@ -543,6 +560,12 @@ func (b *Badger) UpdateRecord(ctx context.Context, key Key, fn func(*Record) err
 			return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(val), MaxRecordSize)
 		}
 		exp := expiry(cur.ExpiresAt)
+		if oldExp := expiry(old.ExpiresAt); oldExp != exp && old.State == StateDelivered {
+			// A correction of the expiry moves a delivered record to
+			// its new expiry bucket.
+			w.countRecord(key.Provider, StateDelivered, -1, oldExp)
+			w.countRecord(key.Provider, StateDelivered, 1, exp)
+		}
 		w.writeDelivery(key, &old.Delivery, &cur.Delivery, exp, nil)
 		w.set(recordKey(key), val, exp)
 		// The received-time index follows the record: a correction
@@ -851,6 +874,7 @@ func (b *Badger) stopLoops() {
 	<-b.done
 	close(b.stopGC)
 	<-b.gcDone
+	<-b.sweepDone
 }
 
 // submit hands o to the committer and waits until its batch is committed.
@@ -965,6 +989,7 @@ func (b *Badger) commit(ops []*op) {
 	events := b.events[:0]
 	counted := b.counted[:0]
 	aged := b.aged[:0]
+	b.cs.reset(b.swept)
 	var live map[string]time.Time
 	// dropped discards the transaction after a failed flush (and the
 	// shortcuts that followed its writes); if it grew too big, the batch
@@ -984,7 +1009,7 @@ func (b *Badger) commit(ops []*op) {
 	for i, o := range ops {
 		// One batch value for every operation, its buffers kept: what
 		// each operation buffers is copied out below.
-		w.reuse(batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh})
+		w.reuse(batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh, cs: &b.cs})
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
@@ -1013,6 +1038,7 @@ func (b *Badger) commit(ops []*op) {
 		// operation of the batch reads through them.
 		b.has.note(w.writes)
 		b.fresh.forget(w.writes)
+		b.cs.note(w.counted)
 		if w.added != nil {
 			b.fresh.add(w.freshKey, w.added.d, w.added.exp)
 		}
@@ -1031,8 +1057,22 @@ func (b *Badger) commit(ops []*op) {
 		}
 		writes = append(writes, lw.writes...)
 	}
+	// The counts the batch changed, persisted with it.
+	cw, err := b.cs.countWrites(txn, counted, b.counts)
+	if err == nil && len(cw) > 0 {
+		err = (&batch{txn: txn, writes: cw}).flush()
+	}
+	if err != nil {
+		if dropped(err) {
+			return
+		}
+		for _, o := range ops {
+			o.err = fmt.Errorf("writing counts: %w", err)
+		}
+		return
+	}
+	writes = append(writes, cw...)
 	n := b.attempts.Add(1)
-	var err error
 	if b.hook != nil {
 		err = b.hook(n)
 	}
@@ -1044,6 +1084,15 @@ func (b *Badger) commit(ops []*op) {
 	b.events = events[:0]
 	if err == nil && journaled && b.loseCommit != nil && b.loseCommit() {
 		b.fresh.clear()
+		// The process goes on as after a commit (only Badger lost
+		// it): the counts the next batches persist build on this
+		// one's, in memory and in Badger (a real process loses
+		// Badger's writes only by stopping).
+		b.counts.apply(counted)
+		b.swept = b.cs.swept
+		if len(cw) > 0 {
+			_ = b.db.Update(func(txn *badger.Txn) error { return (&batch{txn: txn, writes: cw}).flush() })
+		}
 		b.commits.Add(1)
 		b.keepWrites(writes)
 		return
@@ -1077,6 +1126,7 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.leases.apply(events)
 	b.counts.apply(counted)
+	b.swept = b.cs.swept
 	b.ages.apply(aged, live)
 	if cap(counted) <= 4096 && cap(aged) <= 4096 {
 		b.counted, b.aged = counted[:0], aged[:0]

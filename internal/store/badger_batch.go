@@ -26,6 +26,8 @@ import (
 //	v/<state>/<provider>/<id>                 → empty; queued, failed, rejected and parked records by state (List)
 //	i/<provider>/<ReceivedAt><id>             → empty; every record by received time (ListPage; badger_list.go)
 //	g/<provider>/<id>                         → empty; the tombstone of a purged record (badger_purge.go)
+//	m/count/<provider>/<state>                → record count (badger_counts.go)
+//	e/<second><provider>                      → count of delivered records expiring then (badger_sweep.go)
 //
 // r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
@@ -71,6 +73,9 @@ type batch struct {
 	fresh    *fresh
 	added    *freshState
 	freshKey Key
+	// cs is the commit's account of the persisted counts
+	// (badger_sweep.go); nil in a read-only view or an upgrade.
+	cs *countState
 }
 
 // reuse makes w base, keeping w's buffers (emptied; the writes' keys and
@@ -235,7 +240,7 @@ func (w *batch) writeDelivery(k Key, old, d *Delivery, exp uint64, val []byte) {
 // dropDelivery deletes the delivery state of k and its index entries.
 func (w *batch) dropDelivery(k Key, old *Delivery, exp uint64) {
 	w.moveIndexes(k, old, &Delivery{State: StateDelivered}, exp)
-	w.counted = append(w.counted, countDelta{provider: k.Provider, state: StateDelivered, n: -1})
+	w.countRecord(k.Provider, StateDelivered, -1, exp)
 	w.del(deliveryKey(k))
 }
 
@@ -247,9 +252,9 @@ func (w *batch) moveIndexes(k Key, old, d *Delivery, exp uint64) {
 	}
 	if old == nil || old.State != d.State {
 		if old != nil {
-			w.counted = append(w.counted, countDelta{provider: k.Provider, state: old.State, n: -1})
+			w.countRecord(k.Provider, old.State, -1, exp)
 		}
-		w.counted = append(w.counted, countDelta{provider: k.Provider, state: d.State, n: 1})
+		w.countRecord(k.Provider, d.State, 1, exp)
 	}
 	var oldDue, oldFair, oldLease []byte
 	if old != nil {

@@ -37,7 +37,12 @@ import (
 //	  and rewrites every p/ and o/ entry in the new layout
 //	  (upgradeTaskIndexes; it also writes the o/ entries formats 1 to 4
 //	  lacked).
-const formatVersion = 7
+//	8: the record counts are persisted (m/count/, badger_counts.go) and
+//	  delivered records are counted by expiry second (e/,
+//	  badger_sweep.go), so that an open reads the counts instead of
+//	  every record key. Opening a store of an earlier format counts its
+//	  record keys once and writes both (persistCounts).
+const formatVersion = 8
 
 // openFormat brings the database to formatVersion and takes the next lease
 // epoch, durably, before the store serves anything. It returns the epoch.
@@ -83,6 +88,13 @@ func openFormat(db badgerDB, log *zap.Logger, legacy map[string]string) (uint64,
 		}
 		log.Info("rewrote the task indexes by account", zap.Int("from", version), zap.Int("to", formatVersion),
 			zap.Int("tasks", n), zap.Int("stamped", stamped))
+	}
+	if version >= 1 && version < 8 {
+		n, err := persistCounts(db)
+		if err != nil {
+			return 0, fmt.Errorf("upgrading stored format %d to %d: %w", version, formatVersion, err)
+		}
+		log.Info("persisted the record counts", zap.Int("from", version), zap.Int("to", formatVersion), zap.Int64("records", n))
 	}
 	var epoch uint64
 	err = db.Update(func(txn *badger.Txn) error {

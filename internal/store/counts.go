@@ -41,6 +41,10 @@ type countDelta struct {
 	state    State
 	task     bool
 	n        int64
+	// exp is, for a delivered record on Badger, its expiry (Unix
+	// seconds): the change moves that second's expiry bucket too
+	// (badger_sweep.go). 0 for none.
+	exp uint64
 }
 
 // memCounts are counts kept in memory (Badger's: rebuilt from the keys
@@ -91,6 +95,13 @@ func addCount[K comparable](m map[string]map[K]int64, outer string, inner K, n i
 	if len(in) == 0 {
 		delete(m, outer)
 	}
+}
+
+// record is the count of provider's records in state.
+func (c *memCounts) record(provider string, state State) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.records[provider][state]
 }
 
 // snapshot copies the counts.

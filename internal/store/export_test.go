@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -131,6 +132,30 @@ func checkIndexes(txn *badger.Txn) error {
 	for k := range want {
 		if _, ok := keys[k]; !ok {
 			bad("missing index entry %q", k)
+		}
+	}
+	// The expiry buckets of the delivered records (badger_sweep.go), one
+	// second past now and later: earlier ones may be the sweep's to take.
+	buckets := map[bucketKey]int64{}
+	if _, err := countKeys(&batch{txn: txn}, buckets); err != nil {
+		return err
+	}
+	after := uint64(time.Now().Unix()) + 1
+	for k, e := range keys {
+		if !strings.HasPrefix(k, bucketPrefix) {
+			continue
+		}
+		bk, ok := parseBucketKey([]byte(k))
+		switch {
+		case !ok || len(e.val) != 8:
+			bad("expiry bucket %q = %q", k, e.val)
+		case bk.sec > after && int64(binary.BigEndian.Uint64(e.val)) != buckets[bk]:
+			bad("expiry bucket %q = %d, but %d delivered records expire then", k, binary.BigEndian.Uint64(e.val), buckets[bk])
+		}
+	}
+	for bk, n := range buckets {
+		if _, ok := keys[string(bk.key())]; bk.sec > after && !ok {
+			bad("missing expiry bucket %q of %d delivered records", bk.key(), n)
 		}
 	}
 	if len(problems) > 0 {

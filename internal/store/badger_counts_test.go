@@ -1,0 +1,222 @@
+package store
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// rawPrefix returns the keys and values under prefix in b.
+func rawPrefix(t *testing.T, b *Badger, prefix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	if err := b.view(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(prefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			out[string(it.Item().KeyCopy(nil))] = string(v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustCounts(t *testing.T, b *Badger) map[string]map[State]int64 {
+	t.Helper()
+	c, err := b.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Records
+}
+
+func sameCounts(a, b map[string]map[State]int64) bool {
+	return maps.EqualFunc(a, b, func(x, y map[State]int64) bool { return maps.Equal(x, y) })
+}
+
+// TestBadgerCountsPersisted: the record counts an open finds are the ones
+// the last open left, after every kind of change, whether the store was
+// closed cleanly, crashed with its journal to replay, or was written by
+// format 7 (which kept no counts: the upgrade counts the record keys once).
+func TestBadgerCountsPersisted(t *testing.T) {
+	fill := func(t *testing.T, b *Badger) {
+		t.Helper()
+		mustInsert(t, b,
+			testRecord("q1", StateQueued), testRecord("q2", StateQueued), testRecord("f1", StateFailed),
+			testRecord("p1", StateParked), testRecord("d1", StateDelivered), testRecord("w1", StateForwarding),
+			testRecord("w2", StateForwarding), testRecord("gone", StateDelivered))
+		other := testRecord("x1", StateDelivered)
+		other.Provider = "2captcha"
+		mustInsert(t, b, other)
+		if _, err := b.UpdateDelivery(ctx, key("w1"), delivered); err != nil { // a live outcome
+			t.Fatal(err)
+		}
+		claimAt(t, b, t0, 1, key("q1")) // queued → forwarding
+		if _, err := b.UpdateRecord(ctx, key("d1"), func(r *Record) error { // a later expiry
+			r.ExpiresAt = r.ExpiresAt.Add(time.Hour)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := b.Purge(ctx, PurgeQuery{Keys: []Key{key("gone")}}); err != nil || n != 1 {
+			t.Fatalf("purge = %d, %v", n, err)
+		}
+	}
+	want := map[string]map[State]int64{
+		"captchaai": {StateQueued: 1, StateFailed: 1, StateParked: 1, StateDelivered: 2, StateForwarding: 2},
+		"2captcha":  {StateDelivered: 1},
+	}
+	for _, x := range []struct {
+		name  string
+		close func(t *testing.T, b *Badger, dir string)
+	}{
+		{"close", func(t *testing.T, b *Badger, dir string) {
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"crash", func(t *testing.T, b *Badger, dir string) { b.crash() }},
+		{"format 7", func(t *testing.T, b *Badger, dir string) {
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The layout of format 7: the same keys without m/count/ and e/.
+			if n := dropRaw(t, dir, countPrefix); n != 6 {
+				t.Fatalf("the store held %d m/count/ keys, want 6", n)
+			}
+			if n := dropRaw(t, dir, bucketPrefix); n != 3 {
+				t.Fatalf("the store held %d e/ keys, want 3 (d1's, w1's, x1's)", n)
+			}
+			setRaw(t, dir, metaFormatKey, "7")
+		}},
+	} {
+		t.Run(x.name, func(t *testing.T) {
+			dir := t.TempDir()
+			b := openTestBadger(t, journalOpts(dir))
+			fill(t, b)
+			if got := mustCounts(t, b); !sameCounts(got, want) {
+				t.Fatalf("counts before the reopen = %v, want %v", got, want)
+			}
+			stored := rawPrefix(t, b, countPrefix)
+			buckets := rawPrefix(t, b, bucketPrefix)
+			x.close(t, b, dir)
+
+			b = openTestBadger(t, journalOpts(dir))
+			if got := mustCounts(t, b); !sameCounts(got, want) {
+				t.Errorf("counts after the reopen = %v, want %v", got, want)
+			}
+			if v, err := storedFormat(b.db); err != nil || v != formatVersion {
+				t.Errorf("stored format = %d, %v; want %d", v, err, formatVersion)
+			}
+			if got := rawPrefix(t, b, countPrefix); !maps.Equal(got, stored) {
+				t.Errorf("m/count/ after the reopen = %q, want %q", got, stored)
+			}
+			if got := rawPrefix(t, b, bucketPrefix); !maps.Equal(got, buckets) {
+				t.Errorf("e/ after the reopen = %q, want %q", got, buckets)
+			}
+			checkIndexesOK(t, b)
+		})
+	}
+}
+
+// TestBadgerCountsLeaveAtExpiry: a delivered record leaves the delivered
+// count when its retention ends (Badger drops it by its TTL, with no
+// operation of the store), not at the next open; what Expire then removes
+// of a record that was once undelivered is not counted out a second time;
+// and the counts stay true across a reopen. Badger's TTLs follow the real
+// clock, in seconds: the test waits for them, about two seconds.
+func TestBadgerCountsLeaveAtExpiry(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, journalOpts(dir))
+	soon := time.Now().Add(time.Second)
+	expiring := func(id string, st State) *Record {
+		r := testRecord(id, st)
+		r.ExpiresAt = soon
+		return r
+	}
+	mustInsert(t, b,
+		expiring("live", StateForwarding),   // a live forward, then its outcome
+		expiring("replayed", StateQueued),   // undelivered first: in the expiry watch
+		expiring("stuck", StateQueued),      // never delivered: Expire reports it
+		testRecord("kept", StateDelivered)) // retention ends in 30 days
+	for _, id := range []string{"live", "replayed"} {
+		if _, err := b.UpdateDelivery(ctx, key(id), delivered); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]map[State]int64{"captchaai": {StateDelivered: 3, StateQueued: 1}}
+	if got := mustCounts(t, b); !sameCounts(got, want) {
+		t.Fatalf("counts = %v, want %v", got, want)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for mustCounts(t, b)["captchaai"][StateDelivered] != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("counts 10 s after the records expired: %v, want 1 delivered", mustCounts(t, b))
+		case <-tick.C:
+		}
+	}
+	if _, err := b.Get(ctx, key("live")); err == nil {
+		t.Error("live left the delivered count but is still stored")
+	}
+	expired, err := b.Expire(ctx, time.Now(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(expired) != 1 || expired[0].Key != key("stuck") || expired[0].State != StateQueued {
+		t.Errorf("Expire = %+v, want stuck (queued) only", expired)
+	}
+	want = map[string]map[State]int64{"captchaai": {StateDelivered: 1}}
+	if got := mustCounts(t, b); !sameCounts(got, want) {
+		t.Errorf("counts after Expire = %v, want %v (kept only)", got, want)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTestBadger(t, journalOpts(dir))
+	if got := mustCounts(t, b); !sameCounts(got, want) {
+		t.Errorf("counts after a reopen = %v, want %v", got, want)
+	}
+	if got := len(rawPrefix(t, b, bucketPrefix)); got != 1 {
+		t.Errorf("%d expiry buckets after the sweep, want 1 (kept's)", got)
+	}
+}
+
+// TestBadgerCountsSweptAtOpen: delivered records whose retention ended
+// while the store was closed are out of the counts as soon as it opens
+// again, before its first sweep tick.
+func TestBadgerCountsSweptAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, journalOpts(dir))
+	mustInsert(t, b, testRecord("kept", StateDelivered))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What a store closed right after storing a delivered record due
+	// to expire a second ago holds: its bucket, and it in the count.
+	past := bucketKey{sec: uint64(time.Now().Unix()) - 1, provider: "captchaai"}
+	setRaw(t, dir, string(past.key()), "\x00\x00\x00\x00\x00\x00\x00\x01")
+	setRaw(t, dir, string(countKey("captchaai", StateDelivered)), "\x00\x00\x00\x00\x00\x00\x00\x02")
+
+	b = openTestBadger(t, journalOpts(dir))
+	want := map[string]map[State]int64{"captchaai": {StateDelivered: 1}}
+	if got := mustCounts(t, b); !sameCounts(got, want) {
+		t.Errorf("counts at open = %v, want %v", got, want)
+	}
+	if got := rawPrefix(t, b, string(past.key())); len(got) != 0 {
+		t.Errorf("the expired bucket is still stored after the open: %q", got)
+	}
+}
