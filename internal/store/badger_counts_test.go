@@ -60,7 +60,7 @@ func TestBadgerCountsPersisted(t *testing.T) {
 		if _, err := b.UpdateDelivery(ctx, key("w1"), delivered); err != nil { // a live outcome
 			t.Fatal(err)
 		}
-		claimAt(t, b, t0, 1, key("q1")) // queued → forwarding
+		claimAt(t, b, t0, 1, key("q1"))                                     // queued → forwarding
 		if _, err := b.UpdateRecord(ctx, key("d1"), func(r *Record) error { // a later expiry
 			r.ExpiresAt = r.ExpiresAt.Add(time.Hour)
 			return nil
@@ -144,9 +144,9 @@ func TestBadgerCountsLeaveAtExpiry(t *testing.T) {
 		return r
 	}
 	mustInsert(t, b,
-		expiring("live", StateForwarding),   // a live forward, then its outcome
-		expiring("replayed", StateQueued),   // undelivered first: in the expiry watch
-		expiring("stuck", StateQueued),      // never delivered: Expire reports it
+		expiring("live", StateForwarding),  // a live forward, then its outcome
+		expiring("replayed", StateQueued),  // undelivered first: in the expiry watch
+		expiring("stuck", StateQueued),     // never delivered: Expire reports it
 		testRecord("kept", StateDelivered)) // retention ends in 30 days
 	for _, id := range []string{"live", "replayed"} {
 		if _, err := b.UpdateDelivery(ctx, key(id), delivered); err != nil {
