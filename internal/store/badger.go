@@ -382,15 +382,18 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	b.space = space
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
-	go b.sweepLoop()
-	// Delivered records that expired while the store was closed leave
-	// the counts before it serves.
-	if b.bucketDue() {
-		err = b.sweepExpired(context.Background())
+	// Records that expired while the store was closed leave the counts
+	// before it serves, and the second swept up to is this open's now
+	// (it is not stored: no bucket up to it is left after this).
+	if now := uint64(time.Now().Unix()); b.bucketDue(now) {
+		err = b.sweepUntil(context.Background(), now)
+	} else {
+		b.swept = now // no op has reached the committer yet
 	}
 	if err == nil && SelfCheck {
 		err = b.checkCounts()
 	}
+	go b.sweepLoop()
 	if err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("badger database in %s: counting out expired records: %w", opts.Dir, err)
@@ -560,11 +563,11 @@ func (b *Badger) UpdateRecord(ctx context.Context, key Key, fn func(*Record) err
 			return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, len(val), MaxRecordSize)
 		}
 		exp := expiry(cur.ExpiresAt)
-		if oldExp := expiry(old.ExpiresAt); oldExp != exp && old.State == StateDelivered {
-			// A correction of the expiry moves a delivered record to
-			// its new expiry bucket.
-			w.countRecord(key.Provider, StateDelivered, -1, oldExp)
-			w.countRecord(key.Provider, StateDelivered, 1, exp)
+		if oldExp := expiry(old.ExpiresAt); oldExp != exp {
+			// A correction of the expiry moves the record to its new
+			// expiry bucket.
+			w.countRecord(key.Provider, old.State, -1, oldExp)
+			w.countRecord(key.Provider, old.State, 1, exp)
 		}
 		w.writeDelivery(key, &old.Delivery, &cur.Delivery, exp, nil)
 		w.set(recordKey(key), val, exp)
@@ -1087,7 +1090,9 @@ func (b *Badger) commit(ops []*op) {
 		// The process goes on as after a commit (only Badger lost
 		// it): the counts the next batches persist build on this
 		// one's, in memory and in Badger (a real process loses
-		// Badger's writes only by stopping).
+		// Badger's writes only by stopping). The counts are written
+		// outside the transaction here, so a test of this hook
+		// checks the records' replay, not the counts'.
 		b.counts.apply(counted)
 		b.swept = b.cs.swept
 		if len(cw) > 0 {

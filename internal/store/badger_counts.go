@@ -22,12 +22,13 @@ const countPrefix = "m/count/"
 // Counts implements Counter. Badger keeps the counts in memory, read from
 // the persisted counts (m/count/) when the store opens, then moved by every
 // committed batch by the state changes its operations wrote, which the
-// batch persists as well. A delivered record whose retention ends leaves
-// Badger by its TTL, without a transaction of its own: its count is filed
-// under its expiry second (badger_sweep.go) and leaves the delivered count
-// within about a second of that moment, by a sweep. A record left
-// undelivered is counted out by Expire, which forgets it. Pending tasks
-// are counted when the store opens, from their task order entries.
+// batch persists as well. A record whose retention ends leaves Badger by
+// its TTL, without a transaction of its own: each record with an expiry is
+// also counted under its expiry second and state (badger_sweep.go), and
+// leaves its state's count within about a second of that moment, by a
+// sweep, whatever its state (Expire then only reports and forgets what is
+// left of the undelivered ones). Pending tasks are counted when the store
+// opens, from their task order entries.
 func (b *Badger) Counts(ctx context.Context) (Counts, error) {
 	b.mu.RLock()
 	closed := b.closed
@@ -40,14 +41,12 @@ func (b *Badger) Counts(ctx context.Context) (Counts, error) {
 
 // countRecord notes that a record of provider enters (n = 1) or leaves
 // (n = -1) state; exp is the record's expiry (Unix seconds, 0 for none).
-// A delivered record's change also moves its expiry bucket, unless the
-// bucket's second has been swept already: the record then left the
-// delivered count at its expiry, and whatever removes what is left of it
-// (Expire, a purge) must not count it out again.
+// The change also moves the record's expiry bucket, unless the bucket's
+// second has been swept already: the record then left the count at its
+// expiry, and whatever removes what is left of it (Expire, a purge) must
+// not count it out again.
 func (w *batch) countRecord(provider string, state State, n int64, exp uint64) {
-	if state != StateDelivered {
-		exp = 0
-	} else if w.cs != nil && exp > 0 && exp <= w.cs.swept {
+	if w.cs != nil && exp > 0 && exp <= w.cs.swept {
 		return
 	}
 	w.counted = append(w.counted, countDelta{provider: provider, state: state, n: n, exp: exp})
@@ -92,21 +91,21 @@ func readCounts(w *batch) (*memCounts, error) {
 // lease index l/ (forwarding), the rest delivered; pending tasks by the
 // task order. The format 8 upgrade persists what it counts; tests
 // (SelfCheck) compare it with the persisted counts at each open. If
-// buckets is not nil, every delivered record with an expiry is also
-// counted in the bucket of its expiry second.
+// buckets is not nil, every record with an expiry is also counted in the
+// bucket of its expiry second and state.
 func countKeys(w *batch, buckets map[bucketKey]int64) (*memCounts, error) {
 	c := newMemCounts()
 	total := map[string]int64{}
-	var undelivered map[string]bool
+	var undelivered map[string]State
 	if buckets != nil {
-		undelivered = map[string]bool{}
+		undelivered = map[string]State{}
 	}
 	var ds []countDelta
 	add := func(key Key, state State) {
 		ds = append(ds, countDelta{provider: key.Provider, state: state, n: 1})
 		total[key.Provider]--
 		if undelivered != nil {
-			undelivered[key.Provider+"/"+key.ID] = true
+			undelivered[key.Provider+"/"+key.ID] = state
 		}
 	}
 	if err := w.scan(statePrefix, func(k []byte) bool {
@@ -135,8 +134,12 @@ func countKeys(w *batch, buckets map[bucketKey]int64) (*memCounts, error) {
 			continue
 		}
 		total[key.Provider]++
-		if exp := item.ExpiresAt(); buckets != nil && exp > 0 && !undelivered[string(tail)] {
-			buckets[bucketKey{sec: exp, provider: key.Provider}]++
+		if exp := item.ExpiresAt(); buckets != nil && exp > 0 {
+			state, ok := undelivered[string(tail)]
+			if !ok {
+				state = StateDelivered
+			}
+			buckets[bucketKey{sec: exp, provider: key.Provider, state: state}]++
 		}
 	}
 	it.Close()
@@ -182,7 +185,7 @@ func countValue(key []byte, n int64) write {
 
 // persistCounts writes the counts of a store of an earlier format (one
 // scan of the record keys, no value read): the record counts and the
-// delivered records' expiry buckets, after deleting whatever an upgrade
+// expiry buckets, after deleting whatever an upgrade
 // cut short left of them. Running it again is harmless. It returns the
 // number of records counted.
 func persistCounts(db badgerDB) (int64, error) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"maps"
 	"testing"
 	"time"
@@ -93,8 +94,11 @@ func TestBadgerCountsPersisted(t *testing.T) {
 			if n := dropRaw(t, dir, countPrefix); n != 6 {
 				t.Fatalf("the store held %d m/count/ keys, want 6", n)
 			}
-			if n := dropRaw(t, dir, bucketPrefix); n != 3 {
-				t.Fatalf("the store held %d e/ keys, want 3 (d1's, w1's, x1's)", n)
+			// One bucket per provider, state and expiry second:
+			// queued, failed, parked, forwarding and delivered at 30
+			// days, d1's an hour later, and 2captcha's.
+			if n := dropRaw(t, dir, bucketPrefix); n != 7 {
+				t.Fatalf("the store held %d e/ keys, want 7", n)
 			}
 			setRaw(t, dir, metaFormatKey, "7")
 		}},
@@ -128,12 +132,12 @@ func TestBadgerCountsPersisted(t *testing.T) {
 	}
 }
 
-// TestBadgerCountsLeaveAtExpiry: a delivered record leaves the delivered
-// count when its retention ends (Badger drops it by its TTL, with no
-// operation of the store), not at the next open; what Expire then removes
-// of a record that was once undelivered is not counted out a second time;
-// and the counts stay true across a reopen. Badger's TTLs follow the real
-// clock, in seconds: the test waits for them, about two seconds.
+// TestBadgerCountsLeaveAtExpiry: a record leaves its state's count when
+// its retention ends (Badger drops it by its TTL, with no operation of the
+// store), whatever its state, not at the next open; what Expire removes
+// afterwards, even after a reopen, is not counted out a second time; a key
+// stored again after its record expired counts once. Badger's TTLs follow
+// the real clock, in seconds: the test waits for them, about two seconds.
 func TestBadgerCountsLeaveAtExpiry(t *testing.T) {
 	dir := t.TempDir()
 	b := openTestBadger(t, journalOpts(dir))
@@ -147,30 +151,41 @@ func TestBadgerCountsLeaveAtExpiry(t *testing.T) {
 		expiring("live", StateForwarding),  // a live forward, then its outcome
 		expiring("replayed", StateQueued),  // undelivered first: in the expiry watch
 		expiring("stuck", StateQueued),     // never delivered: Expire reports it
+		expiring("cut", StateForwarding),   // a forward that never ended
 		testRecord("kept", StateDelivered)) // retention ends in 30 days
 	for _, id := range []string{"live", "replayed"} {
 		if _, err := b.UpdateDelivery(ctx, key(id), delivered); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := map[string]map[State]int64{"captchaai": {StateDelivered: 3, StateQueued: 1}}
+	want := map[string]map[State]int64{"captchaai": {StateDelivered: 3, StateQueued: 1, StateForwarding: 1}}
 	if got := mustCounts(t, b); !sameCounts(got, want) {
 		t.Fatalf("counts = %v, want %v", got, want)
 	}
 
+	want = map[string]map[State]int64{"captchaai": {StateDelivered: 1}}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for mustCounts(t, b)["captchaai"][StateDelivered] != 1 {
+	for !sameCounts(mustCounts(t, b), want) {
 		select {
 		case <-ctx.Done():
-			t.Fatalf("counts 10 s after the records expired: %v, want 1 delivered", mustCounts(t, b))
+			t.Fatalf("counts 10 s after the records expired: %v, want %v (kept only)", mustCounts(t, b), want)
 		case <-tick.C:
 		}
 	}
 	if _, err := b.Get(ctx, key("live")); err == nil {
 		t.Error("live left the delivered count but is still stored")
+	}
+	// Expire after a reopen: the new open's sweep state must still know
+	// these records are counted out.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTestBadger(t, journalOpts(dir))
+	if got := mustCounts(t, b); !sameCounts(got, want) {
+		t.Errorf("counts after a reopen = %v, want %v", got, want)
 	}
 	expired, err := b.Expire(ctx, time.Now(), 10)
 	if err != nil {
@@ -179,25 +194,53 @@ func TestBadgerCountsLeaveAtExpiry(t *testing.T) {
 	if len(expired) != 1 || expired[0].Key != key("stuck") || expired[0].State != StateQueued {
 		t.Errorf("Expire = %+v, want stuck (queued) only", expired)
 	}
-	want = map[string]map[State]int64{"captchaai": {StateDelivered: 1}}
 	if got := mustCounts(t, b); !sameCounts(got, want) {
-		t.Errorf("counts after Expire = %v, want %v (kept only)", got, want)
+		t.Errorf("counts after Expire = %v, want %v", got, want)
+	}
+	// The key of an expired record, stored again.
+	mustInsert(t, b, testRecord("cut", StateQueued))
+	want = map[string]map[State]int64{"captchaai": {StateDelivered: 1, StateQueued: 1}}
+	if got := mustCounts(t, b); !sameCounts(got, want) {
+		t.Errorf("counts after cut is stored again = %v, want %v", got, want)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b = openTestBadger(t, journalOpts(dir))
+	b = openTestBadger(t, journalOpts(dir)) // SelfCheck compares with the keys
 	if got := mustCounts(t, b); !sameCounts(got, want) {
-		t.Errorf("counts after a reopen = %v, want %v", got, want)
+		t.Errorf("counts after the last reopen = %v, want %v", got, want)
 	}
-	if got := len(rawPrefix(t, b, bucketPrefix)); got != 1 {
-		t.Errorf("%d expiry buckets after the sweep, want 1 (kept's)", got)
+	if got := len(rawPrefix(t, b, bucketPrefix)); got != 2 {
+		t.Errorf("%d expiry buckets after the sweep, want 2 (kept's, cut's)", got)
 	}
 }
 
-// TestBadgerCountsSweptAtOpen: delivered records whose retention ended
-// while the store was closed are out of the counts as soon as it opens
-// again, before its first sweep tick.
+// setRawMany sets every key of kv in the Badger database in dir, in one
+// transaction.
+func setRawMany(t *testing.T, dir string, kv map[string][]byte) {
+	t.Helper()
+	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb := db.NewWriteBatch()
+	for k, v := range kv {
+		if err := wb.Set([]byte(k), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadgerCountsSweptAtOpen: records whose retention ended while the
+// store was closed are out of the counts as soon as it opens again, before
+// its first sweep tick, however many seconds' worth are due (more than one
+// sweep operation takes).
 func TestBadgerCountsSweptAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	b := openTestBadger(t, journalOpts(dir))
@@ -205,18 +248,26 @@ func TestBadgerCountsSweptAtOpen(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// What a store closed right after storing a delivered record due
-	// to expire a second ago holds: its bucket, and it in the count.
-	past := bucketKey{sec: uint64(time.Now().Unix()) - 1, provider: "captchaai"}
-	setRaw(t, dir, string(past.key()), "\x00\x00\x00\x00\x00\x00\x00\x01")
-	setRaw(t, dir, string(countKey("captchaai", StateDelivered)), "\x00\x00\x00\x00\x00\x00\x00\x02")
+	// What a store closed for a while holds: the buckets of delivered
+	// and parked records that expired since, one per second, and them
+	// in the counts.
+	due := 2*sweepChunk + 500
+	kv := map[string][]byte{}
+	now := uint64(time.Now().Unix())
+	for i := range due {
+		kv[string(bucketKey{sec: now - 1 - uint64(i), provider: "captchaai", state: StateDelivered}.key())] = binary.BigEndian.AppendUint64(nil, 1)
+		kv[string(bucketKey{sec: now - 1 - uint64(i), provider: "captchaai", state: StateParked}.key())] = binary.BigEndian.AppendUint64(nil, 2)
+	}
+	kv[string(countKey("captchaai", StateDelivered))] = binary.BigEndian.AppendUint64(nil, uint64(1+due))
+	kv[string(countKey("captchaai", StateParked))] = binary.BigEndian.AppendUint64(nil, uint64(2*due))
+	setRawMany(t, dir, kv)
 
 	b = openTestBadger(t, journalOpts(dir))
 	want := map[string]map[State]int64{"captchaai": {StateDelivered: 1}}
 	if got := mustCounts(t, b); !sameCounts(got, want) {
 		t.Errorf("counts at open = %v, want %v", got, want)
 	}
-	if got := rawPrefix(t, b, string(past.key())); len(got) != 0 {
-		t.Errorf("the expired bucket is still stored after the open: %q", got)
+	if got := len(rawPrefix(t, b, bucketPrefix)); got != 1 {
+		t.Errorf("%d expiry buckets after the open, want 1 (kept's)", got)
 	}
 }

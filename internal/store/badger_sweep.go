@@ -1,44 +1,53 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"go.uber.org/zap"
 )
 
-// bucketPrefix holds the expiry buckets of delivered records (store format
-// 8):
+// bucketPrefix holds the expiry buckets of the records (store format 8):
 //
-//	e/<second><provider> → 8-byte big-endian count
+//	e/<second><provider>/<state> → 8-byte big-endian count
 //
 // where second is 8 big-endian bytes of Unix seconds: how many of
-// provider's delivered records expire at that second. Badger drops an
+// provider's records in state expire at that second. Badger drops an
 // expired record by its TTL, without a transaction; the sweep
-// (sweepExpired) takes each bucket whose second has come out of the
-// delivered count and deletes it, so that the persisted counts stay true
-// across expiry. Buckets have no TTL: only the sweep removes them.
+// (sweepUntil) takes each bucket whose second has come out of its state's
+// count and deletes it, so that the persisted counts stay true across
+// expiry. Buckets have no TTL: only the sweep removes them.
 const bucketPrefix = "e/"
 
-// sweepEvery is how often the sweep loop looks for an expired bucket (one
-// seek) and, if it finds one, sweeps.
+// sweepEvery is how often the sweep loop looks for a due bucket (one seek)
+// and, if it finds one, sweeps.
 const sweepEvery = time.Second
+
+// sweepChunk is about how many buckets one sweep operation takes (whole
+// seconds: every bucket of the last second it reaches): a store closed for
+// days has that many seconds' worth due at its open, more than one
+// transaction holds.
+const sweepChunk = 1000
 
 // bucketKey names an expiry bucket.
 type bucketKey struct {
 	sec      uint64
 	provider string
+	state    State
 }
 
 func (k bucketKey) key() []byte {
-	b := make([]byte, 0, len(bucketPrefix)+8+len(k.provider))
+	b := make([]byte, 0, len(bucketPrefix)+8+len(k.provider)+1+len(k.state))
 	b = append(b, bucketPrefix...)
 	b = binary.BigEndian.AppendUint64(b, k.sec)
-	return append(b, k.provider...)
+	return append(append(append(b, k.provider...), '/'), k.state...)
 }
 
 // parseBucketKey splits an e/ key.
@@ -46,7 +55,11 @@ func parseBucketKey(k []byte) (bucketKey, bool) {
 	if len(k) <= len(bucketPrefix)+8 {
 		return bucketKey{}, false
 	}
-	return bucketKey{sec: binary.BigEndian.Uint64(k[len(bucketPrefix):]), provider: string(k[len(bucketPrefix)+8:])}, true
+	provider, state, ok := strings.Cut(string(k[len(bucketPrefix)+8:]), "/")
+	if !ok || provider == "" || state == "" {
+		return bucketKey{}, false
+	}
+	return bucketKey{sec: binary.BigEndian.Uint64(k[len(bucketPrefix):]), provider: provider, state: State(state)}, true
 }
 
 // countState is the committer's account of the persisted counts during one
@@ -79,8 +92,8 @@ func (cs *countState) reset(swept uint64) {
 // note adds the bucket changes of an operation that succeeded.
 func (cs *countState) note(ds []countDelta) {
 	for _, d := range ds {
-		if !d.task && d.state == StateDelivered && d.exp > 0 {
-			cs.buckets[bucketKey{sec: d.exp, provider: d.provider}] += d.n
+		if !d.task && d.exp > 0 {
+			cs.buckets[bucketKey{sec: d.exp, provider: d.provider, state: d.state}] += d.n
 		}
 	}
 }
@@ -134,56 +147,87 @@ func (cs *countState) countWrites(txn *badger.Txn, counted []countDelta, counts 
 	return ws, nil
 }
 
-// sweep takes every bucket up to the second now (stored, or made by an
-// earlier operation of the batch) out of the delivered count, which
-// deletes it, and makes now the second swept up to.
-func (w *batch) sweep(now uint64) error {
+// sweep takes the buckets due by the second now (stored, or made by an
+// earlier operation of the batch) out of their states' counts, which
+// deletes them: about sweepChunk of them, in whole seconds. It reports
+// whether due buckets remain, and makes the last second it took whole the
+// second swept up to. A malformed e/ key is deleted.
+//
+// The sweep follows the wall clock, as Badger's TTLs do: if the clock
+// steps back, records whose TTL has not passed again stay out of the
+// counts until it catches up (countRecord drops their changes meanwhile).
+func (w *batch) sweep(now uint64) (more bool, err error) {
 	cs := w.cs
 	var keys []bucketKey
-	err := w.scan(bucketPrefix, func(k []byte) bool {
+	var last uint64
+	err = w.scan(bucketPrefix, func(k []byte) bool {
 		bk, ok := parseBucketKey(k)
-		if ok && bk.sec > now {
+		switch {
+		case !ok:
+			w.del(append([]byte(nil), k...))
+			return true
+		case bk.sec > now:
+			return false
+		case len(keys) >= sweepChunk && bk.sec != last:
+			more = true
 			return false
 		}
-		if ok {
-			keys = append(keys, bk)
-		}
+		keys, last = append(keys, bk), bk.sec
 		return true
 	})
 	if err != nil {
-		return err
+		return false, err
+	}
+	upto := now
+	if more {
+		upto = last
 	}
 	for k, n := range cs.buckets {
-		if base, err := stored(w.txn, k); err == nil && base == 0 && n != 0 && k.sec <= now {
+		if n == 0 || k.sec > upto {
+			continue
+		}
+		base, err := stored(w.txn, k)
+		if err != nil {
+			return false, err
+		}
+		if base == 0 {
 			keys = append(keys, k) // made in this batch, not stored yet
-		} else if err != nil {
-			return err
 		}
 	}
 	for _, k := range keys {
 		base, err := stored(w.txn, k)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if n := base + cs.buckets[k]; n != 0 {
-			w.counted = append(w.counted, countDelta{provider: k.provider, state: StateDelivered, n: -n, exp: k.sec})
+			w.counted = append(w.counted, countDelta{provider: k.provider, state: k.state, n: -n, exp: k.sec})
 		}
 	}
-	cs.swept = max(cs.swept, now)
-	return nil
+	cs.swept = max(cs.swept, upto)
+	return more, nil
 }
 
-// sweepExpired takes the delivered records whose retention has ended out of
-// the counts, as one deferrable operation of the committer.
-func (b *Badger) sweepExpired(ctx context.Context) error {
-	return b.submit(ctx, &op{size: 256, lazy: true, apply: func(w *batch) error {
-		return w.sweep(uint64(time.Now().Unix()))
-	}})
+// sweepUntil takes the records whose retention ended by the second now
+// out of the counts, in deferrable operations of the committer of about
+// sweepChunk buckets each.
+func (b *Badger) sweepUntil(ctx context.Context, now uint64) error {
+	for {
+		var more bool
+		err := b.submit(ctx, &op{size: 64 * sweepChunk, lazy: true, apply: func(w *batch) error {
+			var err error
+			more, err = w.sweep(now)
+			return err
+		}})
+		if err != nil || !more {
+			return err
+		}
+	}
 }
 
-// bucketDue reports whether the earliest expiry bucket's second has come
-// (one seek).
-func (b *Badger) bucketDue() bool {
+// bucketDue reports whether the earliest expiry bucket's second is at or
+// before now (one seek); a malformed first key is due too (the sweep
+// deletes it).
+func (b *Badger) bucketDue(now uint64) bool {
 	due := false
 	_ = b.view(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte(bucketPrefix)})
@@ -191,7 +235,7 @@ func (b *Badger) bucketDue() bool {
 		it.Rewind()
 		if it.Valid() {
 			k, ok := parseBucketKey(it.Item().Key())
-			due = ok && k.sec <= uint64(time.Now().Unix())
+			due = !ok || k.sec <= now
 		}
 		return nil
 	})
@@ -201,7 +245,7 @@ func (b *Badger) bucketDue() bool {
 // sweepLoop sweeps every sweepEvery that a bucket is due, until the store
 // stops. A sweep that fails (the disk below min_free_space, which the
 // space guard reports itself, or a failed commit) is logged and tried
-// again at the next tick: the records' count stays until it succeeds.
+// again at the next tick: the records stay counted until it succeeds.
 func (b *Badger) sweepLoop() {
 	defer close(b.sweepDone)
 	t := time.NewTicker(sweepEvery)
@@ -211,45 +255,47 @@ func (b *Badger) sweepLoop() {
 		case <-b.stopGC:
 			return
 		case <-t.C:
-			if !b.bucketDue() {
+			now := uint64(time.Now().Unix())
+			if !b.bucketDue(now) {
 				continue
 			}
-			err := b.sweepExpired(context.Background())
+			err := b.sweepUntil(context.Background(), now)
 			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrUnavailable) {
-				b.log.Warn("counting out expired delivered records failed; trying again", zap.Error(err))
+				b.log.Warn("counting out expired records failed; trying again", zap.Error(err))
 			}
 		}
 	}
 }
 
-// checkCounts (SelfCheck, at open) compares the persisted counts with what
-// the keys say, and panics if they disagree: the delivered counts must be
-// equal, once the buckets whose second has come (which the sweep has yet
-// to take) are taken out; another state's persisted count may be higher,
-// by records whose retention ended and which Expire has not counted out
-// yet. A check that a second boundary crossed is run again.
+// checkCounts (SelfCheck, at open, before the sweep loop starts) compares
+// the persisted counts with what the keys say, and panics if they
+// disagree, once the buckets whose second has come (which the sweep has
+// yet to take) are taken out. A check that a second boundary crossed is
+// run again.
 func (b *Badger) checkCounts() error {
 	for {
 		start := uint64(time.Now().Unix())
 		var scanned *memCounts
-		due := map[string]int64{}
+		var due []countDelta
 		if err := b.view(func(txn *badger.Txn) error {
 			var err error
 			if scanned, err = countKeys(&batch{txn: txn}, nil); err != nil {
 				return err
 			}
-			w := &batch{txn: txn}
-			return w.scan(bucketPrefix, func(k []byte) bool {
+			var serr error
+			err = (&batch{txn: txn}).scan(bucketPrefix, func(k []byte) bool {
 				bk, ok := parseBucketKey(k)
 				if !ok || bk.sec > start {
 					return false
 				}
-				n, err := stored(txn, bk)
-				if err == nil {
-					due[bk.provider] += n
+				var n int64
+				if n, serr = stored(txn, bk); serr != nil {
+					return false
 				}
+				due = append(due, countDelta{provider: bk.provider, state: bk.state, n: -n})
 				return true
 			})
+			return cmp.Or(err, serr)
 		}); err != nil {
 			return err
 		}
@@ -257,24 +303,12 @@ func (b *Badger) checkCounts() error {
 			continue
 		}
 		persisted := b.counts.snapshot().Records
-		for p, n := range due {
-			addCount(persisted, p, StateDelivered, -n)
+		for _, d := range due {
+			addCount(persisted, d.provider, d.state, d.n)
 		}
-		bad := ""
-		for p, states := range scanned.snapshot().Records {
-			for s, n := range states {
-				if got := persisted[p][s]; got < n || (s == StateDelivered && got != n) {
-					bad = fmt.Sprintf("%s %s: persisted %d, keys %d", p, s, got, n)
-				}
-			}
-		}
-		for p, states := range persisted {
-			if n := states[StateDelivered]; n != scanned.records[p][StateDelivered] {
-				bad = fmt.Sprintf("%s delivered: persisted %d, keys %d", p, n, scanned.records[p][StateDelivered])
-			}
-		}
-		if bad != "" {
-			panic("store: persisted counts disagree with the keys: " + bad)
+		keys := scanned.snapshot().Records
+		if !maps.EqualFunc(persisted, keys, func(x, y map[State]int64) bool { return maps.Equal(x, y) }) {
+			panic(fmt.Sprintf("store: persisted counts %v disagree with the keys' %v", persisted, keys))
 		}
 		return nil
 	}

@@ -628,7 +628,7 @@ func TestBadgerApplyFailsHalfWay(t *testing.T) {
 // expiry bucket.
 func deleteCountsOf(snap map[string]string, rec *Record) {
 	delete(snap, string(countKey(rec.Provider, StateDelivered)))
-	delete(snap, string(bucketKey{sec: expiry(rec.ExpiresAt), provider: rec.Provider}.key()))
+	delete(snap, string(bucketKey{sec: expiry(rec.ExpiresAt), provider: rec.Provider, state: StateDelivered}.key()))
 }
 
 // TestBadgerFlushFailureRerun: an operation whose writes Badger refuses

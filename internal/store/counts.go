@@ -41,14 +41,14 @@ type countDelta struct {
 	state    State
 	task     bool
 	n        int64
-	// exp is, for a delivered record on Badger, its expiry (Unix
-	// seconds): the change moves that second's expiry bucket too
+	// exp is, on Badger, the record's expiry (Unix seconds): the
+	// change moves that second's expiry bucket of the state too
 	// (badger_sweep.go). 0 for none.
 	exp uint64
 }
 
-// memCounts are counts kept in memory (Badger's: rebuilt from the keys
-// when the store opens, then moved by each committed batch).
+// memCounts are counts kept in memory (Badger's: read from the persisted
+// counts when the store opens, then moved by each committed batch).
 type memCounts struct {
 	mu        sync.Mutex
 	records   map[string]map[State]int64

@@ -134,8 +134,8 @@ func checkIndexes(txn *badger.Txn) error {
 			bad("missing index entry %q", k)
 		}
 	}
-	// The expiry buckets of the delivered records (badger_sweep.go), one
-	// second past now and later: earlier ones may be the sweep's to take.
+	// The expiry buckets of the records (badger_sweep.go), one second
+	// past now and later: earlier ones may be the sweep's to take.
 	buckets := map[bucketKey]int64{}
 	if _, err := countKeys(&batch{txn: txn}, buckets); err != nil {
 		return err
@@ -150,12 +150,12 @@ func checkIndexes(txn *badger.Txn) error {
 		case !ok || len(e.val) != 8:
 			bad("expiry bucket %q = %q", k, e.val)
 		case bk.sec > after && int64(binary.BigEndian.Uint64(e.val)) != buckets[bk]:
-			bad("expiry bucket %q = %d, but %d delivered records expire then", k, binary.BigEndian.Uint64(e.val), buckets[bk])
+			bad("expiry bucket %q = %d, but %d records in its state expire then", k, binary.BigEndian.Uint64(e.val), buckets[bk])
 		}
 	}
 	for bk, n := range buckets {
 		if _, ok := keys[string(bk.key())]; bk.sec > after && !ok {
-			bad("missing expiry bucket %q of %d delivered records", bk.key(), n)
+			bad("missing expiry bucket %q of %d records", bk.key(), n)
 		}
 	}
 	if len(problems) > 0 {
