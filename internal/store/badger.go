@@ -383,12 +383,21 @@ func OpenBadger(opts BadgerOptions) (*Badger, error) {
 	go b.commitLoop()
 	go b.gcLoop(opts.GCInterval)
 	// Records that expired while the store was closed leave the counts
-	// before it serves, and the second swept up to is this open's now
-	// (it is not stored: no bucket up to it is left after this).
-	if now := uint64(time.Now().Unix()); b.bucketDue(now) {
-		err = b.sweepUntil(context.Background(), now)
-	} else {
-		b.swept = now // no op has reached the committer yet
+	// before it serves; the second swept up to is this open's now, or
+	// the last sweep's if the clock has stepped back since.
+	// No op has reached the committer yet: b.swept is this goroutine's.
+	now := uint64(time.Now().Unix())
+	if b.swept, err = readSwept(db); err == nil {
+		b.swept = max(b.swept, now)
+		if b.bucketDue(now) {
+			err = b.sweepUntil(context.Background(), now)
+		}
+	}
+	if errors.Is(err, ErrUnavailable) {
+		// The disk is below min_free_space: the records that expired
+		// stay counted until the sweep loop succeeds.
+		logger.Warn("could not count out the records that expired while the store was closed; trying again each second", zap.Error(err))
+		err = nil
 	}
 	if err == nil && SelfCheck {
 		err = b.checkCounts()

@@ -27,7 +27,7 @@ import (
 //	i/<provider>/<ReceivedAt><id>             → empty; every record by received time (ListPage; badger_list.go)
 //	g/<provider>/<id>                         → empty; the tombstone of a purged record (badger_purge.go)
 //	m/count/<provider>/<state>                → record count (badger_counts.go)
-//	e/<second><provider>                      → count of delivered records expiring then (badger_sweep.go)
+//	e/<second><provider>/<state>              → count of the records in state expiring then (badger_sweep.go)
 //
 // r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never

@@ -95,23 +95,13 @@ func readCounts(w *batch) (*memCounts, error) {
 // bucket of its expiry second and state.
 func countKeys(w *batch, buckets map[bucketKey]int64) (*memCounts, error) {
 	c := newMemCounts()
-	total := map[string]int64{}
-	var undelivered map[string]State
-	if buckets != nil {
-		undelivered = map[string]State{}
-	}
-	var ds []countDelta
-	add := func(key Key, state State) {
-		ds = append(ds, countDelta{provider: key.Provider, state: state, n: 1})
-		total[key.Provider]--
-		if undelivered != nil {
-			undelivered[key.Provider+"/"+key.ID] = state
-		}
-	}
+	// The states of the undelivered records, then one pass over the
+	// records: a record that expires between the passes is counted in
+	// none (its index entries expire with it).
+	undelivered := map[string]State{}
 	if err := w.scan(statePrefix, func(k []byte) bool {
-		state, tail, ok := strings.Cut(string(k[len(statePrefix):]), "/")
-		if key, ok2 := parseTail([]byte(tail)); ok && ok2 {
-			add(key, State(state))
+		if state, tail, ok := strings.Cut(string(k[len(statePrefix):]), "/"); ok {
+			undelivered[tail] = State(state)
 		}
 		return true
 	}); err != nil {
@@ -119,12 +109,13 @@ func countKeys(w *batch, buckets map[bucketKey]int64) (*memCounts, error) {
 	}
 	if err := w.scan(leasePrefix, func(k []byte) bool {
 		if _, _, key, ok := parseLeaseKey(k); ok {
-			add(key, StateForwarding)
+			undelivered[key.Provider+"/"+key.ID] = StateForwarding
 		}
 		return true
 	}); err != nil {
 		return nil, err
 	}
+	var ds []countDelta
 	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: []byte(recordPrefix)})
 	for it.Rewind(); it.Valid(); it.Next() {
 		item := it.Item()
@@ -133,21 +124,16 @@ func countKeys(w *batch, buckets map[bucketKey]int64) (*memCounts, error) {
 		if !ok {
 			continue
 		}
-		total[key.Provider]++
+		state, ok := undelivered[string(tail)]
+		if !ok {
+			state = StateDelivered
+		}
+		ds = append(ds, countDelta{provider: key.Provider, state: state, n: 1})
 		if exp := item.ExpiresAt(); buckets != nil && exp > 0 {
-			state, ok := undelivered[string(tail)]
-			if !ok {
-				state = StateDelivered
-			}
 			buckets[bucketKey{sec: exp, provider: key.Provider, state: state}]++
 		}
 	}
 	it.Close()
-	for p, n := range total {
-		if n > 0 {
-			ds = append(ds, countDelta{provider: p, state: StateDelivered, n: n})
-		}
-	}
 	pending, err := pendingTaskDeltas(w)
 	if err != nil {
 		return nil, err

@@ -271,3 +271,21 @@ func TestBadgerCountsSweptAtOpen(t *testing.T) {
 		t.Errorf("%d expiry buckets after the open, want 1 (kept's)", got)
 	}
 }
+
+// TestBadgerSweptKeptAcrossClockStepBack: an open takes the second the
+// last sweep reached if the wall clock is now behind it (a step back across
+// a restart), so that what that sweep counted out is not counted out again.
+func TestBadgerSweptKeptAcrossClockStepBack(t *testing.T) {
+	dir := t.TempDir()
+	b := openTestBadger(t, journalOpts(dir))
+	mustInsert(t, b, testRecord("kept", StateDelivered))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ahead := uint64(time.Now().Unix()) + 3600
+	setRaw(t, dir, sweptKey, string(binary.BigEndian.AppendUint64(nil, ahead)))
+	b = openTestBadger(t, journalOpts(dir))
+	if b.swept != ahead {
+		t.Errorf("swept after the open = %d, want the stored %d", b.swept, ahead)
+	}
+}

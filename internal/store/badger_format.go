@@ -38,7 +38,7 @@ import (
 //	  (upgradeTaskIndexes; it also writes the o/ entries formats 1 to 4
 //	  lacked).
 //	8: the record counts are persisted (m/count/, badger_counts.go) and
-//	  delivered records are counted by expiry second (e/,
+//	  records are counted by expiry second and state (e/,
 //	  badger_sweep.go), so that an open reads the counts instead of
 //	  every record key. Opening a store of an earlier format counts its
 //	  record keys once and writes both (persistCounts).

@@ -26,6 +26,11 @@ import (
 // expiry. Buckets have no TTL: only the sweep removes them.
 const bucketPrefix = "e/"
 
+// sweptKey holds the second the last sweep took every bucket up to
+// (8 big-endian bytes of Unix seconds), so that an open after a step back
+// of the wall clock does not count out again what was swept before it.
+const sweptKey = "m/swept"
+
 // sweepEvery is how often the sweep loop looks for a due bucket (one seek)
 // and, if it finds one, sweeps.
 const sweepEvery = time.Second
@@ -110,7 +115,7 @@ func stored(txn *badger.Txn, k bucketKey) (int64, error) {
 	}
 	var n int64
 	err = item.Value(func(v []byte) error {
-		if len(v) == 8 {
+		if len(v) == 8 { // anything else is rewritten whole by the next change
 			n = int64(binary.BigEndian.Uint64(v))
 		}
 		return nil
@@ -163,9 +168,13 @@ func (w *batch) sweep(now uint64) (more bool, err error) {
 	err = w.scan(bucketPrefix, func(k []byte) bool {
 		bk, ok := parseBucketKey(k)
 		switch {
-		case !ok:
+		case !ok && len(keys) < sweepChunk:
 			w.del(append([]byte(nil), k...))
+			keys = append(keys, bucketKey{}) // counted toward the chunk, skipped below
 			return true
+		case !ok:
+			more = true
+			return false
 		case bk.sec > now:
 			return false
 		case len(keys) >= sweepChunk && bk.sec != last:
@@ -182,19 +191,19 @@ func (w *batch) sweep(now uint64) (more bool, err error) {
 	if more {
 		upto = last
 	}
+	scanned := make(map[bucketKey]bool, len(keys))
+	for _, k := range keys {
+		scanned[k] = true
+	}
 	for k, n := range cs.buckets {
-		if n == 0 || k.sec > upto {
-			continue
-		}
-		base, err := stored(w.txn, k)
-		if err != nil {
-			return false, err
-		}
-		if base == 0 {
+		if n != 0 && k.sec <= upto && !scanned[k] {
 			keys = append(keys, k) // made in this batch, not stored yet
 		}
 	}
 	for _, k := range keys {
+		if k.provider == "" {
+			continue // a malformed key, deleted
+		}
 		base, err := stored(w.txn, k)
 		if err != nil {
 			return false, err
@@ -204,6 +213,7 @@ func (w *batch) sweep(now uint64) (more bool, err error) {
 		}
 	}
 	cs.swept = max(cs.swept, upto)
+	w.set([]byte(sweptKey), binary.BigEndian.AppendUint64(nil, cs.swept), 0)
 	return more, nil
 }
 
@@ -302,14 +312,50 @@ func (b *Badger) checkCounts() error {
 		if uint64(time.Now().Unix()) != start {
 			continue
 		}
-		persisted := b.counts.snapshot().Records
-		for _, d := range due {
-			addCount(persisted, d.provider, d.state, d.n)
+		// Plain sums: a persisted count below its due buckets must
+		// show, not vanish as a count that reached 0.
+		persisted := map[countSum]int64{}
+		for p, states := range b.counts.snapshot().Records {
+			for s, n := range states {
+				persisted[countSum{p, s}] += n
+			}
 		}
-		keys := scanned.snapshot().Records
-		if !maps.EqualFunc(persisted, keys, func(x, y map[State]int64) bool { return maps.Equal(x, y) }) {
+		for _, d := range due {
+			persisted[countSum{d.provider, d.state}] += d.n
+		}
+		keys := map[countSum]int64{}
+		for p, states := range scanned.snapshot().Records {
+			for s, n := range states {
+				keys[countSum{p, s}] = n
+			}
+		}
+		maps.DeleteFunc(persisted, func(_ countSum, n int64) bool { return n == 0 })
+		if !maps.Equal(persisted, keys) {
 			panic(fmt.Sprintf("store: persisted counts %v disagree with the keys' %v", persisted, keys))
 		}
 		return nil
 	}
+}
+
+// readSwept reads the second the last sweep took every bucket up to, 0 if
+// none was stored.
+func readSwept(db badgerDB) (uint64, error) {
+	var sec uint64
+	err := db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte(sweptKey))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("%s of %d bytes", sweptKey, len(v))
+			}
+			sec = binary.BigEndian.Uint64(v)
+			return nil
+		})
+	})
+	return sec, err
 }
