@@ -1242,16 +1242,24 @@ func ProcessStats() Stats {
 // gcLoop runs value-log GC periodically, as Badger asks of its users
 // (https://pkg.go.dev/github.com/dgraph-io/badger/v4#DB.RunValueLogGC).
 func (b *Badger) gcLoop(every time.Duration) {
-	defer close(b.gcDone)
-	t := time.NewTicker(every)
+	b.everyTick(every, b.gcDone, func() {
+		for b.db.RunValueLogGC(0.5) == nil {
+		}
+	})
+}
+
+// everyTick runs fn every period until the store stops its loops, then
+// closes done.
+func (b *Badger) everyTick(period time.Duration, done chan struct{}, fn func()) {
+	defer close(done)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-b.stopGC:
 			return
 		case <-t.C:
-			for b.db.RunValueLogGC(0.5) == nil {
-			}
+			fn()
 		}
 	}
 }

@@ -215,6 +215,19 @@ func TestBadgerCountsLeaveAtExpiry(t *testing.T) {
 	}
 }
 
+// closedWithKept returns the directory of a closed store holding one
+// delivered record, kept.
+func closedWithKept(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	b := openTestBadger(t, journalOpts(dir))
+	mustInsert(t, b, testRecord("kept", StateDelivered))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // setRawMany sets every key of kv in the Badger database in dir, in one
 // transaction.
 func setRawMany(t *testing.T, dir string, kv map[string][]byte) {
@@ -242,12 +255,7 @@ func setRawMany(t *testing.T, dir string, kv map[string][]byte) {
 // its first sweep tick, however many seconds' worth are due (more than one
 // sweep operation takes).
 func TestBadgerCountsSweptAtOpen(t *testing.T) {
-	dir := t.TempDir()
-	b := openTestBadger(t, journalOpts(dir))
-	mustInsert(t, b, testRecord("kept", StateDelivered))
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := closedWithKept(t)
 	// What a store closed for a while holds: the buckets of delivered
 	// and parked records that expired since, one per second, and them
 	// in the counts.
@@ -262,7 +270,7 @@ func TestBadgerCountsSweptAtOpen(t *testing.T) {
 	kv[string(countKey("captchaai", StateParked))] = binary.BigEndian.AppendUint64(nil, uint64(2*due))
 	setRawMany(t, dir, kv)
 
-	b = openTestBadger(t, journalOpts(dir))
+	b := openTestBadger(t, journalOpts(dir))
 	want := map[string]map[State]int64{"captchaai": {StateDelivered: 1}}
 	if got := mustCounts(t, b); !sameCounts(got, want) {
 		t.Errorf("counts at open = %v, want %v", got, want)
@@ -276,15 +284,10 @@ func TestBadgerCountsSweptAtOpen(t *testing.T) {
 // last sweep reached if the wall clock is now behind it (a step back across
 // a restart), so that what that sweep counted out is not counted out again.
 func TestBadgerSweptKeptAcrossClockStepBack(t *testing.T) {
-	dir := t.TempDir()
-	b := openTestBadger(t, journalOpts(dir))
-	mustInsert(t, b, testRecord("kept", StateDelivered))
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := closedWithKept(t)
 	ahead := uint64(time.Now().Unix()) + 3600
 	setRaw(t, dir, sweptKey, string(binary.BigEndian.AppendUint64(nil, ahead)))
-	b = openTestBadger(t, journalOpts(dir))
+	b := openTestBadger(t, journalOpts(dir))
 	if b.swept != ahead {
 		t.Errorf("swept after the open = %d, want the stored %d", b.swept, ahead)
 	}

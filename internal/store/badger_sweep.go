@@ -257,24 +257,16 @@ func (b *Badger) bucketDue(now uint64) bool {
 // space guard reports itself, or a failed commit) is logged and tried
 // again at the next tick: the records stay counted until it succeeds.
 func (b *Badger) sweepLoop() {
-	defer close(b.sweepDone)
-	t := time.NewTicker(sweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stopGC:
+	b.everyTick(sweepEvery, b.sweepDone, func() {
+		now := uint64(time.Now().Unix())
+		if !b.bucketDue(now) {
 			return
-		case <-t.C:
-			now := uint64(time.Now().Unix())
-			if !b.bucketDue(now) {
-				continue
-			}
-			err := b.sweepUntil(context.Background(), now)
-			if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrUnavailable) {
-				b.log.Warn("counting out expired records failed; trying again", zap.Error(err))
-			}
 		}
-	}
+		err := b.sweepUntil(context.Background(), now)
+		if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrUnavailable) {
+			b.log.Warn("counting out expired records failed; trying again", zap.Error(err))
+		}
+	})
 }
 
 // checkCounts (SelfCheck, at open, before the sweep loop starts) compares
