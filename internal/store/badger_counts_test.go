@@ -253,7 +253,7 @@ func setRawMany(t *testing.T, dir string, kv map[string][]byte) {
 // TestBadgerCountsSweptAtOpen: records whose retention ended while the
 // store was closed are out of the counts as soon as it opens again, before
 // its first sweep tick, however many seconds' worth are due (more than one
-// sweep operation takes).
+// sweep operation takes); a malformed bucket key does not stop the sweep.
 func TestBadgerCountsSweptAtOpen(t *testing.T) {
 	dir := closedWithKept(t)
 	// What a store closed for a while holds: the buckets of delivered
@@ -268,6 +268,7 @@ func TestBadgerCountsSweptAtOpen(t *testing.T) {
 	}
 	kv[string(countKey("captchaai", StateDelivered))] = binary.BigEndian.AppendUint64(nil, uint64(1+due))
 	kv[string(countKey("captchaai", StateParked))] = binary.BigEndian.AppendUint64(nil, uint64(2*due))
+	kv[bucketPrefix+"\x00"] = binary.BigEndian.AppendUint64(nil, 1) // malformed, first of e/: deleted
 	setRawMany(t, dir, kv)
 
 	b := openTestBadger(t, journalOpts(dir))

@@ -165,23 +165,25 @@ func (w *batch) sweep(now uint64) (more bool, err error) {
 	cs := w.cs
 	var keys []bucketKey
 	var last uint64
+	taken := 0 // keys taken, malformed ones included
 	err = w.scan(bucketPrefix, func(k []byte) bool {
 		bk, ok := parseBucketKey(k)
 		switch {
-		case !ok && len(keys) < sweepChunk:
+		case !ok && taken < sweepChunk:
 			w.del(append([]byte(nil), k...))
-			keys = append(keys, bucketKey{}) // counted toward the chunk, skipped below
+			taken++
 			return true
 		case !ok:
 			more = true
 			return false
 		case bk.sec > now:
 			return false
-		case len(keys) >= sweepChunk && bk.sec != last:
+		case taken >= sweepChunk && bk.sec != last:
 			more = true
 			return false
 		}
 		keys, last = append(keys, bk), bk.sec
+		taken++
 		return true
 	})
 	if err != nil {
@@ -201,9 +203,6 @@ func (w *batch) sweep(now uint64) (more bool, err error) {
 		}
 	}
 	for _, k := range keys {
-		if k.provider == "" {
-			continue // a malformed key, deleted
-		}
 		base, err := stored(w.txn, k)
 		if err != nil {
 			return false, err
