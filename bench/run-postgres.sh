@@ -30,7 +30,10 @@
 # THREADS (2), PINGBACK_BENCH_PG_DSN (empty: a throw-away cluster), KEEP (1:
 # keep the temp dir with the logs), NO_COUNT_TRIGGERS (1: disable the
 # records table's count triggers once the schema is made, to measure what
-# they cost; the counts in /pingback/status are then wrong for the run).
+# they cost; the counts in /pingback/status are then wrong for the run),
+# EXEC_MODE (empty: pgx's default, cache_statement, which prepares each
+# statement once per connection; else pgx's default_query_exec_mode for
+# Caddy's DSN, e.g. exec: every statement parsed and planned each time).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -40,6 +43,7 @@ CONNS=${CONNS:-32}
 THREADS=${THREADS:-2}
 KEEP=${KEEP:-}
 NO_COUNT_TRIGGERS=${NO_COUNT_TRIGGERS:-}
+EXEC_MODE=${EXEC_MODE:-}
 
 ADMIN_A=localhost:2990
 ADMIN_B=localhost:2991
@@ -83,6 +87,10 @@ if [ -z "$dsn" ]; then
 	dsn=$PINGBACK_TEST_PG_DSN
 fi
 schema="bench_$(date +%s)"
+caddy_dsn=$dsn
+if [ -n "$EXEC_MODE" ]; then
+	case "$dsn" in *\?*) caddy_dsn="$dsn&default_query_exec_mode=$EXEC_MODE" ;; *) caddy_dsn="$dsn?default_query_exec_mode=$EXEC_MODE" ;; esac
+fi
 
 echo "== machine"
 echo "cores:      $(nproc)"
@@ -97,7 +105,7 @@ go build -o "$tmp/caddy" ./cmd/caddy
 # caddyfile ADMIN PORT WITH_APP [BADGER_DIR]: the config of one instance.
 caddyfile() {
 	local store="store postgres {
-			dsn \"$dsn\"
+			dsn \"$caddy_dsn\"
 			schema $schema
 		}"
 	if [ -n "${4:-}" ]; then store="storage_dir $4"; fi
@@ -165,6 +173,9 @@ if [ -n "$NO_COUNT_TRIGGERS" ]; then
 		psql "$dsn" -qc "ALTER TABLE $schema.records DISABLE TRIGGER $trg"
 	done
 	echo "count triggers: disabled (NO_COUNT_TRIGGERS)"
+fi
+if [ -n "$EXEC_MODE" ]; then
+	echo "pgx exec mode: $EXEC_MODE (EXEC_MODE)"
 fi
 
 # xid: a new transaction id (txid_current assigns one); stored: the

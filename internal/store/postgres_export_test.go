@@ -33,3 +33,25 @@ const PostgresDueTasksQuery = pgDueTasks
 
 // PostgresTaskPageQuery is ListTaskPage's query for q and its arguments.
 func PostgresTaskPageQuery(q TaskQuery) (string, []any) { return pgTaskPageQuery(q) }
+
+// PostgresPreparedStatements returns the statements prepared on one of p's
+// connections (pg_prepared_statements), each with the times it was
+// planned or ran from a cached plan (generic_plans + custom_plans, version
+// 14 on). Open p with pool_max_conns=1 to see every statement it ran.
+func PostgresPreparedStatements(ctx context.Context, p *Postgres) (map[string]int64, error) {
+	rows, err := p.pool.Query(ctx, `SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var s string
+		var n int64
+		if err := rows.Scan(&s, &n); err != nil {
+			return nil, err
+		}
+		out[s] += n
+	}
+	return out, rows.Err()
+}
