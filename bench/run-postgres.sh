@@ -33,7 +33,9 @@
 # they cost; the counts in /pingback/status are then wrong for the run),
 # EXEC_MODE (empty: pgx's default, cache_statement, which prepares each
 # statement once per connection; else pgx's default_query_exec_mode for
-# Caddy's DSN, e.g. exec: every statement parsed and planned each time).
+# Caddy's DSN: cache_describe, describe_exec, exec (every statement sent
+# as text, parsed each time) or simple_protocol; psql gets the DSN
+# without it).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -89,7 +91,11 @@ fi
 schema="bench_$(date +%s)"
 caddy_dsn=$dsn
 if [ -n "$EXEC_MODE" ]; then
-	case "$dsn" in *\?*) caddy_dsn="$dsn&default_query_exec_mode=$EXEC_MODE" ;; *) caddy_dsn="$dsn?default_query_exec_mode=$EXEC_MODE" ;; esac
+	case "$dsn" in
+	postgres://*\?* | postgresql://*\?*) caddy_dsn="$dsn&default_query_exec_mode=$EXEC_MODE" ;;
+	postgres://* | postgresql://*) caddy_dsn="$dsn?default_query_exec_mode=$EXEC_MODE" ;;
+	*) caddy_dsn="$dsn default_query_exec_mode=$EXEC_MODE" ;; # key=value form
+	esac
 fi
 
 echo "== machine"

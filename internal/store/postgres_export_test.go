@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,24 +36,40 @@ const PostgresDueTasksQuery = pgDueTasks
 // PostgresTaskPageQuery is ListTaskPage's query for q and its arguments.
 func PostgresTaskPageQuery(q TaskQuery) (string, []any) { return pgTaskPageQuery(q) }
 
+// PreparedStatement is one row of pg_prepared_statements: the statement's
+// text and how many times it was executed as a prepared statement
+// (generic_plans + custom_plans: each execution picks one of the two).
+type PreparedStatement struct {
+	Statement string
+	Runs      int64
+}
+
 // PostgresPreparedStatements returns the statements prepared on one of p's
-// connections (pg_prepared_statements), each with the times it was
-// planned or ran from a cached plan (generic_plans + custom_plans, version
-// 14 on). Open p with pool_max_conns=1 to see every statement it ran.
-func PostgresPreparedStatements(ctx context.Context, p *Postgres) (map[string]int64, error) {
-	rows, err := p.pool.Query(ctx, `SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements`)
+// connections (pg_prepared_statements), by name. Open p with
+// pool_max_conns=1 to see every statement it ran. The execution counts
+// need PostgreSQL 14 or later; on an older server the error wraps
+// errors.ErrUnsupported.
+func PostgresPreparedStatements(ctx context.Context, p *Postgres) (map[string]PreparedStatement, error) {
+	var version int
+	if err := p.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return nil, err
+	}
+	if version < 140000 {
+		return nil, fmt.Errorf("pg_prepared_statements counts executions from PostgreSQL 14 on, the server is %d: %w", version, errors.ErrUnsupported)
+	}
+	rows, err := p.pool.Query(ctx, `SELECT name, statement, generic_plans + custom_plans FROM pg_prepared_statements`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := map[string]int64{}
+	out := map[string]PreparedStatement{}
 	for rows.Next() {
-		var s string
-		var n int64
-		if err := rows.Scan(&s, &n); err != nil {
+		var name string
+		var ps PreparedStatement
+		if err := rows.Scan(&name, &ps.Statement, &ps.Runs); err != nil {
 			return nil, err
 		}
-		out[s] += n
+		out[name] = ps
 	}
 	return out, rows.Err()
 }

@@ -2,8 +2,10 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,62 +13,98 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// TestPostgresBatchStatementsPrepared: the insert and outcome batches'
-// statements are prepared once per connection and then run from the
-// prepared statement (pgx's statement cache, its default exec mode), not
-// parsed and planned from their text each time. On a pool of one
-// connection, each batch statement is in pg_prepared_statements once and
-// has run once per batch.
+// TestPostgresBatchStatementsPrepared: the insert batch's statements (the
+// records' insert and the tasks' update) and the outcome batch's update
+// are each prepared once per connection and then executed as that
+// prepared statement, not parsed again from their text (pgx's statement
+// cache, its default exec mode), whatever the batch's size. On a pool of
+// one connection, one pingback at a time and then many at once, each
+// statement is in pg_prepared_statements under one name. With
+// default_query_exec_mode=exec nothing is prepared: the check can tell
+// the two apart.
 func TestPostgresBatchStatementsPrepared(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t, dsn)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
+	batchStatements := []string{
+		"INSERT INTO records (",
+		"UPDATE tasks t SET state = 'done'",
+		"UPDATE records r SET state = u.state",
 	}
-	p := openPG(t, dsn+sep+"pool_max_conns=1", schema)
-	ctx := context.Background()
-	const n = 6
-	now := time.Now().UTC()
-	for i := range n {
-		rec := &store.Record{
-			Provider: "2captcha", ID: fmt.Sprint(i), Code: "C", Source: store.SourceCallback, ReceivedAt: now,
-			Request:   store.Request{Method: "GET", URI: fmt.Sprintf("/pb?id=%d&code=C", i), Host: "example.com"},
-			Delivery:  store.Delivery{State: store.StateForwarding, Lease: store.Lease{Owner: "o", Until: now.Add(time.Minute)}, UpdatedAt: now},
-			ExpiresAt: now.Add(time.Hour),
-		}
-		if _, err := p.Insert(ctx, rec); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
-			d.State, d.Lease, d.Attempts, d.LastStatus = store.StateDelivered, store.Lease{}, 1, 200
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := store.PostgresPreparedStatements(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"INSERT INTO records (", "UPDATE tasks t SET state = 'done'", "UPDATE records"} {
-		var found []string
-		var runs int64
-		for s, r := range got {
-			if strings.HasPrefix(strings.TrimSpace(s), want) {
-				found = append(found, s)
-				runs += r
+	for _, tc := range []struct {
+		name, mode string
+		prepared   bool
+	}{
+		{name: "default", prepared: true},
+		{name: "exec", mode: "exec", prepared: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			schema := pgtest.Schema(t, dsn)
+			d := withParam(t, dsn, "pool_max_conns", "1")
+			if tc.mode != "" {
+				d = withParam(t, d, "default_query_exec_mode", tc.mode)
 			}
-		}
-		if len(found) == 0 {
-			t.Errorf("no prepared statement starts with %q: the batch statement is not prepared (statements: %d)", want, len(got))
-			continue
-		}
-		if len(found) > 1 {
-			t.Errorf("%d prepared statements start with %q: want one, prepared once", len(found), want)
-		}
-		if runs < n {
-			t.Errorf("statements starting with %q ran %d times from their prepared plan: want at least %d (one per batch)", want, runs, n)
-		}
+			p := openPG(t, d, schema)
+			ctx := context.Background()
+			const one, many = 6, 24
+			for i := range one {
+				insertDelivered(t, p, fmt.Sprint(i))
+			}
+			var wg sync.WaitGroup
+			for i := range many {
+				wg.Go(func() { insertDelivered(t, p, fmt.Sprint("c", i)) })
+			}
+			wg.Wait()
+			got, err := store.PostgresPreparedStatements(ctx, p)
+			if errors.Is(err, errors.ErrUnsupported) {
+				t.Skip(err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range batchStatements {
+				var names []string
+				var runs int64
+				for name, ps := range got {
+					if strings.HasPrefix(strings.TrimSpace(ps.Statement), want) {
+						names = append(names, name)
+						runs += ps.Runs
+					}
+				}
+				switch {
+				case !tc.prepared && len(names) > 0:
+					t.Errorf("%d prepared statements start with %q in exec mode: want none", len(names), want)
+				case !tc.prepared:
+				case len(names) == 0:
+					t.Errorf("no prepared statement starts with %q: the batch statement is parsed each time (prepared: %d)", want, len(got))
+				case len(names) > 1:
+					t.Errorf("%d prepared statements start with %q: want one, prepared once", len(names), want)
+				case runs < one+1 || runs > one+many:
+					t.Errorf("statements starting with %q were executed %d times as prepared statements: want one per batch, between %d and %d", want, runs, one+1, one+many)
+				}
+			}
+		})
+	}
+}
+
+// insertDelivered stores a live pingback for id and records its delivery,
+// as the handler does: the insert batch, then the outcome batch.
+func insertDelivered(t *testing.T, p *store.Postgres, id string) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	rec := &store.Record{
+		Provider: "2captcha", ID: id, Code: "C", Source: store.SourceCallback, ReceivedAt: now,
+		Request:   store.Request{Method: "GET", URI: "/pb?id=" + id + "&code=C", Host: "example.com"},
+		Delivery:  store.Delivery{State: store.StateForwarding, Lease: store.Lease{Owner: "o", Until: now.Add(time.Minute)}, UpdatedAt: now},
+		ExpiresAt: now.Add(time.Hour),
+	}
+	if _, err := p.Insert(ctx, rec); err != nil {
+		t.Error(err)
+		return
+	}
+	if _, err := p.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
+		d.State, d.Lease, d.Attempts, d.LastStatus = store.StateDelivered, store.Lease{}, 1, 200
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
