@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -90,13 +89,7 @@ func TestPostgresBatchStatementsPrepared(t *testing.T) {
 func insertDelivered(t *testing.T, p *store.Postgres, id string) {
 	t.Helper()
 	ctx := context.Background()
-	now := time.Now().UTC()
-	rec := &store.Record{
-		Provider: "2captcha", ID: id, Code: "C", Source: store.SourceCallback, ReceivedAt: now,
-		Request:   store.Request{Method: "GET", URI: "/pb?id=" + id + "&code=C", Host: "example.com"},
-		Delivery:  store.Delivery{State: store.StateForwarding, Lease: store.Lease{Owner: "o", Until: now.Add(time.Minute)}, UpdatedAt: now},
-		ExpiresAt: now.Add(time.Hour),
-	}
+	rec := retryRecord(id, true)
 	if _, err := p.Insert(ctx, rec); err != nil {
 		t.Error(err)
 		return
