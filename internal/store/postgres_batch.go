@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Group commit on PostgreSQL. Concurrent inserts, and concurrent delivery
@@ -29,11 +30,10 @@ const (
 	pgBatchMax     = 128 // operations per transaction
 	pgCommitters   = 4   // transactions in flight per kind of operation
 	pgBatchTimeout = 30 * time.Second
-	// pgLazyWait is how long a batch of only deferrable operations (a
-	// live forward's outcome, Deferrable) waits for more before its
-	// transaction starts: under load the outcomes of many pingbacks then
-	// share one transaction, where each took a share of a small batch of
-	// its own. An operation someone waits on ends the wait at once.
+	// pgLazyWait is how long a live forward's outcome (a deferrable
+	// delivery update, Deferrable) waits for an insert batch to carry it
+	// (postgres_fold.go) before it goes to the update batcher, with every
+	// other outcome waiting then, for a transaction of their own.
 	pgLazyWait = 5 * time.Millisecond
 )
 
@@ -44,7 +44,11 @@ type pgOp[T any] struct {
 	in   T
 	err  error
 	done chan struct{}
-	lazy bool // no caller waits for it to answer anyone (Deferrable)
+}
+
+// newPGOp returns an operation to queue, its done still open.
+func newPGOp[T any](ctx context.Context, in T) *pgOp[T] {
+	return &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{})}
 }
 
 // pgBatcher runs queued operations in batches.
@@ -54,14 +58,12 @@ type pgBatcher[T any] struct {
 	wg    sync.WaitGroup
 	mu    sync.RWMutex // held for reading while sending; Close takes it to close ch
 	shut  bool
-	wait  time.Duration // how long a batch of deferrable operations waits for more
-	taken atomic.Int64  // operations taken from ch, for tests
+	taken atomic.Int64 // operations taken from ch, for tests
 }
 
-// newPGBatcher starts pgCommitters loops running batches with run; a
-// batch of only deferrable operations waits up to wait for more.
-func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error, wait time.Duration) *pgBatcher[T] {
-	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run, wait: wait}
+// newPGBatcher starts pgCommitters loops running batches with run.
+func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *pgBatcher[T] {
+	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run}
 	for range pgCommitters {
 		b.wg.Go(b.loop)
 	}
@@ -70,64 +72,43 @@ func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error, wa
 
 // do queues in and waits for its batch's commit.
 func (b *pgBatcher[T]) do(ctx context.Context, in T) (*pgOp[T], error) {
-	op := &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{}), lazy: IsDeferrable(ctx)}
-	b.mu.RLock()
-	if b.shut {
-		b.mu.RUnlock()
-		return nil, ErrClosed
-	}
-	b.ch <- op
-	b.mu.RUnlock()
+	op := newPGOp(ctx, in)
+	b.send(op)
 	<-op.done
 	return op, op.err
 }
 
-// loop takes an operation, every other one already queued (up to
-// pgBatchMax) and, when all of them are deferrable, what arrives within
-// pgLazyWait, and runs them as one batch.
+// send queues op, whose done the batch that runs it closes; once the
+// batcher is closed, op fails with ErrClosed at once.
+func (b *pgBatcher[T]) send(op *pgOp[T]) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.shut {
+		op.err = ErrClosed
+		close(op.done)
+		return
+	}
+	b.ch <- op
+}
+
+// loop takes an operation and every other one already queued (up to
+// pgBatchMax), and runs them as one batch.
 func (b *pgBatcher[T]) loop() {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
 	for op := range b.ch {
 		b.taken.Add(1)
 		ops := []*pgOp[T]{op}
-		lazy := op.lazy
-		gather := func() {
-			for len(ops) < pgBatchMax {
-				select {
-				case o, ok := <-b.ch:
-					if !ok {
-						return
-					}
-					b.taken.Add(1)
-					ops = append(ops, o)
-					lazy = lazy && o.lazy
-				default:
-					return
+	gather:
+		for len(ops) < pgBatchMax {
+			select {
+			case o, ok := <-b.ch:
+				if !ok {
+					break gather
 				}
+				b.taken.Add(1)
+				ops = append(ops, o)
+			default:
+				break gather
 			}
-		}
-		gather()
-		if lazy {
-			timer.Reset(b.wait)
-		wait:
-			for len(ops) < pgBatchMax {
-				select {
-				case o, ok := <-b.ch:
-					if !ok {
-						break wait
-					}
-					b.taken.Add(1)
-					ops = append(ops, o)
-					if !o.lazy {
-						gather()
-						break wait
-					}
-				case <-timer.C:
-					break wait
-				}
-			}
-			timer.Stop()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
 		if err := b.run(ctx, ops); err != nil {
@@ -168,15 +149,28 @@ func keyOrder(a, b Key) int {
 	return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.ID, b.ID))
 }
 
-// insertBatch stores a batch of records (insertAttempt), retried once
-// after a transient fault for the inserts whose context has time left
-// (insertRetryWindow); a connection lost after COMMIT was sent is a
-// commit if the database says the transaction committed. Duplicates then
-// read the stored record.
+// insertBatch stores a batch of records (insertAttempt) with the outcomes
+// waiting in the fold, retried once after a transient fault for the
+// inserts whose context has time left (insertRetryWindow); a connection
+// lost after COMMIT was sent is a commit if the database says the
+// transaction committed. A transaction that carried outcomes and failed
+// with nothing of it committed hands them to the update batcher and runs
+// the inserts once more without them. Duplicates then read the stored
+// record.
 func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) error {
 	c := &pgCommit{}
-	err := p.insertAttempt(ctx, ops, c)
+	carried, back, err := p.insertAttempt(ctx, ops, p.fold.take(pgBatchMax), c)
 	committed, retry := p.afterFailure(ctx, "insert", err, c)
+	switch {
+	case err == nil || committed:
+		p.fold.finish(carried, nil)
+	case len(carried) > 0 && (retry || nothingCommitted(err, c)):
+		back = append(back, carried...)
+		retry = retry || ctx.Err() == nil
+	default:
+		p.fold.finish(carried, err)
+	}
+	p.fold.hand(back)
 	switch {
 	case committed:
 		err = nil
@@ -187,7 +181,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 			return err
 		}
 		ops = live
-		err = p.insertAttempt(rctx, ops, &pgCommit{})
+		_, _, err = p.insertAttempt(rctx, ops, nil, &pgCommit{})
 	}
 	if err != nil {
 		return err
@@ -214,6 +208,17 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		})
 	}
 	return nil
+}
+
+// nothingCommitted reports whether an attempt that failed with err
+// certainly committed nothing: COMMIT was not sent, or the server refused
+// a statement of the transaction (a non-transient server error aborts it).
+func nothingCommitted(err error, c *pgCommit) bool {
+	if !c.sent {
+		return true
+	}
+	pgErr := (*pgconn.PgError)(nil)
+	return errors.As(err, &pgErr) && !transientError(err)
 }
 
 // insertRetryWindow returns the inserts of a batch that still have time
@@ -246,10 +251,16 @@ func insertRetryWindow(ctx context.Context, ops []*pgOp[*pgInsert], err error) (
 // insertAttempt stores a batch of records in one transaction of two round
 // trips on one connection: BEGIN, the transaction's id (for c), the keys'
 // advisory locks (shared with AddTask), the submission times of their
-// tracked tasks, the insert (nothing for a key already stored) and the
-// pending tasks marked done; then COMMIT. It sets every op's result,
-// marking duplicates.
-func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c *pgCommit) error {
+// tracked tasks, the insert (nothing for a key already stored), the
+// pending tasks marked done and the rows of the outcomes outs, locked
+// unless another transaction holds them (FOR UPDATE SKIP LOCKED); then the
+// outcomes applied and written, and COMMIT. It sets every op's result,
+// marking duplicates, and returns the outcomes it carried (their results
+// set, standing if the transaction committed) and those it gives back
+// (their rows locked elsewhere or gone), for the caller to hand to the
+// update batcher once the transaction is over. Before the rows are read
+// every outcome counts as carried.
+func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], outs []*pgOp[*pgUpdate], c *pgCommit) (carried, back []*pgOp[*pgUpdate], err error) {
 	n := len(ops)
 	keys := make([]Key, 0, n)
 	var (
@@ -341,14 +352,20 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(provider, id, received, state)
 		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
 			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
+	outKeys := updateKeys(outs)
+	if len(outs) > 0 {
+		queueLockDeliveries(b, outKeys, true)
+	}
 
+	carried = outs
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return carried, nil, err
 	}
 	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 	tracked := map[Key]time.Time{}
 	inserted := map[Key]bool{}
+	var cur map[Key]Delivery
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
 		if _, err := br.Exec(); err != nil {
@@ -392,14 +409,19 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		_, err = br.Exec()
+		if _, err = br.Exec(); err != nil {
+			return err
+		}
+		if len(outs) > 0 {
+			cur, err = scanDeliveries(br)
+		}
 		return err
 	}()
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return err
+		return carried, nil, err
 	}
 	// Each key is inserted by its first op in the batch; the others (and
 	// every key stored before) are duplicates.
@@ -415,9 +437,21 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		}
 		op.in.dup = true
 	}
+	// The outcomes whose rows this transaction holds are applied; the
+	// others go back.
+	carried = nil
+	for _, op := range outs {
+		if _, ok := cur[op.in.key]; ok {
+			carried = append(carried, op)
+		} else {
+			back = append(back, op)
+		}
+	}
+	commit := &pgx.Batch{}
+	queueWriteDeliveries(commit, outKeys, cur, p.applyUpdates(carried, cur))
+	commit.Queue("COMMIT")
 	c.sent = true
-	_, err = conn.Exec(ctx, "COMMIT")
-	return err
+	return carried, back, conn.SendBatch(ctx, commit).Close()
 }
 
 // pgUpdate is one UpdateDelivery.
@@ -443,9 +477,45 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 // order (an update of a key sees the earlier ones of the batch), the
 // changed rows written in one statement, COMMIT.
 func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c *pgCommit) error {
-	for _, op := range ops {
-		op.err, op.in.result = nil, Delivery{}
+	keys := updateKeys(ops)
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
 	}
+	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
+	read := &pgx.Batch{}
+	read.Queue("BEGIN")
+	read.Queue(`SELECT txid_current()`)
+	queueLockDeliveries(read, keys, false)
+	var cur map[Key]Delivery
+	br := conn.SendBatch(ctx, read)
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		if err := br.QueryRow().Scan(&c.xid); err != nil {
+			return err
+		}
+		cur, err = scanDeliveries(br)
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	write := &pgx.Batch{}
+	queueWriteDeliveries(write, keys, cur, p.applyUpdates(ops, cur))
+	write.Queue("COMMIT")
+	c.sent = true
+	// A failed commit's error is every op's (pgBatcher.loop); a commit
+	// that landed despite it (afterFailure) keeps each op's own result.
+	return conn.SendBatch(ctx, write).Close()
+}
+
+// updateKeys returns the keys of ops, each once, in lock order (keyOrder).
+func updateKeys(ops []*pgOp[*pgUpdate]) []Key {
 	var keys []Key
 	seen := map[Key]bool{}
 	for _, op := range ops {
@@ -455,56 +525,56 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 		}
 	}
 	slices.SortFunc(keys, keyOrder)
+	return keys
+}
+
+// queueLockDeliveries queues the read of the delivery state of keys (in
+// lock order), their rows locked for update; with skipLocked, rows that
+// another transaction holds are left out instead of waited for.
+func queueLockDeliveries(b *pgx.Batch, keys []Key, skipLocked bool) {
 	provs, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		provs[i], ids[i] = k.Provider, k.ID
 	}
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return err
+	lock := "FOR UPDATE"
+	if skipLocked {
+		lock = "FOR UPDATE SKIP LOCKED"
 	}
-	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
-	read := &pgx.Batch{}
-	read.Queue("BEGIN")
-	read.Queue(`SELECT txid_current()`)
-	read.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
+	b.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY provider, id FOR UPDATE`, provs, ids)
-	cur := map[Key]Delivery{}
-	br := conn.SendBatch(ctx, read)
-	err = func() error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&c.xid); err != nil {
-			return err
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k Key
-			var d pgDelivery
-			if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
-				&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
-				return err
-			}
-			if cur[k], err = d.delivery(); err != nil {
-				return fmt.Errorf("decoding history of %s: %w", k, err)
-			}
-		}
-		return rows.Err()
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+		ORDER BY provider, id `+lock, provs, ids)
+}
+
+// scanDeliveries reads the result of queueLockDeliveries.
+func scanDeliveries(br pgx.BatchResults) (map[Key]Delivery, error) {
+	rows, err := br.Query()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer rows.Close()
+	cur := map[Key]Delivery{}
+	for rows.Next() {
+		var k Key
+		var d pgDelivery
+		if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
+			&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
+			return nil, err
+		}
+		if cur[k], err = d.delivery(); err != nil {
+			return nil, fmt.Errorf("decoding history of %s: %w", k, err)
+		}
+	}
+	return cur, rows.Err()
+}
+
+// applyUpdates runs the fn of every op on the rows read, cur, in queue
+// order (an update of a key sees the earlier ones of the batch), setting
+// each op's result: ErrNotFound for a key not read, fn's error, or the
+// delivery as fn left it (cur then holds it). It returns the keys changed.
+func (p *Postgres) applyUpdates(ops []*pgOp[*pgUpdate], cur map[Key]Delivery) map[Key]bool {
 	changed := map[Key]bool{}
 	for _, op := range ops {
+		op.err, op.in.result = nil, Delivery{}
 		k := op.in.key
 		d, ok := cur[k]
 		if !ok {
@@ -522,45 +592,46 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 		cur[k] = next
 		changed[k] = true
 	}
-	write := &pgx.Batch{}
-	if len(changed) > 0 {
-		var (
-			wp, wi, st, le []string
-			at, fa, in, ls []int32
-			due, until, up []*int64
-			ow             []*string
-			hi             [][]byte
-		)
-		for _, k := range keys {
-			if !changed[k] {
-				continue
-			}
-			d := cur[k]
-			wp, wi, st = append(wp, k.Provider), append(wi, k.ID), append(st, string(d.State))
-			at, fa, in = append(at, int32(d.Attempts)), append(fa, int32(d.Failures)), append(in, int32(d.Interrupts))
-			due, until, up = append(due, nsPtr(d.DueAt)), append(until, nsPtr(d.Lease.Until)), append(up, nsPtr(d.UpdatedAt))
-			var o *string
-			if d.Lease.Owner != "" {
-				owner := d.Lease.Owner
-				o = &owner
-			}
-			ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
-			hi = append(hi, historyJSON(d.History))
-		}
-		write.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
-				due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
-				last_error = u.last_error, updated_at = u.updated_at, history = u.history
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
-				$10::int[], $11::text[], $12::bigint[], $13::bytea[])
-				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
-			WHERE r.provider = u.provider AND r.id = u.id`,
-			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
+	return changed
+}
+
+// queueWriteDeliveries queues one statement writing the delivery state of
+// the changed keys (in the order of keys) from cur; nothing if none changed.
+func queueWriteDeliveries(b *pgx.Batch, keys []Key, cur map[Key]Delivery, changed map[Key]bool) {
+	if len(changed) == 0 {
+		return
 	}
-	write.Queue("COMMIT")
-	c.sent = true
-	// A failed commit's error is every op's (pgBatcher.loop); a commit
-	// that landed despite it (afterFailure) keeps each op's own result.
-	return conn.SendBatch(ctx, write).Close()
+	var (
+		wp, wi, st, le []string
+		at, fa, in, ls []int32
+		due, until, up []*int64
+		ow             []*string
+		hi             [][]byte
+	)
+	for _, k := range keys {
+		if !changed[k] {
+			continue
+		}
+		d := cur[k]
+		wp, wi, st = append(wp, k.Provider), append(wi, k.ID), append(st, string(d.State))
+		at, fa, in = append(at, int32(d.Attempts)), append(fa, int32(d.Failures)), append(in, int32(d.Interrupts))
+		due, until, up = append(due, nsPtr(d.DueAt)), append(until, nsPtr(d.Lease.Until)), append(up, nsPtr(d.UpdatedAt))
+		var o *string
+		if d.Lease.Owner != "" {
+			owner := d.Lease.Owner
+			o = &owner
+		}
+		ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
+		hi = append(hi, historyJSON(d.History))
+	}
+	b.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
+			due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
+			last_error = u.last_error, updated_at = u.updated_at, history = u.history
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
+			$10::int[], $11::text[], $12::bigint[], $13::bytea[])
+			AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
+		WHERE r.provider = u.provider AND r.id = u.id`,
+		wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
 }
 
 // nsPtr is t in Unix nanoseconds, nil for the zero time.
