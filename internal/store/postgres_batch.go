@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -321,37 +322,6 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 		FROM (SELECT p, i FROM unnest($1::text[], $2::text[]) AS k(p, i) ORDER BY p, i) s`, lockProvs, lockIDs)
 	b.Queue(`SELECT provider, id, submitted_at FROM tasks
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, provs, ids)
-	b.Queue(`INSERT INTO records (`+pgRecordCols+`)
-		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
-			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
-			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
-			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
-			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
-			u.quarantine, u.other_code, u.correction
-		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
-			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
-			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
-			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
-			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
-				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
-				last_status, last_error, updated_at, expires_at, answer, history,
-				verified, tracked, quarantine, other_code, correction, ord)
-		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
-		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
-		ORDER BY u.ord
-		ON CONFLICT (provider, id) DO NOTHING
-		RETURNING provider, id`,
-		provs, ids, codes, sources, received, subs, servers, reqs,
-		states, attempts, failures, interrupts, dues, owners, abs, rel,
-		lastStatus, lastErrs, updated, expires, answers, histories,
-		verifieds, trackeds, quarantines, others, corrections)
-	// Only results inserted now complete their tasks (a duplicate's task
-	// was settled by the first), never quarantined ones, nor results
-	// received before their task was submitted.
-	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(provider, id, received, state)
-		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
-			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
 	outKeys := updateKeys(outs)
 	if len(outs) > 0 {
 		queueLockDeliveries(b, outKeys, true)
@@ -364,7 +334,6 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 	}
 	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 	tracked := map[Key]time.Time{}
-	inserted := map[Key]bool{}
 	var cur map[Key]Delivery
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
@@ -394,7 +363,78 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if rows, err = br.Query(); err != nil {
+		if len(outs) > 0 {
+			cur, err = scanDeliveries(br)
+		}
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return carried, nil, err
+	}
+	// The outcomes whose rows this transaction holds are applied; the
+	// others go back.
+	carried = nil
+	for _, op := range outs {
+		if _, ok := cur[op.in.key]; ok {
+			carried = append(carried, op)
+		} else {
+			back = append(back, op)
+		}
+	}
+	before := maps.Clone(cur)
+	changed := p.applyUpdates(carried, cur)
+
+	commit := &pgx.Batch{}
+	if len(changed) > 0 {
+		queueLockCounts(commit, ops, before, cur, changed)
+	}
+	commit.Queue(`INSERT INTO records (`+pgRecordCols+`)
+		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
+			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
+			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
+			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
+			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
+			u.quarantine, u.other_code, u.correction
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
+			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
+			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
+			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
+				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
+				last_status, last_error, updated_at, expires_at, answer, history,
+				verified, tracked, quarantine, other_code, correction, ord)
+		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
+		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
+		ORDER BY u.ord
+		ON CONFLICT (provider, id) DO NOTHING
+		RETURNING provider, id`,
+		provs, ids, codes, sources, received, subs, servers, reqs,
+		states, attempts, failures, interrupts, dues, owners, abs, rel,
+		lastStatus, lastErrs, updated, expires, answers, histories,
+		verifieds, trackeds, quarantines, others, corrections)
+	// Only results inserted now complete their tasks (a duplicate's task
+	// was settled by the first), never quarantined ones, nor results
+	// received before their task was submitted.
+	commit.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(provider, id, received, state)
+		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
+			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
+	queueWriteDeliveries(commit, outKeys, cur, changed)
+	commit.Queue("COMMIT")
+	c.sent = true
+	inserted := map[Key]bool{}
+	br = conn.SendBatch(ctx, commit)
+	err = func() error {
+		if len(changed) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
 			return err
 		}
 		for rows.Next() {
@@ -406,22 +446,14 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 			inserted[k] = true
 		}
 		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if _, err = br.Exec(); err != nil {
-			return err
-		}
-		if len(outs) > 0 {
-			cur, err = scanDeliveries(br)
-		}
-		return err
+		return rows.Err()
 	}()
+	// Close reads the rest: the tasks' update, the outcomes' and COMMIT.
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return carried, nil, err
+		return carried, back, err
 	}
 	// Each key is inserted by its first op in the batch; the others (and
 	// every key stored before) are duplicates.
@@ -437,21 +469,38 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 		}
 		op.in.dup = true
 	}
-	// The outcomes whose rows this transaction holds are applied; the
-	// others go back.
-	carried = nil
-	for _, op := range outs {
-		if _, ok := cur[op.in.key]; ok {
-			carried = append(carried, op)
-		} else {
-			back = append(back, op)
-		}
+	return carried, back, nil
+}
+
+// queueLockCounts queues the lock, in one statement, of every record count
+// row that a transaction writing both new records (ops) and outcomes
+// (changed, from before to cur) makes its count triggers change: the rows
+// of (provider, state) in the backend's shard, made if missing, in the
+// order the triggers take them (schema 0010: count_record_rows, shard
+// pg_backend_pid() % 16). Each of the transaction's two statements on
+// records locks its own rows in that order; without this lock first, the
+// transaction could hold a row of the insert's and wait for one of the
+// update's that a transaction of one statement (another backend of the
+// same shard) holds while it waits for the first: a deadlock, broken by
+// the server after deadlock_timeout.
+func queueLockCounts(b *pgx.Batch, ops []*pgOp[*pgInsert], before, cur map[Key]Delivery, changed map[Key]bool) {
+	type row struct{ provider, state string }
+	seen := map[row]bool{}
+	for _, op := range ops {
+		seen[row{op.in.rec.Provider, string(op.in.rec.State)}] = true
 	}
-	commit := &pgx.Batch{}
-	queueWriteDeliveries(commit, outKeys, cur, p.applyUpdates(carried, cur))
-	commit.Queue("COMMIT")
-	c.sent = true
-	return carried, back, conn.SendBatch(ctx, commit).Close()
+	for k := range changed {
+		seen[row{k.Provider, string(before[k].State)}] = true
+		seen[row{k.Provider, string(cur[k].State)}] = true
+	}
+	provs, states := make([]string, 0, len(seen)), make([]string, 0, len(seen))
+	for r := range seen {
+		provs, states = append(provs, r.provider), append(states, r.state)
+	}
+	b.Queue(`INSERT INTO record_counts (provider, state, shard, n)
+		SELECT provider, state, pg_backend_pid() % 16, 0 FROM unnest($1::text[], $2::text[]) AS u(provider, state)
+		ORDER BY provider, state
+		ON CONFLICT (provider, state, shard) DO UPDATE SET n = record_counts.n`, provs, states)
 }
 
 // pgUpdate is one UpdateDelivery.
