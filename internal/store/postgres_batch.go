@@ -577,22 +577,37 @@ func updateKeys(ops []*pgOp[*pgUpdate]) []Key {
 	return keys
 }
 
-// queueLockDeliveries queues the read of the delivery state of keys (in
-// lock order), their rows locked for update; with skipLocked, rows that
-// another transaction holds are left out instead of waited for.
+// queueLockDeliveries queues the read of the delivery state of keys, their
+// rows locked for update in lock order (the update batch); with
+// skipLocked (an insert batch carrying outcomes), rows that another
+// transaction holds are left out instead of waited for (pgFoldLock).
 func queueLockDeliveries(b *pgx.Batch, keys []Key, skipLocked bool) {
 	provs, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		provs[i], ids[i] = k.Provider, k.ID
 	}
-	lock := "FOR UPDATE"
 	if skipLocked {
-		lock = "FOR UPDATE SKIP LOCKED"
+		b.Queue(pgFoldLock, provs, ids)
+		return
 	}
 	b.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-		ORDER BY provider, id `+lock, provs, ids)
+		ORDER BY provider, id FOR UPDATE`, provs, ids)
 }
+
+// pgFoldLock reads and locks the rows of the outcomes an insert batch
+// carries ($1, $2: providers and ids), skipping rows another transaction
+// holds. It is on the pingback's path, so it probes the primary key once
+// per key: a plan made while the table was small (pgx prepares the
+// statement once per connection, and PostgreSQL keeps a generic plan
+// until the table is next analyzed, up to a minute on a new store) stays
+// an index scan, where a semi-join over the keys would scan the table
+// (measured: the first rounds of bench/run-postgres.sh at about half the
+// rate). The order the rows are locked in does not matter: SKIP LOCKED
+// never waits.
+const pgFoldLock = `SELECT r.* FROM unnest($1::text[], $2::text[]) AS u(provider, id)
+	CROSS JOIN LATERAL (SELECT provider, id, ` + pgDeliveryCols + ` FROM records
+		WHERE provider = u.provider AND id = u.id FOR UPDATE SKIP LOCKED) r`
 
 // scanDeliveries reads the result of queueLockDeliveries.
 func scanDeliveries(br pgx.BatchResults) (map[Key]Delivery, error) {

@@ -92,3 +92,8 @@ func PostgresFoldWaiting(p *Postgres) int {
 // PostgresCarried is how many deferrable updates p's insert batches have
 // committed in their own transactions.
 func PostgresCarried(p *Postgres) int64 { return p.fold.carried.Load() }
+
+// PostgresFoldLockQuery is the query by which an insert batch reads and
+// locks the rows of the outcomes it carries; its parameters are the keys'
+// providers and ids (two text arrays).
+const PostgresFoldLockQuery = pgFoldLock

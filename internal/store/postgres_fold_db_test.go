@@ -261,3 +261,22 @@ func TestPostgresFoldDeadlockFree(t *testing.T) {
 		t.Error("no outcome rode in an insert: the case was not tested")
 	}
 }
+
+// TestPostgresFoldLockPlan: the query by which an insert batch locks the
+// rows of the outcomes it carries probes the primary key even in a generic
+// plan made while the records table is empty and never analyzed, as on a
+// new store (a semi-join over the keys would scan the table on the
+// pingback's path).
+func TestPostgresFoldLockPlan(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	openPG(t, dsn, schema)
+	conn := pgConn(t, dsn, schema)
+	if _, err := conn.Exec(context.Background(), `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	plan := explain(t, conn, store.PostgresFoldLockQuery, []string{"2captcha", "2captcha"}, []string{"1", "2"})
+	if !strings.Contains(plan, "Index Scan using records_pkey") || strings.Contains(plan, "Seq Scan on records") {
+		t.Errorf("generic plan of the fold's lock on an empty table does not probe records_pkey:\n%s", plan)
+	}
+}
