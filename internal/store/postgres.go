@@ -95,7 +95,6 @@ type Postgres struct {
 
 	inserts *pgBatcher[*pgInsert]
 	updates *pgBatcher[*pgUpdate]
-	fold    *pgFold // deferrable updates waiting for an insert batch to carry them
 
 	available atomic.Bool
 	closed    atomic.Bool
@@ -201,9 +200,8 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	p.updates = newPGBatcher(p.updateBatch)
-	p.fold = newPGFold(p.updates, pgLazyWait)
-	p.inserts = newPGBatcher(p.insertBatch)
+	p.inserts = newPGBatcher(p.insertBatch, 0) // an insert is never deferrable: someone waits to answer
+	p.updates = newPGBatcher(p.updateBatch, pgLazyWait)
 	p.available.Store(true)
 	go p.monitor()
 	return p, nil
@@ -288,7 +286,6 @@ func (p *Postgres) Close() error {
 	p.once.Do(func() {
 		p.closed.Store(true)
 		p.inserts.close() // the committed-to-be finish; later ones get ErrClosed
-		p.fold.close()    // outcomes no insert carried run on their own
 		p.updates.close()
 		close(p.stop)
 		<-p.done
@@ -531,21 +528,15 @@ func queueDelivery(b *pgx.Batch, key Key, d *Delivery) {
 // UpdateDelivery implements Store: group-committed with the updates
 // waiting at the same time (updateBatch); the row is locked (FOR UPDATE)
 // while fn runs, so concurrent updates from any instance apply one after
-// another. A deferrable update (a live forward's outcome) waits up to
-// pgLazyWait for the next insert batch, which writes it in its own
-// transaction (postgres_fold.go).
+// another.
 func (p *Postgres) UpdateDelivery(ctx context.Context, key Key, fn func(*Delivery) error) (Delivery, error) {
 	var result Delivery
 	err := p.op(func() error {
-		op := newPGOp(ctx, &pgUpdate{key: key, fn: fn})
-		if IsDeferrable(ctx) {
-			p.fold.add(op)
-		} else {
-			p.updates.send(op)
+		op, err := p.updates.do(ctx, &pgUpdate{key: key, fn: fn})
+		if op != nil {
+			result = op.in.result
 		}
-		<-op.done
-		result = op.in.result
-		return op.err
+		return err
 	})
 	return result, err
 }

@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Group commit on PostgreSQL. Concurrent inserts, and concurrent delivery
@@ -31,10 +29,11 @@ const (
 	pgBatchMax     = 128 // operations per transaction
 	pgCommitters   = 4   // transactions in flight per kind of operation
 	pgBatchTimeout = 30 * time.Second
-	// pgLazyWait is how long a live forward's outcome (a deferrable
-	// delivery update, Deferrable) waits for an insert batch to carry it
-	// (postgres_fold.go) before it goes to the update batcher, with every
-	// other outcome waiting then, for a transaction of their own.
+	// pgLazyWait is how long a batch of only deferrable operations (a
+	// live forward's outcome, Deferrable) waits for more before its
+	// transaction starts: under load the outcomes of many pingbacks then
+	// share one transaction, where each took a share of a small batch of
+	// its own. An operation someone waits on ends the wait at once.
 	pgLazyWait = 5 * time.Millisecond
 )
 
@@ -45,11 +44,7 @@ type pgOp[T any] struct {
 	in   T
 	err  error
 	done chan struct{}
-}
-
-// newPGOp returns an operation to queue, its done still open.
-func newPGOp[T any](ctx context.Context, in T) *pgOp[T] {
-	return &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{})}
+	lazy bool // no caller waits for it to answer anyone (Deferrable)
 }
 
 // pgBatcher runs queued operations in batches.
@@ -59,12 +54,14 @@ type pgBatcher[T any] struct {
 	wg    sync.WaitGroup
 	mu    sync.RWMutex // held for reading while sending; Close takes it to close ch
 	shut  bool
-	taken atomic.Int64 // operations taken from ch, for tests
+	wait  time.Duration // how long a batch of deferrable operations waits for more
+	taken atomic.Int64  // operations taken from ch, for tests
 }
 
-// newPGBatcher starts pgCommitters loops running batches with run.
-func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *pgBatcher[T] {
-	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run}
+// newPGBatcher starts pgCommitters loops running batches with run; a
+// batch of only deferrable operations waits up to wait for more.
+func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error, wait time.Duration) *pgBatcher[T] {
+	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run, wait: wait}
 	for range pgCommitters {
 		b.wg.Go(b.loop)
 	}
@@ -73,43 +70,64 @@ func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error) *p
 
 // do queues in and waits for its batch's commit.
 func (b *pgBatcher[T]) do(ctx context.Context, in T) (*pgOp[T], error) {
-	op := newPGOp(ctx, in)
-	b.send(op)
+	op := &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{}), lazy: IsDeferrable(ctx)}
+	b.mu.RLock()
+	if b.shut {
+		b.mu.RUnlock()
+		return nil, ErrClosed
+	}
+	b.ch <- op
+	b.mu.RUnlock()
 	<-op.done
 	return op, op.err
 }
 
-// send queues op, whose done the batch that runs it closes; once the
-// batcher is closed, op fails with ErrClosed at once.
-func (b *pgBatcher[T]) send(op *pgOp[T]) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.shut {
-		op.err = ErrClosed
-		close(op.done)
-		return
-	}
-	b.ch <- op
-}
-
-// loop takes an operation and every other one already queued (up to
-// pgBatchMax), and runs them as one batch.
+// loop takes an operation, every other one already queued (up to
+// pgBatchMax) and, when all of them are deferrable, what arrives within
+// pgLazyWait, and runs them as one batch.
 func (b *pgBatcher[T]) loop() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for op := range b.ch {
 		b.taken.Add(1)
 		ops := []*pgOp[T]{op}
-	gather:
-		for len(ops) < pgBatchMax {
-			select {
-			case o, ok := <-b.ch:
-				if !ok {
-					break gather
+		lazy := op.lazy
+		gather := func() {
+			for len(ops) < pgBatchMax {
+				select {
+				case o, ok := <-b.ch:
+					if !ok {
+						return
+					}
+					b.taken.Add(1)
+					ops = append(ops, o)
+					lazy = lazy && o.lazy
+				default:
+					return
 				}
-				b.taken.Add(1)
-				ops = append(ops, o)
-			default:
-				break gather
 			}
+		}
+		gather()
+		if lazy {
+			timer.Reset(b.wait)
+		wait:
+			for len(ops) < pgBatchMax {
+				select {
+				case o, ok := <-b.ch:
+					if !ok {
+						break wait
+					}
+					b.taken.Add(1)
+					ops = append(ops, o)
+					if !o.lazy {
+						gather()
+						break wait
+					}
+				case <-timer.C:
+					break wait
+				}
+			}
+			timer.Stop()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
 		if err := b.run(ctx, ops); err != nil {
@@ -150,28 +168,15 @@ func keyOrder(a, b Key) int {
 	return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.ID, b.ID))
 }
 
-// insertBatch stores a batch of records (insertAttempt) with the outcomes
-// waiting in the fold, retried once after a transient fault for the
-// inserts whose context has time left (insertRetryWindow); a connection
-// lost after COMMIT was sent is a commit if the database says the
-// transaction committed. A transaction that carried outcomes and failed
-// with nothing of it committed hands them to the update batcher and runs
-// the inserts once more without them. Duplicates then read the stored
-// record.
+// insertBatch stores a batch of records (insertAttempt), retried once
+// after a transient fault for the inserts whose context has time left
+// (insertRetryWindow); a connection lost after COMMIT was sent is a
+// commit if the database says the transaction committed. Duplicates then
+// read the stored record.
 func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) error {
 	c := &pgCommit{}
-	carried, back, err := p.insertAttempt(ctx, ops, p.fold.take(pgBatchMax), c)
+	err := p.insertAttempt(ctx, ops, c)
 	committed, retry := p.afterFailure(ctx, "insert", err, c)
-	switch {
-	case err == nil || committed:
-		p.fold.finish(carried, nil)
-	case len(carried) > 0 && (retry || nothingCommitted(err, c)):
-		back = append(back, carried...)
-		retry = retry || ctx.Err() == nil
-	default:
-		p.fold.finish(carried, err)
-	}
-	p.fold.hand(back)
 	switch {
 	case committed:
 		err = nil
@@ -182,7 +187,7 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 			return err
 		}
 		ops = live
-		_, _, err = p.insertAttempt(rctx, ops, nil, &pgCommit{})
+		err = p.insertAttempt(rctx, ops, &pgCommit{})
 	}
 	if err != nil {
 		return err
@@ -209,17 +214,6 @@ func (p *Postgres) insertBatch(ctx context.Context, ops []*pgOp[*pgInsert]) erro
 		})
 	}
 	return nil
-}
-
-// nothingCommitted reports whether an attempt that failed with err
-// certainly committed nothing: COMMIT was not sent, or the server refused
-// a statement of the transaction (a non-transient server error aborts it).
-func nothingCommitted(err error, c *pgCommit) bool {
-	if !c.sent {
-		return true
-	}
-	pgErr := (*pgconn.PgError)(nil)
-	return errors.As(err, &pgErr) && !transientError(err)
 }
 
 // insertRetryWindow returns the inserts of a batch that still have time
@@ -252,16 +246,10 @@ func insertRetryWindow(ctx context.Context, ops []*pgOp[*pgInsert], err error) (
 // insertAttempt stores a batch of records in one transaction of two round
 // trips on one connection: BEGIN, the transaction's id (for c), the keys'
 // advisory locks (shared with AddTask), the submission times of their
-// tracked tasks, the insert (nothing for a key already stored), the
-// pending tasks marked done and the rows of the outcomes outs, locked
-// unless another transaction holds them (FOR UPDATE SKIP LOCKED); then the
-// outcomes applied and written, and COMMIT. It sets every op's result,
-// marking duplicates, and returns the outcomes it carried (their results
-// set, standing if the transaction committed) and those it gives back
-// (their rows locked elsewhere or gone), for the caller to hand to the
-// update batcher once the transaction is over. Before the rows are read
-// every outcome counts as carried.
-func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], outs []*pgOp[*pgUpdate], c *pgCommit) (carried, back []*pgOp[*pgUpdate], err error) {
+// tracked tasks, the insert (nothing for a key already stored) and the
+// pending tasks marked done; then COMMIT. It sets every op's result,
+// marking duplicates.
+func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c *pgCommit) error {
 	n := len(ops)
 	keys := make([]Key, 0, n)
 	var (
@@ -322,19 +310,45 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 		FROM (SELECT p, i FROM unnest($1::text[], $2::text[]) AS k(p, i) ORDER BY p, i) s`, lockProvs, lockIDs)
 	b.Queue(`SELECT provider, id, submitted_at FROM tasks
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, provs, ids)
-	outKeys := updateKeys(outs)
-	if len(outs) > 0 {
-		queueLockDeliveries(b, outKeys, true)
-	}
+	b.Queue(`INSERT INTO records (`+pgRecordCols+`)
+		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
+			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
+			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
+			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
+			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
+			u.quarantine, u.other_code, u.correction
+		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
+			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
+			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
+			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
+			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
+				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
+				last_status, last_error, updated_at, expires_at, answer, history,
+				verified, tracked, quarantine, other_code, correction, ord)
+		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
+		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
+		ORDER BY u.ord
+		ON CONFLICT (provider, id) DO NOTHING
+		RETURNING provider, id`,
+		provs, ids, codes, sources, received, subs, servers, reqs,
+		states, attempts, failures, interrupts, dues, owners, abs, rel,
+		lastStatus, lastErrs, updated, expires, answers, histories,
+		verifieds, trackeds, quarantines, others, corrections)
+	// Only results inserted now complete their tasks (a duplicate's task
+	// was settled by the first), never quarantined ones, nor results
+	// received before their task was submitted.
+	b.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(provider, id, received, state)
+		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
+			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
 
-	carried = outs
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
-		return carried, nil, err
+		return err
 	}
 	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 	tracked := map[Key]time.Time{}
-	var cur map[Key]Delivery
+	inserted := map[Key]bool{}
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
 		if _, err := br.Exec(); err != nil {
@@ -363,78 +377,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(outs) > 0 {
-			cur, err = scanDeliveries(br)
-		}
-		return err
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return carried, nil, err
-	}
-	// The outcomes whose rows this transaction holds are applied; the
-	// others go back.
-	carried = nil
-	for _, op := range outs {
-		if _, ok := cur[op.in.key]; ok {
-			carried = append(carried, op)
-		} else {
-			back = append(back, op)
-		}
-	}
-	before := maps.Clone(cur)
-	changed := p.applyUpdates(carried, cur)
-
-	commit := &pgx.Batch{}
-	if len(changed) > 0 {
-		queueLockCounts(commit, ops, before, cur, changed)
-	}
-	commit.Queue(`INSERT INTO records (`+pgRecordCols+`)
-		SELECT u.provider, u.id, u.code, u.answer, u.source, u.received_at, coalesce(t.submitted_at, u.submitted_at), u.server, u.request,
-			u.state, u.attempts, u.failures, u.interrupts, u.due_at, u.lease_owner,
-			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
-			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
-			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
-			u.quarantine, u.other_code, u.correction
-		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
-			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
-			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
-			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
-			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
-				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
-				last_status, last_error, updated_at, expires_at, answer, history,
-				verified, tracked, quarantine, other_code, correction, ord)
-		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
-		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
-		ORDER BY u.ord
-		ON CONFLICT (provider, id) DO NOTHING
-		RETURNING provider, id`,
-		provs, ids, codes, sources, received, subs, servers, reqs,
-		states, attempts, failures, interrupts, dues, owners, abs, rel,
-		lastStatus, lastErrs, updated, expires, answers, histories,
-		verifieds, trackeds, quarantines, others, corrections)
-	// Only results inserted now complete their tasks (a duplicate's task
-	// was settled by the first), never quarantined ones, nor results
-	// received before their task was submitted.
-	commit.Queue(`UPDATE tasks t SET state = 'done', next_poll_at = NULL, updated_at = u.received, result_at = u.received
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(provider, id, received, state)
-		WHERE t.provider = u.provider AND t.id = u.id AND t.state = 'pending'
-			AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received`, provs, ids, received, states)
-	queueWriteDeliveries(commit, outKeys, cur, changed)
-	commit.Queue("COMMIT")
-	c.sent = true
-	inserted := map[Key]bool{}
-	br = conn.SendBatch(ctx, commit)
-	err = func() error {
-		if len(changed) > 0 {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		rows, err := br.Query()
-		if err != nil {
+		if rows, err = br.Query(); err != nil {
 			return err
 		}
 		for rows.Next() {
@@ -446,14 +389,17 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 			inserted[k] = true
 		}
 		rows.Close()
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = br.Exec()
+		return err
 	}()
-	// Close reads the rest: the tasks' update, the outcomes' and COMMIT.
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return carried, back, err
+		return err
 	}
 	// Each key is inserted by its first op in the batch; the others (and
 	// every key stored before) are duplicates.
@@ -469,38 +415,9 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], ou
 		}
 		op.in.dup = true
 	}
-	return carried, back, nil
-}
-
-// queueLockCounts queues the lock, in one statement, of every record count
-// row that a transaction writing both new records (ops) and outcomes
-// (changed, from before to cur) makes its count triggers change: the rows
-// of (provider, state) in the backend's shard, made if missing, in the
-// order the triggers take them (schema 0010: count_record_rows, shard
-// pg_backend_pid() % 16). Each of the transaction's two statements on
-// records locks its own rows in that order; without this lock first, the
-// transaction could hold a row of the insert's and wait for one of the
-// update's that a transaction of one statement (another backend of the
-// same shard) holds while it waits for the first: a deadlock, broken by
-// the server after deadlock_timeout.
-func queueLockCounts(b *pgx.Batch, ops []*pgOp[*pgInsert], before, cur map[Key]Delivery, changed map[Key]bool) {
-	type row struct{ provider, state string }
-	seen := map[row]bool{}
-	for _, op := range ops {
-		seen[row{op.in.rec.Provider, string(op.in.rec.State)}] = true
-	}
-	for k := range changed {
-		seen[row{k.Provider, string(before[k].State)}] = true
-		seen[row{k.Provider, string(cur[k].State)}] = true
-	}
-	provs, states := make([]string, 0, len(seen)), make([]string, 0, len(seen))
-	for r := range seen {
-		provs, states = append(provs, r.provider), append(states, r.state)
-	}
-	b.Queue(`INSERT INTO record_counts (provider, state, shard, n)
-		SELECT provider, state, pg_backend_pid() % 16, 0 FROM unnest($1::text[], $2::text[]) AS u(provider, state)
-		ORDER BY provider, state
-		ON CONFLICT (provider, state, shard) DO UPDATE SET n = record_counts.n`, provs, states)
+	c.sent = true
+	_, err = conn.Exec(ctx, "COMMIT")
+	return err
 }
 
 // pgUpdate is one UpdateDelivery.
@@ -526,45 +443,9 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 // order (an update of a key sees the earlier ones of the batch), the
 // changed rows written in one statement, COMMIT.
 func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c *pgCommit) error {
-	keys := updateKeys(ops)
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return err
+	for _, op := range ops {
+		op.err, op.in.result = nil, Delivery{}
 	}
-	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
-	read := &pgx.Batch{}
-	read.Queue("BEGIN")
-	read.Queue(`SELECT txid_current()`)
-	queueLockDeliveries(read, keys, false)
-	var cur map[Key]Delivery
-	br := conn.SendBatch(ctx, read)
-	err = func() error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&c.xid); err != nil {
-			return err
-		}
-		cur, err = scanDeliveries(br)
-		return err
-	}()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	write := &pgx.Batch{}
-	queueWriteDeliveries(write, keys, cur, p.applyUpdates(ops, cur))
-	write.Queue("COMMIT")
-	c.sent = true
-	// A failed commit's error is every op's (pgBatcher.loop); a commit
-	// that landed despite it (afterFailure) keeps each op's own result.
-	return conn.SendBatch(ctx, write).Close()
-}
-
-// updateKeys returns the keys of ops, each once, in lock order (keyOrder).
-func updateKeys(ops []*pgOp[*pgUpdate]) []Key {
 	var keys []Key
 	seen := map[Key]bool{}
 	for _, op := range ops {
@@ -574,71 +455,56 @@ func updateKeys(ops []*pgOp[*pgUpdate]) []Key {
 		}
 	}
 	slices.SortFunc(keys, keyOrder)
-	return keys
-}
-
-// queueLockDeliveries queues the read of the delivery state of keys, their
-// rows locked for update in lock order (the update batch); with
-// skipLocked (an insert batch carrying outcomes), rows that another
-// transaction holds are left out instead of waited for (pgFoldLock).
-func queueLockDeliveries(b *pgx.Batch, keys []Key, skipLocked bool) {
 	provs, ids := make([]string, len(keys)), make([]string, len(keys))
 	for i, k := range keys {
 		provs[i], ids[i] = k.Provider, k.ID
 	}
-	if skipLocked {
-		b.Queue(pgFoldLock, provs, ids)
-		return
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
 	}
-	b.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
+	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
+	read := &pgx.Batch{}
+	read.Queue("BEGIN")
+	read.Queue(`SELECT txid_current()`)
+	read.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY provider, id FOR UPDATE`, provs, ids)
-}
-
-// pgFoldLock reads and locks the rows of the outcomes an insert batch
-// carries ($1, $2: providers and ids), skipping rows another transaction
-// holds. It is on the pingback's path, so it probes the primary key once
-// per key: a plan made while the table was small (pgx prepares the
-// statement once per connection, and PostgreSQL keeps a generic plan
-// until the table is next analyzed, up to a minute on a new store) stays
-// an index scan, where a semi-join over the keys would scan the table
-// (measured: the first rounds of bench/run-postgres.sh at about half the
-// rate). The order the rows are locked in does not matter: SKIP LOCKED
-// never waits.
-const pgFoldLock = `SELECT r.* FROM unnest($1::text[], $2::text[]) AS u(provider, id)
-	CROSS JOIN LATERAL (SELECT provider, id, ` + pgDeliveryCols + ` FROM records
-		WHERE provider = u.provider AND id = u.id FOR UPDATE SKIP LOCKED) r`
-
-// scanDeliveries reads the result of queueLockDeliveries.
-func scanDeliveries(br pgx.BatchResults) (map[Key]Delivery, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	cur := map[Key]Delivery{}
-	for rows.Next() {
-		var k Key
-		var d pgDelivery
-		if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
-			&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
-			return nil, err
+	br := conn.SendBatch(ctx, read)
+	err = func() error {
+		if _, err := br.Exec(); err != nil {
+			return err
 		}
-		if cur[k], err = d.delivery(); err != nil {
-			return nil, fmt.Errorf("decoding history of %s: %w", k, err)
+		if err := br.QueryRow().Scan(&c.xid); err != nil {
+			return err
 		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k Key
+			var d pgDelivery
+			if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
+				&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
+				return err
+			}
+			if cur[k], err = d.delivery(); err != nil {
+				return fmt.Errorf("decoding history of %s: %w", k, err)
+			}
+		}
+		return rows.Err()
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	return cur, rows.Err()
-}
-
-// applyUpdates runs the fn of every op on the rows read, cur, in queue
-// order (an update of a key sees the earlier ones of the batch), setting
-// each op's result: ErrNotFound for a key not read, fn's error, or the
-// delivery as fn left it (cur then holds it). It returns the keys changed.
-func (p *Postgres) applyUpdates(ops []*pgOp[*pgUpdate], cur map[Key]Delivery) map[Key]bool {
+	if err != nil {
+		return err
+	}
 	changed := map[Key]bool{}
 	for _, op := range ops {
-		op.err, op.in.result = nil, Delivery{}
 		k := op.in.key
 		d, ok := cur[k]
 		if !ok {
@@ -656,46 +522,45 @@ func (p *Postgres) applyUpdates(ops []*pgOp[*pgUpdate], cur map[Key]Delivery) ma
 		cur[k] = next
 		changed[k] = true
 	}
-	return changed
-}
-
-// queueWriteDeliveries queues one statement writing the delivery state of
-// the changed keys (in the order of keys) from cur; nothing if none changed.
-func queueWriteDeliveries(b *pgx.Batch, keys []Key, cur map[Key]Delivery, changed map[Key]bool) {
-	if len(changed) == 0 {
-		return
-	}
-	var (
-		wp, wi, st, le []string
-		at, fa, in, ls []int32
-		due, until, up []*int64
-		ow             []*string
-		hi             [][]byte
-	)
-	for _, k := range keys {
-		if !changed[k] {
-			continue
+	write := &pgx.Batch{}
+	if len(changed) > 0 {
+		var (
+			wp, wi, st, le []string
+			at, fa, in, ls []int32
+			due, until, up []*int64
+			ow             []*string
+			hi             [][]byte
+		)
+		for _, k := range keys {
+			if !changed[k] {
+				continue
+			}
+			d := cur[k]
+			wp, wi, st = append(wp, k.Provider), append(wi, k.ID), append(st, string(d.State))
+			at, fa, in = append(at, int32(d.Attempts)), append(fa, int32(d.Failures)), append(in, int32(d.Interrupts))
+			due, until, up = append(due, nsPtr(d.DueAt)), append(until, nsPtr(d.Lease.Until)), append(up, nsPtr(d.UpdatedAt))
+			var o *string
+			if d.Lease.Owner != "" {
+				owner := d.Lease.Owner
+				o = &owner
+			}
+			ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
+			hi = append(hi, historyJSON(d.History))
 		}
-		d := cur[k]
-		wp, wi, st = append(wp, k.Provider), append(wi, k.ID), append(st, string(d.State))
-		at, fa, in = append(at, int32(d.Attempts)), append(fa, int32(d.Failures)), append(in, int32(d.Interrupts))
-		due, until, up = append(due, nsPtr(d.DueAt)), append(until, nsPtr(d.Lease.Until)), append(up, nsPtr(d.UpdatedAt))
-		var o *string
-		if d.Lease.Owner != "" {
-			owner := d.Lease.Owner
-			o = &owner
-		}
-		ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
-		hi = append(hi, historyJSON(d.History))
+		write.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
+				due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
+				last_error = u.last_error, updated_at = u.updated_at, history = u.history
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
+				$10::int[], $11::text[], $12::bigint[], $13::bytea[])
+				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
+			WHERE r.provider = u.provider AND r.id = u.id`,
+			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
 	}
-	b.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
-			due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
-			last_error = u.last_error, updated_at = u.updated_at, history = u.history
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
-			$10::int[], $11::text[], $12::bigint[], $13::bytea[])
-			AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
-		WHERE r.provider = u.provider AND r.id = u.id`,
-		wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
+	write.Queue("COMMIT")
+	c.sent = true
+	// A failed commit's error is every op's (pgBatcher.loop); a commit
+	// that landed despite it (afterFailure) keeps each op's own result.
+	return conn.SendBatch(ctx, write).Close()
 }
 
 // nsPtr is t in Unix nanoseconds, nil for the zero time.

@@ -73,27 +73,3 @@ func PostgresPreparedStatements(ctx context.Context, p *Postgres) (map[string]Pr
 	}
 	return out, rows.Err()
 }
-
-// SetPostgresFoldWait sets how long p's deferrable updates wait for an
-// insert batch to carry them (pgLazyWait in production).
-func SetPostgresFoldWait(p *Postgres, d time.Duration) {
-	p.fold.mu.Lock()
-	defer p.fold.mu.Unlock()
-	p.fold.wait = d
-}
-
-// PostgresFoldWaiting is how many deferrable updates wait in p's fold.
-func PostgresFoldWaiting(p *Postgres) int {
-	p.fold.mu.Lock()
-	defer p.fold.mu.Unlock()
-	return len(p.fold.ops)
-}
-
-// PostgresCarried is how many deferrable updates p's insert batches have
-// committed in their own transactions.
-func PostgresCarried(p *Postgres) int64 { return p.fold.carried.Load() }
-
-// PostgresFoldLockQuery is the query by which an insert batch reads and
-// locks the rows of the outcomes it carries; its parameters are the keys'
-// providers and ids (two text arrays).
-const PostgresFoldLockQuery = pgFoldLock

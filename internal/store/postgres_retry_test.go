@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -43,20 +42,15 @@ func retryRecord(id string, forwarding bool) *store.Record {
 // retryOp is one retried operation of the store: it sets up what it
 // needs (before the fault), then runs and checks its result.
 type retryOp struct {
-	name   string // the case, and the operation the store's log line names unless logged is set
-	logged string
-	prep   func(t *testing.T, p *store.Postgres, id string)
-	run    func(t *testing.T, p *store.Postgres, id string)
+	name string // the operation the store's log line names
+	prep func(t *testing.T, p *store.Postgres, id string)
+	run  func(t *testing.T, p *store.Postgres, id string)
 }
-
-// logName is the operation the store's log line names.
-func (op retryOp) logName() string { return cmp.Or(op.logged, op.name) }
 
 var forward = func(d *store.Delivery, lapsed bool) { d.State = store.StateForwarding; d.Attempts++ }
 
-// retryOps are the three retried operations, and an insert carrying a
-// live forward's outcome: each must succeed once, on the row as it would
-// be had no fault happened.
+// retryOps are the three retried operations: each must succeed once, on
+// the row as it would be had no fault happened.
 var retryOps = []retryOp{
 	{
 		name: "insert",
@@ -70,34 +64,6 @@ var retryOps = []retryOp{
 			}
 			if res.Existing != nil {
 				t.Fatalf("Insert = duplicate of %+v, want new (its own row)", res.Existing.Delivery)
-			}
-		},
-	},
-	{
-		name:   "insert carrying an outcome",
-		logged: "insert",
-		prep: func(t *testing.T, p *store.Postgres, id string) {
-			if _, err := p.Insert(context.Background(), retryRecord(id+"-out", true)); err != nil {
-				t.Fatal(err)
-			}
-			store.SetPostgresFoldWait(p, time.Hour) // the outcome waits for the insert
-		},
-		run: func(t *testing.T, p *store.Postgres, id string) {
-			res := deliverLater(t, p, id+"-out")
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if res, err := p.Insert(ctx, retryRecord(id, true)); err != nil || res.Existing != nil {
-				t.Fatalf("Insert = %+v, %v; want new, committed after one retry", res, err)
-			}
-			if err := outcomeErr(t, res); err != nil {
-				t.Fatalf("outcome: %v, want it committed", err)
-			}
-			rec, err := p.Get(context.Background(), store.Key{Provider: "2captcha", ID: id + "-out"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rec.Attempts != 2 || rec.State != store.StateDelivered {
-				t.Fatalf("outcome's record: %d attempts, %s; want 2, delivered (applied once)", rec.Attempts, rec.State)
 			}
 		},
 	},
@@ -214,8 +180,8 @@ func TestPostgresRetriesAfterTerminatedBackends(t *testing.T) {
 				t.Fatal("no backend of the store to terminate")
 			}
 			op.run(t, p, id)
-			wantLog(t, logs, "postgres connection lost; retrying once on a new connection", op.logName())
-			checkStored(t, p, base, schema, id, []int{1, 1, 2, 1}[i])
+			wantLog(t, logs, "postgres connection lost; retrying once on a new connection", op.name)
+			checkStored(t, p, base, schema, id, []int{1, 2, 1}[i])
 		})
 	}
 	if errs := logs.FilterLevelExact(zapcore.ErrorLevel).All(); len(errs) > 0 {
@@ -394,8 +360,8 @@ func TestPostgresCommitLostOnTheWire(t *testing.T) {
 			if proxy.dropped.Load() != before+1 {
 				t.Fatal("the proxy dropped no connection after a COMMIT: the case was not tested")
 			}
-			wantLog(t, logs, "postgres connection lost after COMMIT was sent; the commit landed", op.logName())
-			checkStored(t, p, base, schema, id, []int{1, 1, 2, 1}[i])
+			wantLog(t, logs, "postgres connection lost after COMMIT was sent; the commit landed", op.name)
+			checkStored(t, p, base, schema, id, []int{1, 2, 1}[i])
 		})
 	}
 }
