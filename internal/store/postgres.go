@@ -82,7 +82,7 @@ type PostgresOptions struct {
 // never claim the same record, and leases are measured by the database's
 // clock (now()), never the instances'.
 type Postgres struct {
-	pool      *pgxpool.Pool
+	pool      *pgDB
 	log       *zap.Logger
 	owner     string
 	leaseTerm time.Duration
@@ -138,7 +138,13 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	if !strings.Contains(opts.DSN, "pool_max_conns") {
 		cfg.MaxConns = DefaultPostgresMaxConns
 	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = opts.Schema
+	// No search_path startup parameter (poolers refuse it): every
+	// transaction sets it (postgres_pooler rules, pgDB).
+	path := pgx.Identifier{opts.Schema}.Sanitize()
+	if !strings.Contains(opts.DSN, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	sessionPath := pgSessionPathModes[cfg.ConnConfig.DefaultQueryExecMode]
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = DefaultPostgresApplicationName
 	}
@@ -146,11 +152,25 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
-	cfg.AfterConnect = (&pgDurability{location: loc, log: opts.Logger}).afterConnect
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	durability := &pgDurability{location: loc, log: opts.Logger}
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := durability.afterConnect(ctx, conn); err != nil {
+			return err
+		}
+		if !sessionPath {
+			return nil
+		}
+		// A mode that describes statements outside their transaction
+		// needs the schema on the session: the DSN says the connection
+		// is the store's own.
+		_, err := conn.Exec(ctx, "SET search_path TO "+path)
+		return err
+	}
+	pgxPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres %s: %w", loc, err)
 	}
+	pool := &pgDB{pool: pgxPool, path: path, location: loc, log: opts.Logger}
 	ctx, cancel := context.WithTimeout(context.Background(), opts.OpenWait)
 	defer cancel()
 	var lastErr error
@@ -189,6 +209,12 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 	// pgDurability.afterConnect: synchronous_commit off is refused.
 	if err := migrate(ctx, pool, opts.Schema, opts.LegacyAccounts, 0); err != nil {
 		pool.Close()
+		if statementPoolingError(err) {
+			return nil, errStatementPooling(loc, err)
+		}
+		if nd := (*NotDurableError)(nil); errors.As(err, &nd) {
+			return nil, nd
+		}
 		return nil, fmt.Errorf("postgres %s: %w", loc, err)
 	}
 	p := &Postgres{
@@ -239,12 +265,12 @@ func (p *Postgres) monitor() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := p.pool.Ping(ctx)
+		err := p.probe(ctx)
 		if transientError(err) && ctx.Err() == nil {
 			// A dead pooled connection (a terminated backend) is no
 			// outage: ask again on a new one.
 			p.pool.Reset()
-			err = p.pool.Ping(ctx)
+			err = p.probe(ctx)
 		}
 		cancel()
 		now := time.Now()
@@ -269,6 +295,18 @@ func (p *Postgres) monitor() {
 				zap.Duration("down_for", now.Sub(downSince)), zap.String("error", redactedError(err)))
 		}
 	}
+}
+
+// probe is the monitor's check: the database answers a read, and its
+// synchronous_commit is not off (a *NotDurableError). Behind a pooler the
+// setting is that of whichever server connection the read got, as for
+// every write transaction (pgDB.readBegin).
+func (p *Postgres) probe(ctx context.Context) error {
+	var sc string
+	if err := p.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&sc); err != nil {
+		return err
+	}
+	return p.pool.checkDurable(sc)
 }
 
 // Owner implements Store.
@@ -324,8 +362,11 @@ func (p *Postgres) op(fn func() error) error {
 	if err != nil && p.closed.Load() {
 		return ErrClosed
 	}
-	if err != nil && connectionLost(err) {
+	if err != nil && (connectionLost(err) || isNotDurable(err)) {
 		p.available.Store(false)
+	}
+	if err != nil {
+		p.pool.notePreparedStatementError(err)
 	}
 	return err
 }
@@ -340,10 +381,53 @@ func connectionLost(err error) bool {
 		strings.Contains(err.Error(), "conn closed")
 }
 
-// tx runs fn in a transaction (READ COMMITTED; rows are locked where it
-// matters) and commits; fn's error rolls back and is returned.
+// tx runs fn in a write transaction (READ COMMITTED; rows are locked
+// where it matters; opened by pgDB.begin, so refused when
+// synchronous_commit is off) and commits; fn's error rolls back and is
+// returned.
 func (p *Postgres) tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return p.op(func() error { return pgx.BeginFunc(ctx, p.pool, fn) })
+	return p.op(func() error { return p.runTx(ctx, nil, fn) })
+}
+
+// runTx runs fn in a write transaction on a connection of its own and
+// commits, recording in c (if not nil) the transaction's id and whether
+// COMMIT was sent.
+func (p *Postgres) runTx(ctx context.Context, c *pgCommit, fn func(tx pgx.Tx) error) error {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
+	tx, err := p.pool.begin(ctx, conn, c)
+	if tx != nil {
+		defer func() { // nothing after a commit
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}()
+	}
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if c != nil {
+		c.sent = true
+	}
+	return tx.Commit(ctx)
+}
+
+// exec runs one write statement as a write transaction of its own
+// (runTx); the caller runs it in op.
+func (p *Postgres) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := p.runTx(ctx, nil, func(tx pgx.Tx) error {
+		var err error
+		tag, err = tx.Exec(ctx, sql, args...)
+		return err
+	})
+	return tag, err
 }
 
 // The columns of a record, in the order scanRecord reads them.
@@ -612,13 +696,13 @@ func (p *Postgres) readModifyWriteLocked(ctx context.Context, lock *Key, query s
 		}
 		defer conn.Release()
 		read := &pgx.Batch{}
-		read.Queue("BEGIN")
+		p.pool.queueBegin(read)
 		if lock != nil {
 			read.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, lock.Provider, lock.ID)
 		}
 		read.Queue(query, args...)
 		br := conn.SendBatch(ctx, read)
-		if _, err := br.Exec(); err != nil {
+		if err := p.pool.readBegin(br, nil); err != nil {
 			br.Close()
 			return err
 		}
@@ -902,7 +986,7 @@ func (p *Postgres) queryRecords(ctx context.Context, tx pgx.Tx, sql string, args
 func (p *Postgres) Renew(ctx context.Context, key Key, attempt int, until time.Time) error {
 	abs, rel := p.leaseEnd(until)
 	return p.op(func() error {
-		tag, err := p.pool.Exec(ctx, `UPDATE records
+		tag, err := p.exec(ctx, `UPDATE records
 			SET lease_until = coalesce($5::bigint, now_ns() + $6::bigint)
 			WHERE provider = $1 AND id = $2 AND state = 'forwarding' AND attempts = $3 AND lease_owner = $4`,
 			key.Provider, key.ID, attempt, p.owner, abs, rel)

@@ -244,7 +244,8 @@ func insertRetryWindow(ctx context.Context, ops []*pgOp[*pgInsert], err error) (
 }
 
 // insertAttempt stores a batch of records in one transaction of two round
-// trips on one connection: BEGIN, the transaction's id (for c), the keys'
+// trips on one connection: BEGIN, the search_path, the transaction's id
+// (for c) and its synchronous_commit (pgDB.queueBegin), the keys'
 // advisory locks (shared with AddTask), the submission times of their
 // tracked tasks, the insert (nothing for a key already stored) and the
 // pending tasks marked done; then COMMIT. It sets every op's result,
@@ -304,8 +305,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 	}
 
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(`SELECT txid_current()`)
+	p.pool.queueBegin(b)
 	b.Queue(`SELECT count(pg_advisory_xact_lock(hashtext(p), hashtext(i)))
 		FROM (SELECT p, i FROM unnest($1::text[], $2::text[]) AS k(p, i) ORDER BY p, i) s`, lockProvs, lockIDs)
 	b.Queue(`SELECT provider, id, submitted_at FROM tasks
@@ -351,10 +351,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 	inserted := map[Key]bool{}
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&c.xid); err != nil {
+		if err := p.pool.readBegin(br, c); err != nil {
 			return err
 		}
 		if _, err := br.Exec(); err != nil {
@@ -438,8 +435,8 @@ func (p *Postgres) updateBatch(ctx context.Context, ops []*pgOp[*pgUpdate]) erro
 }
 
 // updateAttempt applies a batch of delivery updates in one transaction of
-// two round trips: the transaction's id (for c) and the rows locked in
-// key order (BEGIN, SELECT ... FOR UPDATE), every fn applied in queue
+// two round trips: the transaction's opening (pgDB.queueBegin: its id for
+// c) and the rows locked in key order (SELECT ... FOR UPDATE), every fn applied in queue
 // order (an update of a key sees the earlier ones of the batch), the
 // changed rows written in one statement, COMMIT.
 func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c *pgCommit) error {
@@ -465,18 +462,14 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 	}
 	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 	read := &pgx.Batch{}
-	read.Queue("BEGIN")
-	read.Queue(`SELECT txid_current()`)
+	p.pool.queueBegin(read)
 	read.Queue(`SELECT provider, id, `+pgDeliveryCols+` FROM records
 		WHERE (provider, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY provider, id FOR UPDATE`, provs, ids)
 	cur := map[Key]Delivery{}
 	br := conn.SendBatch(ctx, read)
 	err = func() error {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
-		if err := br.QueryRow().Scan(&c.xid); err != nil {
+		if err := p.pool.readBegin(br, c); err != nil {
 			return err
 		}
 		rows, err := br.Query()

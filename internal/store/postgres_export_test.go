@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
 )
 
 // SetPostgresClock makes p measure due times and leases by clock instead
@@ -25,7 +27,8 @@ func MigratePostgresTo(ctx context.Context, dsn, schema string, upTo int) error 
 		return err
 	}
 	defer pool.Close()
-	return migrate(ctx, pool, schema, nil, upTo)
+	db := &pgDB{pool: pool, path: pgx.Identifier{schema}.Sanitize(), location: "test", log: zap.NewNop()}
+	return migrate(ctx, db, schema, nil, upTo)
 }
 
 // PostgresDueTasksQuery is DueTasks' query; its parameters are the

@@ -9,15 +9,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The PostgreSQL schema lives in postgres_schema/NNNN_name.sql, applied in
 // order; the version applied last is kept in schema_version. Several
-// instances starting at once serialise on a session advisory lock, so each
-// version is applied once.
+// instances starting at once serialise on a transaction-level advisory
+// lock, so each version is applied once.
 //
 //go:embed postgres_schema/*.sql
 var pgSchemaFS embed.FS
@@ -99,12 +99,16 @@ func stampLegacyAccounts(ctx context.Context, tx pgx.Tx, legacy map[string]strin
 	return nil
 }
 
-// migrate creates the schema if needed and applies the migrations it
-// lacks, under an advisory lock held on one connection for the whole run.
-// A database at a newer version than this build knows is refused. legacy
-// is PostgresOptions.LegacyAccounts (for migration 9). upTo, if positive,
+// migrate creates the schema if it does not exist and applies the
+// migrations it lacks, all in one write transaction under a
+// transaction-scoped advisory lock (a session lock would outlive the
+// transaction on a pooled server connection, and its unlock could run on
+// another). The schema is created only when missing, so a role that owns
+// an existing schema and has no CREATE right on the database starts. A
+// database at a newer version than this build knows is refused. legacy is
+// PostgresOptions.LegacyAccounts (for migration 9). upTo, if positive,
 // stops after that version (tests: a database of an earlier schema).
-func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, legacy map[string]string, upTo int) error {
+func migrate(ctx context.Context, db *pgDB, schema string, legacy map[string]string, upTo int) error {
 	ms, err := pgMigrations()
 	if err != nil {
 		return err
@@ -112,53 +116,62 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, legacy map[
 	if upTo > 0 && upTo < len(ms) {
 		ms = ms[:upTo]
 	}
-	conn, err := pool.Acquire(ctx)
+	conn, err := db.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	lockKey := "caddy-pingback migrate " + schema
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", lockKey); err != nil {
+	defer conn.Release() // a connection left in a transaction is destroyed, not pooled
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { // nothing after a commit
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "caddy-pingback migrate "+schema); err != nil {
 		return fmt.Errorf("taking the migration lock: %w", err)
 	}
-	defer func() {
-		// A session lock ends with the session too; unlock so the pooled
-		// connection does not keep it.
-		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtextextended($1, 0))", lockKey)
-	}()
-	ident := pgx.Identifier{schema}.Sanitize()
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
-		return fmt.Errorf("creating schema %s: %w", schema, err)
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		return fmt.Errorf("looking up schema %s: %w", schema, err)
 	}
-	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+ident+".schema_version (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+	if !exists {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+db.path); err != nil {
+			return fmt.Errorf("creating schema %s (it does not exist: create it for the store's role, or grant the role CREATE on the database; see docs/storage.md): %w", schema, err)
+		}
+	}
+	var path, sc string
+	var xid int64
+	if err := tx.QueryRow(ctx, pgBeginWrite, db.path).Scan(&path, &xid, &sc); err != nil {
+		return err
+	}
+	if err := db.checkDurable(sc); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
 		return fmt.Errorf("creating schema_version: %w", err)
 	}
 	var have int
-	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+ident+".schema_version").Scan(&have); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_version").Scan(&have); err != nil {
 		return fmt.Errorf("reading the schema version: %w", err)
 	}
 	if have > len(ms) {
 		return fmt.Errorf("database schema %s is at version %d, newer than this plugin's %d: upgrade the plugin", schema, have, len(ms))
 	}
 	for _, m := range ms[have:] {
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+ident); err != nil {
-				return err
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fmt.Errorf("applying schema %s: %w", m.name, err)
+		}
+		if after := pgAfter[m.version]; after != nil {
+			if err := after(ctx, tx, legacy); err != nil {
+				return fmt.Errorf("applying schema %s: %w", m.name, err)
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return err
-			}
-			if after := pgAfter[m.version]; after != nil {
-				if err := after(ctx, tx, legacy); err != nil {
-					return err
-				}
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO schema_version (version) VALUES ($1)", m.version)
-			return err
-		})
-		if err != nil {
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_version (version) VALUES ($1)", m.version); err != nil {
 			return fmt.Errorf("applying schema %s: %w", m.name, err)
 		}
 	}
-	return nil
+	return tx.Commit(ctx)
 }

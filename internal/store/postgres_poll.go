@@ -79,7 +79,7 @@ func (p *Postgres) PollBudgets(ctx context.Context) (map[Account]PollBudget, err
 // CountTracked implements SharedPolling.
 func (p *Postgres) CountTracked(ctx context.Context, acct Account) error {
 	return p.op(func() error {
-		_, err := p.pool.Exec(ctx, `INSERT INTO providers (provider, account, tracked) VALUES ($1, $2, 1)
+		_, err := p.exec(ctx, `INSERT INTO providers (provider, account, tracked) VALUES ($1, $2, 1)
 			ON CONFLICT (provider, account) DO UPDATE SET tracked = providers.tracked + 1`, acct.Provider, acct.ID)
 		return err
 	})
@@ -90,13 +90,16 @@ func (p *Postgres) CountTracked(ctx context.Context, acct Account) error {
 func (p *Postgres) ObserveDelay(ctx context.Context, provider string, d time.Duration) error {
 	return p.op(func() error {
 		var seq int64
-		if err := p.pool.QueryRow(ctx, `INSERT INTO latencies (provider, delay_ns) VALUES ($1, $2) RETURNING seq`, provider, int64(d)).Scan(&seq); err != nil {
+		err := p.runTx(ctx, nil, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `INSERT INTO latencies (provider, delay_ns) VALUES ($1, $2) RETURNING seq`, provider, int64(d)).Scan(&seq)
+		})
+		if err != nil {
 			return err
 		}
 		if seq%latencyTrimEvery != 0 {
 			return nil
 		}
-		_, err := p.pool.Exec(ctx, `DELETE FROM latencies WHERE provider = $1 AND seq < (
+		_, err = p.exec(ctx, `DELETE FROM latencies WHERE provider = $1 AND seq < (
 				SELECT min(seq) FROM (SELECT seq FROM latencies WHERE provider = $1 ORDER BY seq DESC LIMIT $2) recent)`,
 			provider, latencyKeep)
 		return err

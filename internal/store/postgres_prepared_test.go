@@ -12,15 +12,17 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// TestPostgresBatchStatementsPrepared: the insert batch's statements (the
-// records' insert and the tasks' update) and the outcome batch's update
-// are each prepared once per connection and then executed as that
-// prepared statement, not parsed again from their text (pgx's statement
-// cache, its default exec mode), whatever the batch's size. On a pool of
-// one connection, one pingback at a time and then many at once, each
-// statement is in pg_prepared_statements under one name. With
-// default_query_exec_mode=exec nothing is prepared: the check can tell
-// the two apart.
+// TestPostgresBatchStatementsPrepared: with
+// default_query_exec_mode=cache_statement in the DSN (pgx's statement
+// cache, for a connection of the store's own), the insert batch's
+// statements (the records' insert and the tasks' update) and the outcome
+// batch's update are each prepared once per connection and then executed
+// as that prepared statement, not parsed again from their text, whatever
+// the batch's size. On a pool of one connection, one pingback at a time
+// and then many at once, each statement is in pg_prepared_statements
+// under one name. Without the parameter (the store's default, exec, which
+// works behind a transaction pooler) and with exec, nothing is prepared:
+// the check can tell them apart.
 func TestPostgresBatchStatementsPrepared(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	batchStatements := []string{
@@ -32,8 +34,9 @@ func TestPostgresBatchStatementsPrepared(t *testing.T) {
 		name, mode string
 		prepared   bool
 	}{
-		{name: "default", prepared: true},
+		{name: "default", prepared: false},
 		{name: "exec", mode: "exec", prepared: false},
+		{name: "cache_statement", mode: "cache_statement", prepared: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			schema := pgtest.Schema(t, dsn)

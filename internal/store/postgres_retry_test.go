@@ -215,7 +215,7 @@ func TestPostgresInsertRetryWithinDeadline(t *testing.T) {
 const pgCancelRequestCode = 80877102
 
 // commitDropper is a loopback TCP proxy in front of PostgreSQL that, when
-// armed, relays the next client message holding COMMIT to the server and
+// armed, relays the next client message holding the statement COMMIT to the server and
 // then drops the client's connection before the server's answer reaches
 // it: the commit lands, the client sees the connection break.
 type commitDropper struct {
@@ -286,7 +286,10 @@ func (d *commitDropper) accept() {
 			for {
 				n, err := client.Read(buf)
 				if n > 0 {
-					drop := d.armed.Load() && bytes.Contains(bytes.ToUpper(buf[:n]), []byte("COMMIT")) && d.armed.CompareAndSwap(true, false)
+					// The statement COMMIT, NUL-terminated as in a Query or
+					// Parse message (not synchronous_commit, which every
+					// write transaction reads).
+					drop := d.armed.Load() && bytes.Contains(bytes.ToUpper(buf[:n]), []byte("COMMIT\x00")) && d.armed.CompareAndSwap(true, false)
 					if drop {
 						cut.Store(true) // before the server can answer
 					}

@@ -35,7 +35,13 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 	var existing *Task
 	err := p.op(func() error {
 		existing = nil
+		conn, err := p.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release() // a connection left in a transaction is destroyed, not pooled
 		b := &pgx.Batch{}
+		p.pool.queueBegin(b)
 		b.Queue(`SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))`, t.Provider, t.ID)
 		b.Queue(`INSERT INTO tasks (`+pgTaskCols+`)
 			SELECT $1, $2, $3, $13, $4, $5, $6,
@@ -50,19 +56,28 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
 			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), pgNano(t.ExpiresAt),
 			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt), t.Token, t.Account)
-		br := p.pool.SendBatch(ctx, b)
+		br := conn.SendBatch(ctx, b)
+		if err := p.pool.readBegin(br, nil); err != nil {
+			br.Close()
+			return err
+		}
 		if _, err := br.Exec(); err != nil {
 			br.Close()
 			return err
 		}
 		var id string
-		err := br.QueryRow().Scan(&id)
+		err = br.QueryRow().Scan(&id)
 		inserted := err == nil
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			br.Close()
 			return err
 		}
 		if err := br.Close(); err != nil {
+			return err
+		}
+		// COMMIT in a round trip of its own: after readBegin's check of
+		// synchronous_commit.
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 			return err
 		}
 		if inserted {

@@ -155,28 +155,7 @@ func (p *Postgres) retryTransient(ctx context.Context, what string, attempt func
 func (p *Postgres) txRetry(ctx context.Context, what string, fn func(tx pgx.Tx) error) error {
 	return p.op(func() error {
 		return p.retryTransient(ctx, what, func(ctx context.Context, c *pgCommit) error {
-			conn, err := p.pool.Acquire(ctx)
-			if err != nil {
-				return err
-			}
-			defer conn.Release() // a connection left in a transaction is destroyed, not pooled
-			tx, err := conn.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			defer func() { // nothing after a commit
-				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = tx.Rollback(rctx)
-			}()
-			if err := tx.QueryRow(ctx, `SELECT txid_current()`).Scan(&c.xid); err != nil {
-				return err
-			}
-			if err := fn(tx); err != nil {
-				return err
-			}
-			c.sent = true
-			return tx.Commit(ctx)
+			return p.runTx(ctx, c, fn)
 		})
 	})
 }
