@@ -200,6 +200,9 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		if nd := (*NotDurableError)(nil); errors.As(lastErr, &nd) {
 			return nil, nd
 		}
+		if preparedStatementError(lastErr) {
+			return nil, errPreparedStatement(loc, lastErr)
+		}
 		if pgErr := (*pgconn.PgError)(nil); errors.As(lastErr, &pgErr) {
 			return nil, fmt.Errorf("postgres %s: %s", loc, redactedError(lastErr))
 		}
@@ -211,6 +214,9 @@ func OpenPostgres(opts PostgresOptions) (*Postgres, error) {
 		pool.Close()
 		if statementPoolingError(err) {
 			return nil, errStatementPooling(loc, err)
+		}
+		if preparedStatementError(err) {
+			return nil, errPreparedStatement(loc, err)
 		}
 		if nd := (*NotDurableError)(nil); errors.As(err, &nd) {
 			return nil, nd

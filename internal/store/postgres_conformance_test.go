@@ -16,11 +16,27 @@ import (
 // set to each claim's time.
 func TestPostgresConformance(t *testing.T) {
 	dsn := pgtest.DSN(t)
+	runPostgresConformance(t, dsn, dsn)
+}
+
+// TestPostgresConformanceBehindPgBouncer runs the same suite through
+// PgBouncer in transaction pooling with its stock settings: each
+// transaction may get another server connection, shared with the other
+// stores of the suite.
+func TestPostgresConformanceBehindPgBouncer(t *testing.T) {
+	direct := pgtest.DSN(t)
+	bounced, _ := pgtest.StartPgBouncer(t, direct, "transaction")
+	runPostgresConformance(t, bounced, direct)
+}
+
+// runPostgresConformance runs the suite on stores opened with dsn; direct
+// reaches the same database without a pooler (the schemas' clean-up).
+func runPostgresConformance(t *testing.T, dsn, direct string) {
 	var mu sync.Mutex
 	clocks := map[store.Store]*time.Time{}
 	open := func(t *testing.T, term time.Duration) store.Store {
 		t.Helper()
-		p, err := store.OpenPostgres(store.PostgresOptions{DSN: dsn, Schema: pgtest.Schema(t, dsn), LeaseTerm: term})
+		p, err := store.OpenPostgres(store.PostgresOptions{DSN: dsn, Schema: pgtest.Schema(t, direct), LeaseTerm: term})
 		if err != nil {
 			t.Fatalf("OpenPostgres: %v", err)
 		}

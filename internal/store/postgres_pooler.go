@@ -299,3 +299,10 @@ func errStatementPooling(location string, err error) error {
 	return fmt.Errorf("postgres %s: the connection pooler runs in statement pooling mode (%s), which cannot run the store's transactions: "+
 		"set pool_mode = transaction or session for this database (see %s)", location, redactedError(err), pgPoolerDoc)
 }
+
+// errPreparedStatement is the open's error on a prepared statement error
+// (preparedStatementError).
+func errPreparedStatement(location string, err error) error {
+	return fmt.Errorf("postgres %s: %s: the DSN's default_query_exec_mode keeps prepared statements on a connection, which a transaction pooler hands to other clients: "+
+		"remove it from the DSN, or pool in session mode (see %s)", location, redactedError(err), pgPoolerDoc)
+}
