@@ -38,17 +38,21 @@ const (
 // the next handler (normally reverse_proxy to the app).
 //
 // The provider gets 200 "OK" once the result is committed, whatever the
-// app answers, within AckTimeout (counted from arrival); a commit slower
-// than that gets 503 at AckTimeout, and the result, once committed, is
-// delivered all the same. Invalid pingbacks get 400, 405, 413 or 415
-// with a short plain-text reason and change nothing. If the store cannot
-// commit, the request is still forwarded and the provider gets 200 only if
-// the app accepted it, else 503. At start-up, a pingback that arrives while
-// the pingback app still opens the store waits for it, up to AckTimeout
-// counted from arrival; if that runs out first, the provider gets 503
-// "result not stored" at AckTimeout, nothing is stored, and the request is
-// forwarded without durability (not at all when verify or unknown_ids
-// needs the store), as when the store is down.
+// app answers, within AckTimeout counted from the end of the request body
+// (its last byte; a GET's arrival), however long the upload took; a commit
+// slower than that gets 503 "result not stored" at AckTimeout, and the
+// result, once committed, is delivered all the same. How long the upload
+// may take is bounded by the server's read timeouts (Caddy's timeouts
+// read_body and read_body_idle), not by AckTimeout. Invalid pingbacks get
+// 400, 405, 413 or 415 with a short plain-text reason and change nothing.
+// If the store cannot commit, the request is still forwarded and the
+// provider gets 200 only if the app accepted it, else 503. At start-up, a
+// pingback that arrives while the pingback app still opens the store waits
+// for it, up to AckTimeout counted from the end of its body; if that runs
+// out first, the provider gets 503 "result not stored" at AckTimeout,
+// nothing is stored, and the request is forwarded without durability (not
+// at all when verify or unknown_ids needs the store), as when the store is
+// down.
 //
 // The app receives the request exactly as the provider sent it plus the
 // headers Idempotency-Key, X-Pingback-Source and X-Pingback-Attempt. A 2xx or
@@ -63,12 +67,15 @@ type Handler struct {
 	// providers with a JSON API) and is half of the deduplication key.
 	Provider string `json:"provider,omitempty"`
 
-	// Longest time the provider waits for its answer. When the app is
-	// slower, the provider gets 200 "OK" at this point and the forward's
-	// outcome is recorded when it finishes. The anti-captcha family drops
-	// the connection at 2 seconds
-	// (https://docs.capmonster.cloud/docs/api/methods/create-task). Default:
-	// 1s for anticaptcha and capmonster, 2s for the others.
+	// Longest time the provider waits for its answer, counted from the
+	// end of the request body (its last byte; a GET's arrival): a slow
+	// upload does not count against it. When the app is slower, the
+	// provider gets 200 "OK" at this point and the forward's outcome is
+	// recorded when it finishes; when the commit is slower, 503 "result
+	// not stored" (the result is delivered once committed). The
+	// anti-captcha family drops the connection at 2 seconds
+	// (https://docs.capmonster.cloud/docs/api/methods/create-task).
+	// Default: 1s for anticaptcha and capmonster, 2s for the others.
 	AckTimeout caddy.Duration `json:"ack_timeout,omitempty"`
 
 	// Largest accepted request body, in bytes; larger ones get 413.
@@ -182,11 +189,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.serveDispatched(d, r, next)
 		return nil
 	}
-	start := time.Now() // ack_timeout counts from here
 	cb, err := readCallback(w, r, h.provider, h.MaxBody)
 	if err != nil {
 		return h.refuse(w, err)
 	}
+	// ack_timeout counts from here, once the whole body is read (a GET's
+	// arrival): the provider waits for its answer from its last byte, and
+	// a slow upload does not use up the commit's time.
+	start := time.Now()
 	x := h.receive(r, cb)
 	x.deadline = start.Add(time.Duration(h.AckTimeout))
 	x.reply.arm(w, time.Until(x.deadline))
@@ -240,7 +250,7 @@ type exchange struct {
 	rec *store.Record // what is stored: the request as received, its state
 	now time.Time     // when it was received (the app's clock)
 
-	deadline time.Time          // arrival + ack_timeout (the wall clock): the provider is answered by then
+	deadline time.Time          // the body's end + ack_timeout (the wall clock): the provider is answered by then
 	st       store.Store        // the store, or nil when it is not open
 	noStore  error              // why st is nil, when not errStoreUnavailable
 	v        trust              // what judge decided
@@ -559,13 +569,13 @@ func provisionProvider(ctx caddy.Context, name string) (provider, *App, error) {
 	return p, app.(*App), nil
 }
 
-// reply answers the provider exactly once, within ack_timeout counted
-// from arrival, whatever the store and the app do: if the commit or the
-// app takes longer, a timer answers meanwhile, 200 once the result is
-// committed, else 503 (a result committed after that is still delivered,
-// and the provider's retry is a duplicate). Only one of the timer and
-// the handler's goroutine ever writes to w, and the handler waits for
-// the timer's write before it returns (finish).
+// reply answers the provider exactly once, within ack_timeout counted from
+// the end of the request body, whatever the store and the app do: if the
+// commit or the app takes longer, a timer answers meanwhile, 200 once the
+// result is committed, else 503 (a result committed after that is still
+// delivered, and the provider's retry is a duplicate). Only one of the
+// timer and the handler's goroutine ever writes to w, and the handler
+// waits for the timer's write before it returns (finish).
 type reply struct {
 	w         http.ResponseWriter
 	deadline  time.Time // when the timer answers

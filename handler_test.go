@@ -1,16 +1,19 @@
 package pingback
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -728,6 +731,132 @@ func TestAckTimeoutDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAckTimeoutCountsFromBodyEnd: ack_timeout counts from the request
+// body's last byte, not from the request's first. A capmonster pingback
+// uploaded over a raw TCP connection a few bytes at a time, the upload
+// three times longer than the route's ack_timeout (a provider on a slow
+// link), is answered 200 once committed, stored once and delivered once.
+// If its commit then takes longer than ack_timeout, it is answered 503
+// "result not stored" ack_timeout after its last byte (not at once), and
+// delivered once the commit is done.
+func TestAckTimeoutCountsFromBodyEnd(t *testing.T) {
+	const ack = 400 * time.Millisecond
+	var gate atomic.Pointer[chan struct{}] // when set, commits wait until it is closed
+	withStoreOptions(t, func(o *store.BadgerOptions) {
+		o.BeforeCommit = func(uint64) error {
+			if g := gate.Load(); g != nil {
+				<-*g
+			}
+			return nil
+		}
+	})
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("capmonster", "ack_timeout "+ack.String(), app))
+	stored := runningApp(t).metrics.callbacks.WithLabelValues("capmonster", "stored")
+
+	for _, tc := range []struct {
+		name, id   string
+		holdCommit bool // the commit waits until the answer is read
+		status     int
+		answer     string
+	}{
+		{"commit in time", "7201", false, http.StatusOK, "OK"},
+		{"commit slower than ack_timeout", "7202", true, http.StatusServiceUnavailable, "result not stored"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "capmonster:" + tc.id
+			before := testutil.ToFloat64(stored)
+			unhold := func() {}
+			if tc.holdCommit {
+				g := make(chan struct{})
+				gate.Store(&g)
+				unhold = sync.OnceFunc(func() { gate.Store(nil); close(g) })
+				t.Cleanup(unhold) // never left held when the case fails
+			}
+			body := `{"taskId":` + tc.id + `,"errorId":0,"status":"ready","solution":{"gRecaptchaResponse":"T-` + tc.id + `"}}`
+			got := slowUpload(t, "/cb", "application/json", body, 24, 3*ack)
+			if got.upload < 2*ack {
+				t.Fatalf("the upload took %s, not clearly longer than ack_timeout %s: the case shows nothing", got.upload, ack)
+			}
+			late := got.answered.Sub(got.lastByte)
+			if got.status != tc.status || got.body != tc.answer {
+				t.Errorf("after an upload of %s, answered %d %q %s after the last byte; want %d %q",
+					got.upload, got.status, got.body, late, tc.status, tc.answer)
+			}
+			if tc.holdCommit && (late < ack || late > ack+time.Second) {
+				t.Errorf("the held commit was answered %s after the last byte, want at ack_timeout %s after it", late, ack)
+			}
+			unhold()
+			var rec *store.Record
+			testkit.WaitFor(t, 5*time.Second, key+" to be committed and delivered", func() bool {
+				var err error
+				rec, err = runningApp(t).store(time.Second).Get(context.Background(), store.Key{Provider: "capmonster", ID: tc.id})
+				return err == nil && rec.State == store.StateDelivered
+			})
+			if rec.Attempts != 1 || app.Count(key) != 1 || app.Deliveries(key) != 1 {
+				t.Errorf("%d attempts, the app received it %d times and took it %d times; want once each",
+					rec.Attempts, app.Count(key), app.Deliveries(key))
+			}
+			if n := testutil.ToFloat64(stored) - before; n != 1 {
+				t.Errorf("callbacks_total{capmonster,stored} rose by %v, want 1", n)
+			}
+		})
+	}
+}
+
+// slowAnswer is what slowUpload saw.
+type slowAnswer struct {
+	status   int
+	body     string
+	upload   time.Duration // from the request line to the body's last piece
+	lastByte time.Time     // just before the body's last piece was written
+	answered time.Time     // when the answer's status line and headers were read
+}
+
+// slowUpload POSTs body to path on the in-process Caddy over a raw TCP
+// connection: the request line and headers at once, then the body in
+// pieces of a few bytes, one every over/pieces (the pauses shape the
+// upload; they synchronise nothing), and reads the answer.
+func slowUpload(t *testing.T, path, ctype, body string, pieces int, over time.Duration) slowAnswer {
+	t.Helper()
+	conn, err := net.Dial("tcp", "localhost:"+testHTTPPort)
+	if err != nil {
+		t.Fatalf("dialling Caddy: %v", err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(over + 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: localhost:%s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n",
+		path, testHTTPPort, ctype, len(body))
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatalf("writing the request's head: %v", err)
+	}
+	var a slowAnswer
+	step := max(1, (len(body)+pieces-1)/pieces)
+	for i := 0; i < len(body); i += step {
+		time.Sleep(over / time.Duration(pieces))
+		a.lastByte = time.Now()
+		if _, err := io.WriteString(conn, body[i:min(i+step, len(body))]); err != nil {
+			t.Fatalf("writing the body at byte %d: %v", i, err)
+		}
+	}
+	a.upload = a.lastByte.Sub(start)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	a.answered = time.Now()
+	if err != nil {
+		t.Fatalf("reading the answer after an upload of %s: %v", a.upload, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the answer's body: %v", err)
+	}
+	a.status, a.body = resp.StatusCode, string(b)
+	return a
 }
 
 // TestInvalidUTF8CodeDuplicate sends a pingback whose code is not valid
