@@ -195,8 +195,8 @@ func (b *PgBouncer) waitReady(timeout time.Duration) error {
 
 // KillServerConnections terminates, with pg_terminate_backend through
 // AdminDSN, every PostgreSQL backend serving one of the bouncer's server
-// connections (found by their client ports: the bouncer's sockets connected
-// to the server), as a failover or an administrator would, and waits until
+// connections at the time of the call (found by their client ports: the
+// bouncer's sockets connected to the server, read from Linux's /proc), as a failover or an administrator would, and waits until
 // they are gone. Other clients of the same database and role, such as a
 // fixture's direct connection or another test's store, are left alone.
 // Clients connected through the bouncer keep their client connections;
@@ -222,23 +222,8 @@ func (b *PgBouncer) KillServerConnections(t testing.TB) int {
 		AND pid <> pg_backend_pid()`, ports, b.database, b.user).Scan(&pids); err != nil {
 		t.Fatalf("pgtest: finding PgBouncer's backends: %v", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS p(pid)`, pids); err != nil {
-		t.Fatalf("pgtest: terminating PgBouncer's backends: %v", err)
-	}
-	for {
-		var left int
-		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&left); err != nil {
-			t.Fatalf("pgtest: counting PgBouncer's terminated backends: %v", err)
-		}
-		if left == 0 {
-			return len(pids)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pgtest: %d of PgBouncer's backends still there after pg_terminate_backend", left)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	terminatePIDs(ctx, t, conn, pids, "backends of PgBouncer")
+	return len(pids)
 }
 
 // log returns PgBouncer's log so far.

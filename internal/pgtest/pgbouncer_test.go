@@ -2,13 +2,14 @@ package pgtest_test
 
 import (
 	"context"
-	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/testkit"
@@ -93,9 +94,10 @@ func TestPgBouncerPoolModes(t *testing.T) {
 	}
 }
 
-// TestPgBouncerKillServerConnections: KillServerConnections terminates the
-// backends serving the bouncer, not a direct connection of the same role,
-// and the bouncer's clients are served by new backends afterwards.
+// TestPgBouncerKillServerConnections: under traffic through the bouncer,
+// KillServerConnections terminates the backends serving it, not a direct
+// connection of the same role, and the bouncer's clients are then served by
+// new backends.
 func TestPgBouncerKillServerConnections(t *testing.T) {
 	target := pgtest.DSN(t)
 	dsn, b := pgtest.StartPgBouncer(t, target, "transaction")
@@ -105,30 +107,77 @@ func TestPgBouncerKillServerConnections(t *testing.T) {
 	if err := bystander.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&bystanderPID); err != nil {
 		t.Fatal(err)
 	}
-	client := connect(t, dsn)
-	var before int32
-	if err := client.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&before); err != nil {
+
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var mu sync.Mutex
+	seen := map[int32]bool{}       // backends that answered, before the kill
+	var phase atomic.Int32         // 0 before the kill, 1 during it, 2 after it
+	var served atomic.Int64        // answers, before the kill
+	fresh := make(chan int32, 100) // backends of queries sent after the kill
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ph := phase.Load()
+				var pid int32
+				if err := pool.QueryRow(ctx, "SELECT pg_backend_pid() FROM pg_sleep(0.005)").Scan(&pid); err != nil {
+					continue // a query on a killed server connection fails; the next is served anew
+				}
+				switch ph {
+				case 1:
+					continue
+				case 0:
+					mu.Lock()
+					seen[pid] = true
+					mu.Unlock()
+					served.Add(1)
+					continue
+				}
+				select { // phase 2
+				case fresh <- pid:
+				default:
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	testkit.WaitFor(t, 10*time.Second, "traffic through the bouncer", func() bool { return served.Load() > 20 })
 
+	phase.Store(1)
 	if n := b.KillServerConnections(t); n < 1 {
-		t.Fatalf("KillServerConnections terminated %d backends, want at least the one that served pid %d", n, before)
+		t.Fatalf("KillServerConnections terminated %d backends under traffic, want at least 1", n)
 	}
-	var after int32
-	if err := bystander.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&after); err != nil || after != bystanderPID {
-		t.Fatalf("direct connection after the kill: pid %d, %v; want pid %d alive", after, err, bystanderPID)
+	phase.Store(2)
+	var pid int32
+	if err := bystander.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil || pid != bystanderPID {
+		t.Fatalf("direct connection after the kill: pid %d, %v; want pid %d alive", pid, err, bystanderPID)
 	}
-	// The first query may meet the dead server connection; PgBouncer then
-	// drops it and dials a new one.
-	testkit.WaitFor(t, 10*time.Second, "a query through the bouncer on a new backend", func() bool {
-		var pgErr *pgconn.PgError
-		err := client.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&after)
-		if err != nil && !errors.As(err, &pgErr) && client.IsClosed() {
-			client = connect(t, dsn)
+	// The killed backends are gone once KillServerConnections returns: a
+	// query sent after it is served by a new one.
+	select {
+	case pid := <-fresh:
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[pid] {
+			t.Fatalf("backend %d served the bouncer before and after KillServerConnections", pid)
 		}
-		return err == nil
-	})
-	if after == before {
-		t.Fatalf("through the bouncer: still backend %d after KillServerConnections", before)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no query through the bouncer was served within 10 s of the kill")
 	}
 }

@@ -124,20 +124,28 @@ func Terminate(t testing.TB, dsn, app string) int {
 		WHERE application_name = $1 AND pid <> pg_backend_pid()`, app).Scan(&pids); err != nil {
 		t.Fatalf("pgtest: finding backends of %s: %v", app, err)
 	}
+	terminatePIDs(ctx, t, conn, pids, "backends of "+app)
+	return len(pids)
+}
+
+// terminatePIDs ends the backends pids with pg_terminate_backend and waits
+// until they are gone from pg_stat_activity; what names them in failures.
+func terminatePIDs(ctx context.Context, t testing.TB, conn *pgx.Conn, pids []int32, what string) {
+	t.Helper()
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS p(pid)`, pids); err != nil {
-		t.Fatalf("pgtest: terminating backends of %s: %v", app, err)
+		t.Fatalf("pgtest: terminating %s: %v", what, err)
 	}
 	for {
 		var left int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&left); err != nil {
-			t.Fatalf("pgtest: counting terminated backends of %s: %v", app, err)
+			t.Fatalf("pgtest: counting terminated %s: %v", what, err)
 		}
 		if left == 0 {
-			return len(pids)
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("pgtest: %d backends of %s still there after pg_terminate_backend", left, app)
+			t.Fatalf("pgtest: %d %s still there after pg_terminate_backend", left, what)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
