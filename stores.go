@@ -113,11 +113,18 @@ type PostgresStore struct {
 	// (pgx syntax; pgxpool's pool_max_conns and friends are accepted,
 	// default pool 8 connections). Placeholders such as {env.PINGBACK_DSN}
 	// are resolved at provision. Required. Never logged: logs and status
-	// name the store as host:port/database.
+	// name the store as host:port/database. Works directly and behind a
+	// pooler (PgBouncer in session or transaction pooling): unless the DSN
+	// sets pgx's default_query_exec_mode, statements run unnamed ("exec");
+	// default_query_exec_mode=cache_statement is for a connection of the
+	// store's own (direct or session-pooled). See docs/storage.md, "Behind
+	// a pooler".
 	DSN string `json:"dsn,omitempty"`
 
-	// The schema that holds the store's tables; created and migrated at
-	// start. Default: pingback.
+	// The schema that holds the store's tables; created if it does not
+	// exist (which needs CREATE on the database; a role that owns an
+	// existing schema needs nothing more) and migrated at start. Default:
+	// pingback.
 	Schema string `json:"schema,omitempty"`
 
 	// How long a forward's lease lasts unless renewed (every third of it

@@ -51,10 +51,12 @@ type PostgresOptions struct {
 	// DSN is a libpq connection string or postgres:// URL (pgx syntax;
 	// pool_max_conns and the other pgxpool settings are accepted; an
 	// application_name names the connections in pg_stat_activity, default
-	// DefaultPostgresApplicationName). Required.
+	// DefaultPostgresApplicationName). Unless it sets
+	// default_query_exec_mode, the store runs statements in pgx's "exec"
+	// mode, which works behind transaction poolers (see pgDB). Required.
 	DSN string
-	// Schema holds the store's tables; created if missing. Default
-	// "pingback".
+	// Schema holds the store's tables; created if missing (only then is
+	// the database's CREATE right needed). Default "pingback".
 	Schema string
 	// LeaseTerm is how long a lease lasts unless renewed. Default
 	// DefaultPostgresLeaseTerm.
