@@ -69,34 +69,9 @@ func TestPgBouncerInstancesShareOneTruth(t *testing.T) {
 			}
 			ins := cl.start(t, 2)
 
-			const dups = 50
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			statuses := make([]int, dups)
-			for i := range dups {
-				wg.Go(func() {
-					<-start
-					status, _, err := getWith(http.DefaultClient, ins[i%2].base()+"/cb?id=777&code=SAME")
-					if err != nil {
-						t.Errorf("duplicate %d: %v", i, err)
-					}
-					statuses[i] = status
-				})
-			}
-			close(start)
-			wg.Wait()
-			for i, s := range statuses {
-				if s != http.StatusOK {
-					t.Errorf("duplicate %d via %s answered %d, want 200", i, ins[i%2].name, s)
-				}
-			}
-			testkit.WaitFor(t, 15*time.Second, "the result to be delivered", func() bool {
-				return len(ins[1].records(t, store.StateDelivered)) == 1
-			})
-			if n := app.Count("captchaai:777"); n != 1 {
-				t.Errorf("the app received the result %d times from 50 duplicates on two instances, want once", n)
-			}
+			duplicatesReachAppOnce(t, app, ins)
 
+			var wg sync.WaitGroup
 			app.SetStatus(http.StatusInternalServerError)
 			const n = 300
 			ids := make(chan int)
@@ -222,19 +197,7 @@ func TestPgBouncerServerConnectionsKilled(t *testing.T) {
 			t.Errorf("%d pingbacks answered %d, want only 200 or 503", c, status)
 		}
 	}
-	testkit.WaitFor(t, 30*time.Second, "every acknowledged result to reach the app", func() bool {
-		for k := range acked {
-			if app.Deliveries(k) == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	for k := range acked {
-		if d := app.Deliveries(k); d != 1 {
-			t.Errorf("%s acknowledged and delivered %d times, want once", k, d)
-		}
-	}
+	ackedDeliveredOnce(t, app, acked)
 	for _, in := range ins {
 		select {
 		case <-in.exited:
