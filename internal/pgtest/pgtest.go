@@ -1,7 +1,11 @@
 // Package pgtest gives tests a real PostgreSQL database: the DSN in
-// PINGBACK_TEST_PG_DSN (`.ci/run` starts a throw-away cluster and sets it).
-// Without it the PostgreSQL tests skip with a loud message, except in CI
-// (CI set), where they fail.
+// PINGBACK_TEST_PG_DSN, an ordinary role that owns its database, and the
+// superuser DSN in PINGBACK_TEST_PG_ADMIN_DSN for fixtures that need more
+// (`.ci/run` starts a throw-away cluster and sets both). Without them the
+// PostgreSQL tests skip with a loud message, except in CI (CI set), where
+// they fail. It also starts a PgBouncer in front of a database
+// (StartPgBouncer) and a private cluster a test may stop and restart
+// (StartCluster).
 package pgtest
 
 import (
@@ -15,23 +19,52 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// EnvDSN is the environment variable holding the test database's DSN.
+// EnvDSN is the environment variable holding the test database's DSN: an
+// ordinary role (not a superuser, no CREATEDB or CREATEROLE) that owns the
+// database, as the stores under test should run.
 const EnvDSN = "PINGBACK_TEST_PG_DSN"
 
-// DSN returns the test database's DSN, or skips t (fails it in CI).
+// EnvAdminDSN is the environment variable holding a superuser's DSN on the
+// same database as EnvDSN's, for fixtures that need more than its owner
+// may do: other roles, ALTER SYSTEM, terminating other roles' backends,
+// VACUUM FULL.
+const EnvAdminDSN = "PINGBACK_TEST_PG_ADMIN_DSN"
+
+// DSN returns the test database's DSN (EnvDSN), or skips t (fails it in CI).
 func DSN(t testing.TB) string {
 	t.Helper()
-	dsn := os.Getenv(EnvDSN)
+	return envDSN(t, EnvDSN)
+}
+
+// AdminDSN returns the superuser's DSN (EnvAdminDSN), or skips t (fails it
+// in CI).
+func AdminDSN(t testing.TB) string {
+	t.Helper()
+	return envDSN(t, EnvAdminDSN)
+}
+
+func envDSN(t testing.TB, env string) string {
+	t.Helper()
+	dsn := os.Getenv(env)
 	if dsn != "" {
 		return dsn
 	}
-	const msg = "\n*** PostgreSQL tests NOT RUN: " + EnvDSN + " is not set. ***\n" +
-		"*** Start a throw-away cluster with: eval \"$(bash .ci/postgres start)\" ***"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg + "\n*** CI is set: the PostgreSQL tests must run. ***")
+	notRun(t, "PostgreSQL tests NOT RUN: "+env+" is not set.",
+		"Start a throw-away cluster with: eval \"$(bash .ci/postgres start)\"")
+	return ""
+}
+
+// notRun skips t with a loud message, or fails it when CI or any of the
+// variables in require is set.
+func notRun(t testing.TB, why, howto string, require ...string) {
+	t.Helper()
+	msg := "\n*** " + why + " ***\n*** " + howto + " ***"
+	for _, env := range append([]string{"CI"}, require...) {
+		if os.Getenv(env) != "" {
+			t.Fatal(msg + "\n*** " + env + " is set: these tests must run. ***")
+		}
 	}
 	t.Skip(msg)
-	return ""
 }
 
 // Schema returns a new schema name, unique to this run, and drops the

@@ -27,10 +27,11 @@ import (
 // back, it recovers by itself.
 func TestPostgresEveryConnectionDurable(t *testing.T) {
 	dsn := pgtest.DSN(t)
+	adminDSN := pgtest.AdminDSN(t) // CREATE ROLE, ALTER ROLE, other roles' backends
 	schema := pgtest.Schema(t, dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, dsn)
+	admin, err := pgx.Connect(ctx, adminDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +56,8 @@ func TestPostgresEveryConnectionDurable(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		pgtest.Drop(t, dsn, schema) // before the role: it owns the schema
-		admin, err := pgx.Connect(ctx, dsn)
+		pgtest.Drop(t, adminDSN, schema) // before the role: it owns the schema
+		admin, err := pgx.Connect(ctx, adminDSN)
 		if err != nil {
 			t.Errorf("dropping role %s: %v", role, err)
 			return
@@ -140,18 +141,15 @@ func TestPostgresEveryConnectionDurable(t *testing.T) {
 // pingbacks can then be lost.
 func TestPostgresFsyncOffLogged(t *testing.T) {
 	dsn := pgtest.DSN(t)
+	adminDSN := pgtest.AdminDSN(t) // ALTER SYSTEM
 	schema := pgtest.Schema(t, dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, dsn)
+	admin, err := pgx.Connect(ctx, adminDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	var super bool
-	if err := admin.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
-		t.Skipf("ALTER SYSTEM needs a superuser DSN (%v)", err)
-	}
 	setFsync := func(q string) {
 		t.Helper()
 		for _, q := range []string{q, "SELECT pg_reload_conf()"} {
@@ -164,7 +162,7 @@ func TestPostgresFsyncOffLogged(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := pgx.Connect(ctx, dsn)
+		c, err := pgx.Connect(ctx, adminDSN)
 		if err != nil {
 			t.Errorf("resetting fsync: %v", err)
 			return
