@@ -46,13 +46,16 @@ const (
 // read_body and read_body_idle), not by AckTimeout. Invalid pingbacks get
 // 400, 405, 413 or 415 with a short plain-text reason and change nothing.
 // If the store cannot commit, the request is still forwarded and the
-// provider gets 200 only if the app accepted it, else 503. At start-up, a
-// pingback that arrives while the pingback app still opens the store waits
-// for it, up to AckTimeout counted from the end of its body; if that runs
-// out first, the provider gets 503 "result not stored" at AckTimeout,
-// nothing is stored, and the request is forwarded without durability (not
-// at all when verify or unknown_ids needs the store), as when the store is
-// down.
+// provider gets 200 only if the app accepted it, else 503; when Verify or
+// UnknownIDs needs the store and it cannot read the pingback's task (down,
+// restarting), the provider gets 503 "result not stored" and nothing is
+// forwarded or quarantined (a tracked task is polled once the store is
+// back). At start-up, a pingback that arrives while the pingback app
+// still opens the store waits for it, up to AckTimeout counted from the
+// end of its body; if that runs out first, the provider gets 503 "result
+// not stored" at AckTimeout, nothing is stored, and the request is
+// forwarded without durability (not at all when verify or unknown_ids
+// needs the store), as when the store is down.
 //
 // The app receives the request exactly as the provider sent it plus the
 // headers Idempotency-Key, X-Pingback-Source and X-Pingback-Attempt. A 2xx or
@@ -301,7 +304,8 @@ func (h *Handler) receive(r *http.Request, cb callback) *exchange {
 // time left of ack_timeout, verifies the pingback (verify, unknown_ids)
 // against the store and admits a pingback to quarantine. It reports false
 // when the provider has been answered and nothing more is to be done: no
-// store to verify against (503), an unknown id refused (404), or a full
+// store to verify against (not open, or the read of the pingback's task
+// failed: 503, not quarantined), an unknown id refused (404), or a full
 // quarantine (200, not stored). When ack_timeout runs out while the store
 // is still opening, the provider is answered 503 "result not stored" then
 // and there, and the pingback goes on like one the store could not take.
@@ -315,14 +319,27 @@ func (x *exchange) judge() bool {
 	}
 	x.v = trust{verified: VerifyNone}
 	if x.st != nil {
-		x.v = h.judge(x.ctx, x.st, x.r, x.rec.Key())
+		ctx, cancel := x.ackContext()
+		x.v = h.judge(ctx, x.st, x.r, x.rec.Key())
+		cancel()
 	} else if verify, unknown := h.modes(); verify != VerifyNone || unknown != UnknownAccept {
-		// No store, nothing to verify against: an unverified pingback
-		// is never forwarded. The provider may retry; a tracked task is
-		// polled once the store is back.
+		x.v.storeErr = errStoreUnavailable
+		if x.noStore != nil {
+			x.v.storeErr = x.noStore
+		}
+	}
+	if x.v.storeErr != nil {
+		// No store to verify against (not open, or the read of the
+		// pingback's task failed: a restart, a failover): an unverified
+		// pingback is never forwarded, and the store's failure is no
+		// verdict on the pingback, so it is not quarantined either. The
+		// provider may retry; a tracked task is polled once the store is
+		// back.
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
-		h.logger.Error("result NOT stored and not forwarded: the store is not open, so the pingback cannot be verified",
-			zap.String("provider", h.Provider), zap.String("id", x.cb.id))
+		if x.st == nil || h.app.logStoreError(h.Provider) {
+			h.logger.Error("result NOT stored and not forwarded: the store cannot read the pingback's task, so the pingback cannot be verified (further ones are counted in a summary line each minute)",
+				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.v.storeErr))
+		}
 		x.reply.send(http.StatusServiceUnavailable, "result not stored")
 		return false
 	}
@@ -363,22 +380,27 @@ func (x *exchange) insert() {
 		x.rec.Lease.Until = x.now.Add(x.h.app.leaseFor(x.st))
 	}
 	// The store retries a transient fault only within what is left of
-	// ack_timeout (the context's deadline; the commit itself is never
-	// abandoned). Past it already (a slow open or verification), there is
-	// no deadline to give: Badger refuses a context that is done, and the
-	// provider was answered by the timer anyway.
-	ctx := x.ctx
-	if time.Until(x.reply.deadline) > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(x.ctx, x.reply.deadline)
-		defer cancel()
-	}
+	// ack_timeout (the commit itself is never abandoned).
+	ctx, cancel := x.ackContext()
+	defer cancel()
 	x.res, x.err = x.st.Insert(ctx, x.rec)
 	if x.err == nil && supersedes(x.v, x.res.Existing) {
 		if _, serr := x.h.app.supersede(x.ctx, x.st, x.rec.Key(), x.rec); serr == nil {
 			x.res.Existing = nil
 		}
 	}
+}
+
+// ackContext is the exchange's context with what is left of ack_timeout
+// as its deadline: the store retries a transient fault of the task read
+// or of the insert only within it. Past it already (a slow open, read or
+// verification), there is no deadline to give: Badger refuses a context
+// that is done, and the provider was answered by the timer anyway.
+func (x *exchange) ackContext() (context.Context, context.CancelFunc) {
+	if time.Until(x.reply.deadline) > 0 {
+		return context.WithDeadline(x.ctx, x.reply.deadline)
+	}
+	return x.ctx, func() {}
 }
 
 // settle ends the exchange where no forward follows and reports whether

@@ -304,7 +304,7 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy 
 		minFree:     minFree,
 		kick:        make(chan struct{}, 1),
 		failures:    newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
-		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability)"),
+		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability, or answered 503 when they could not be verified)"),
 	}, nil
 }
 

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
@@ -53,7 +51,9 @@ const (
 	whyConfirming       = "confirming"
 	whyNotConfirmed     = "not_confirmed"
 	whyProvider         = "provider_mismatch"
-	whyUnverified       = "unverified" // the task could not be read: nothing to verify against
+	// verify res_php, a task without a token whose account's key this
+	// Caddy does not have: nothing can verify it.
+	whyUnverified = "unverified"
 )
 
 // confirmTries is how many times a result request that answers "not
@@ -145,9 +145,17 @@ type trust struct {
 	confirm  bool   // ask the provider before delivering (res_php)
 	verified string
 	tracked  bool
+	// storeErr is why the store could not judge the pingback (the task
+	// read failed with another error than store.ErrNotFound, or no store
+	// is open): a store failure, no verdict on the pingback; nothing else
+	// is set.
+	storeErr error
 }
 
 // judge decides what becomes of a pingback for key whose request is r.
+// ctx's deadline bounds the task read (and its retry after a transient
+// fault); a read that fails other than with store.ErrNotFound is a store
+// failure (trust.storeErr), never a quarantine reason.
 func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, key store.Key) trust {
 	verify, unknown := h.modes()
 	if verify == VerifyNone && unknown == UnknownAccept {
@@ -168,12 +176,11 @@ func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, ke
 		// flight), the task's commit checks it again (recheckHeld).
 		return trust{why: whyUnknownID, verified: VerifyNone}
 	case err != nil:
-		if verify == VerifyNone {
-			return trust{verified: VerifyNone}
-		}
-		h.logger.Warn("reading the pingback's task failed; the pingback is quarantined unverified",
-			zap.String("key", key.String()), zap.Error(err))
-		return trust{why: whyUnverified, verified: VerifyNone}
+		// The store failed (a restart, a failover, a timeout; the
+		// PostgreSQL store has retried a transient fault once within
+		// ctx's deadline): what the database was doing says nothing of
+		// the pingback.
+		return trust{storeErr: err}
 	}
 	v := trust{tracked: true}
 	switch {

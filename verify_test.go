@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
@@ -794,5 +795,106 @@ func TestVerifyUntrackedConflictConfirmed(t *testing.T) {
 	rec := waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
 	if rec.Code != "REAL" || rec.OtherCode != "FORGED" || !rec.Correction || rec.Tracked {
 		t.Errorf("record code %q other %q correction %v tracked %v", rec.Code, rec.OtherCode, rec.Correction, rec.Tracked)
+	}
+}
+
+// failingTaskRead is the running store with its task read failing with
+// err while fail is set, as a PostgreSQL store's does while the database
+// restarts; every other operation is the store's own.
+type failingTaskRead struct {
+	store.Store
+	fail  atomic.Bool
+	err   error
+	reads atomic.Int32 // failed reads
+}
+
+func (s *failingTaskRead) GetTask(ctx context.Context, key store.Key) (*store.Task, error) {
+	if s.fail.Load() {
+		s.reads.Add(1)
+		return nil, s.err
+	}
+	return s.Store.GetTask(ctx, key)
+}
+
+// TestVerifyTaskReadFailureIsStoreDown: with verify token on a tracked
+// provider (or verify none and unknown_ids quarantine, which reads the
+// task as well), a genuine pingback (its task's token) whose task read
+// fails with anything but not found (the database starting up, a read
+// slower than ack_timeout) is handled as when the store is down: answered 503
+// "result not stored", neither stored (not quarantined unverified) nor
+// forwarded, its task left pending. Once the store is back, the result
+// reaches the app once: by the provider's retry of the pingback, or by
+// polling the task when nobody retries.
+func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
+	startingUp := &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}
+	tests := []struct {
+		name     string
+		lines    string // the pingback handler's
+		err      error
+		retry    bool   // the provider sends the pingback again; else the poller fetches it
+		verified string // the retried pingback's X-Pingback-Verified
+	}{
+		{"database starting up, provider retries", "", startingUp, true, "token"},
+		{"read past ack_timeout, task polled", "", fmt.Errorf("reading task: %w", context.DeadlineExceeded), false, ""},
+		// unknown_ids quarantine reads the task too: it cannot tell an
+		// unknown id either.
+		{"verify none, unknown_ids quarantine", "verify none", startingUp, true, "none"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := newAppStub(t)
+			p := newTrkProvider(t)
+			global := fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint %s\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter 1s\n\t\t\tinterval 5s\n\t\t}", p.URL, trkKey)
+			startCaddy(t, global, vfySite(tt.lines, "pingback_url "+trkCallbackURL, p.URL, app))
+			a := runningApp(t)
+			st := &failingTaskRead{Store: a.handle.store, err: tt.err}
+			a.handle.store = st
+			t.Cleanup(func() { a.handle.store = st.Store })
+			pingbackURL, id := vfySubmit(t, p)
+			storeErrors := a.metrics.callbacks.WithLabelValues("2captcha", "store_error")
+			errorsBefore, quarantinedBefore := testutil.ToFloat64(storeErrors), quarantinedCount(t)
+
+			st.fail.Store(true)
+			target := pathOf(t, pingbackURL)
+			resp := trkDo(t, http.MethodPost, target, "application/x-www-form-urlencoded",
+				strings.NewReader(url.Values{"id": {id}, "code": {"REAL"}}.Encode()))
+			st.fail.Store(false)
+			if resp.status != http.StatusServiceUnavailable || string(resp.body) != "result not stored" {
+				t.Errorf("answered %d %q, want 503 \"result not stored\"", resp.status, resp.body)
+			}
+			if n := st.reads.Load(); n != 1 {
+				t.Fatalf("%d failed task reads, want the pingback's one", n)
+			}
+			if _, err := st.Get(context.Background(), store.Key{Provider: "2captcha", ID: id}); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("record after the failed task read: %v, want none (not quarantined)", err)
+			}
+			if got := quarantinedCount(t) - quarantinedBefore; got != 0 {
+				t.Errorf("%v pingbacks counted quarantined, want 0", got)
+			}
+			if got := testutil.ToFloat64(storeErrors) - errorsBefore; got != 1 {
+				t.Errorf("store_error counted %v times, want 1", got)
+			}
+			if n := len(app.Requests()); n != 0 {
+				t.Errorf("the app got %d requests of a pingback that could not be verified", n)
+			}
+			task, err := st.GetTask(context.Background(), store.Key{Provider: "2captcha", ID: id})
+			if err != nil || task.State != store.TaskPending {
+				t.Fatalf("task after the failed read: %+v, %v; want it pending (to be polled)", task, err)
+			}
+
+			// The store is back.
+			if tt.retry {
+				vfyPingback(t, target, id, "REAL")
+				waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
+				wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", tt.verified, "true", "callback")
+				return
+			}
+			p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
+			testkit.WaitFor(t, 15*time.Second, "the polled result delivered", func() bool {
+				rec, err := st.Get(context.Background(), store.Key{Provider: "2captcha", ID: id})
+				return err == nil && rec.State == store.StateDelivered
+			})
+			wantDelivery(t, app, "2captcha:"+id, "REAL", "/cb", "res_php", "true", "poll")
+		})
 	}
 }

@@ -92,13 +92,18 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 	return existing, nil
 }
 
-// GetTask implements TaskStore.
+// GetTask implements TaskStore. A read that fails on a transient fault
+// (a restart, a failover: transientError) is run once more on a new
+// connection within ctx's deadline, as a write is (retryTransient): the
+// pingback handler judges a pingback by this read.
 func (p *Postgres) GetTask(ctx context.Context, key Key) (*Task, error) {
 	var t *Task
 	err := p.op(func() error {
-		var err error
-		t, err = scanTask(p.pool.QueryRow(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2`, key.Provider, key.ID))
-		return err
+		return p.retryTransient(ctx, "task read", func(ctx context.Context, _ *pgCommit) error {
+			var err error
+			t, err = scanTask(p.pool.QueryRow(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2`, key.Provider, key.ID))
+			return err
+		})
 	})
 	return t, err
 }

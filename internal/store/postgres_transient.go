@@ -14,14 +14,16 @@ import (
 )
 
 // Transient database faults on PostgreSQL. An insert, an outcome (a
-// delivery update) or a claim that fails on a connection-level error is
-// run once more on a newly dialled connection: a terminated backend
-// (pg_terminate_backend, a server restart that is over) leaves every
-// pooled connection dead, so the pool is reset first. Only errors that
-// say the connection, not the statement, failed are retried
-// (transientError); a statement the server refused (serialization
-// failure, deadlock, constraint, out of resources) is not, nor is a
-// cancelled or expired context.
+// delivery update), a claim or a task read that fails on a
+// connection-level error is run once more on a newly dialled connection:
+// a terminated backend (pg_terminate_backend, a server restart that is
+// over) leaves every pooled connection dead, so the pool is reset first.
+// Only errors that say the connection, not the statement, failed are
+// retried (transientError), and 25006 (a read-only transaction: the
+// server reached is a standby, as after a failover, and a new connection
+// may reach the new primary); a statement the server refused
+// (serialization failure, deadlock, constraint, out of resources) is
+// not, nor is a cancelled or expired context.
 //
 // A connection can drop after COMMIT was sent: the commit may have
 // landed. Each transaction therefore learns its transaction id before
@@ -37,11 +39,12 @@ var pgTransientCodes = map[string]bool{
 	"57P02": true, // crash_shutdown
 	"57P03": true, // cannot_connect_now: the server is starting or in recovery
 	"57P05": true, // idle_session_timeout
+	"25006": true, // read_only_sql_transaction: a standby, after a failover, still behind the DSN's address
 }
 
 // transientError reports whether err is a connection-level fault that a
-// new connection may not have: SQLSTATE class 08, 57P01, 57P02, 57P03 and
-// 57P05; errors pgconn reports as safe to retry (nothing was sent); EOF;
+// new connection may not have: SQLSTATE class 08, 57P01, 57P02, 57P03,
+// 57P05 and 25006; errors pgconn reports as safe to retry (nothing was sent); EOF;
 // network errors (resets, broken pipes, refused dials); a closed
 // connection. Any other server error (40001, 40P01, 23xxx, 53xxx, ...) is
 // not transient, and neither is a cancelled or expired context.

@@ -38,6 +38,8 @@ func TestTransientError(t *testing.T) {
 		{"57P03 cannot_connect_now", pg("57P03"), true},
 		{"57P05 idle_session_timeout", pg("57P05"), true},
 		{"57P04 database_dropped", pg("57P04"), false},
+		{"25006 read_only_sql_transaction (a standby after a failover)", pg("25006"), true},
+		{"25001 active_sql_transaction", pg("25001"), false},
 		{"57014 query_canceled", pg("57014"), false},
 		{"40001 serialization_failure", pg("40001"), false},
 		{"40P01 deadlock_detected", pg("40P01"), false},
