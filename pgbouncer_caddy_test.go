@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,37 +144,9 @@ func TestPgBouncerServerConnectionsKilled(t *testing.T) {
 	cl, bouncer := newPgBouncerCluster(t, "transaction", "replay {\n\t\t\tbackoff 100ms 1s\n\t\t\tmax_attempts 100000\n\t\t}", app.HostPort)
 	ins := cl.start(t, 2)
 
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	answered := map[int]int{}
-	var next atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 10 * time.Second}
-	for w := range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := next.Add(1)
-				status, _, err := getWith(client, fmt.Sprintf("%s/cb?id=%d&code=K%d", ins[w%2].base(), 50000+i, i))
-				if err != nil {
-					t.Errorf("pingback %d: %v (Caddy must stay up)", i, err)
-					return
-				}
-				mu.Lock()
-				answered[status]++
-				if status == http.StatusOK {
-					acked[fmt.Sprintf("captchaai:%d", 50000+i)] = true
-				}
-				mu.Unlock()
-				time.Sleep(10 * time.Millisecond) // pacing of the load, not synchronisation
-			}
-		})
-	}
+	load := startPingbackLoad(t, 4, 10*time.Millisecond, func(w int, i int64) string {
+		return fmt.Sprintf("%s/cb?id=%d&code=K%d", ins[w%2].base(), 50000+i, i)
+	})
 	stored := func() int { return len(ins[0].records(t, store.StateDelivered)) }
 	for round := range 2 {
 		before := stored()
@@ -186,11 +157,7 @@ func TestPgBouncerServerConnectionsKilled(t *testing.T) {
 		after := stored()
 		testkit.WaitFor(t, 20*time.Second, "results stored after the kill", func() bool { return stored() >= after+30 })
 	}
-	close(stop)
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
+	answered, acked, _ := load.stop()
 	t.Logf("answers: %v", answered)
 	for status, c := range answered {
 		if status != http.StatusOK && status != http.StatusServiceUnavailable {

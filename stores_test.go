@@ -296,70 +296,34 @@ func TestDatabaseCutUnderTraffic(t *testing.T) {
 	a := ins[0]
 	pid := a.cmd.Process.Pid
 
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	answered := map[int]int{}
-	var phase atomic.Int32 // 0 before, 1 cut with app down, 2 cut with app up, 3 after
-	ackedWhileCutDown := 0
-	var next atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	client := &http.Client{Timeout: 10 * time.Second}
-	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := next.Add(1)
-				ph := phase.Load()
-				status, _, err := getWith(client, fmt.Sprintf("%s/cb?id=%d&code=C%d", a.base(), 30000+i, i))
-				if err != nil {
-					t.Errorf("pingback %d: %v (Caddy must stay up)", i, err)
-					return
-				}
-				mu.Lock()
-				answered[status]++
-				if status == http.StatusOK {
-					acked[fmt.Sprintf("captchaai:%d", 30000+i)] = true
-					if ph == 1 && phase.Load() == 1 {
-						ackedWhileCutDown++
-					}
-				}
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond) // pacing of the load, not synchronisation
-			}
-		})
-	}
-	testkit.WaitFor(t, 10*time.Second, "traffic before the cut", func() bool { return next.Load() > 20 })
+	// Phases: 0 before, 1 cut with app down, 2 cut with app up, 3 after.
+	load := startPingbackLoad(t, 4, 20*time.Millisecond, func(_ int, i int64) string {
+		return fmt.Sprintf("%s/cb?id=%d&code=C%d", a.base(), 30000+i, i)
+	})
+	testkit.WaitFor(t, 10*time.Second, "traffic before the cut", func() bool { return load.sent() > 20 })
 
 	appDown.Store(true)
 	proxy.cut()
-	phase.Store(1) // after the cut: a pingback that started before it may have been stored
+	load.phase.Store(1) // after the cut: a pingback that started before it may have been stored
 	testkit.WaitFor(t, 5*time.Second, "the health check to report the store unavailable", func() bool {
 		status, _ := testkit.Get(t, a.base()+"/healthz")
 		return status == http.StatusServiceUnavailable
 	})
 	time.Sleep(5 * time.Second) // the outage's first half: its length is the test's subject
 	appDown.Store(false)
-	phase.Store(2)
+	load.phase.Store(2)
 	time.Sleep(5 * time.Second) // the outage's second half
-	phase.Store(3)
+	load.phase.Store(3)
 	proxy.restore()
 	testkit.WaitFor(t, 15*time.Second, "the health check to report the store available", func() bool {
 		status, _ := testkit.Get(t, a.base()+"/healthz")
 		return status == http.StatusOK
 	})
 	testkit.WaitFor(t, 10*time.Second, "results stored again after the cut", func() bool {
-		return next.Load() > 0 && len(a.records(t, store.StateDelivered)) > 20
+		return len(a.records(t, store.StateDelivered)) > 20
 	})
-	close(stop)
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
+	answered, acked, ackedIn := load.stop()
+	ackedWhileCutDown := ackedIn[1]
 	t.Logf("answers: %v; acknowledged while the app and the database were both away: %d", answered, ackedWhileCutDown)
 	if ackedWhileCutDown != 0 {
 		t.Errorf("%d pingbacks answered 200 while neither the database nor the app could take them", ackedWhileCutDown)
@@ -378,6 +342,83 @@ func TestDatabaseCutUnderTraffic(t *testing.T) {
 	if a.cmd.Process.Pid != pid {
 		t.Error("Caddy was restarted")
 	}
+}
+
+// pingbackLoad is a steady stream of captchaai pingbacks, each with a new
+// task id, from a few workers, each pacing its requests, until stopped. It
+// counts the answers by status, the keys answered 200, and those answered
+// 200 by phase (a phase the test sets: a request counts in a phase when it
+// began and ended in it).
+type pingbackLoad struct {
+	t     *testing.T
+	phase atomic.Int32
+	next  atomic.Int64
+	done  chan struct{}
+	wg    sync.WaitGroup
+
+	mu       sync.Mutex
+	answered map[int]int
+	acked    map[string]bool
+	ackedIn  map[int32]int
+}
+
+// startPingbackLoad starts workers; worker w sends the load's i-th
+// pingback (a captchaai GET whose id parameter is the task id) to
+// url(w, i), then waits pace. A transport error fails t: Caddy must stay
+// up.
+func startPingbackLoad(t *testing.T, workers int, pace time.Duration, url func(w int, i int64) string) *pingbackLoad {
+	l := &pingbackLoad{t: t, done: make(chan struct{}), answered: map[int]int{}, acked: map[string]bool{}, ackedIn: map[int32]int{}}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for w := range workers {
+		l.wg.Go(func() {
+			for {
+				select {
+				case <-l.done:
+					return
+				default:
+				}
+				i := l.next.Add(1)
+				ph := l.phase.Load()
+				u := url(w, i)
+				status, _, err := getWith(client, u)
+				if err != nil {
+					t.Errorf("pingback %s: %v (Caddy must stay up)", u, err)
+					return
+				}
+				l.mu.Lock()
+				l.answered[status]++
+				if status == http.StatusOK {
+					l.acked["captchaai:"+urlID(u)] = true
+					if ph == l.phase.Load() {
+						l.ackedIn[ph]++
+					}
+				}
+				l.mu.Unlock()
+				time.Sleep(pace) // pacing of the load, not synchronisation
+			}
+		})
+	}
+	return l
+}
+
+// sent is how many pingbacks were started.
+func (l *pingbackLoad) sent() int64 { return l.next.Load() }
+
+// stop ends the load and returns the answers by status, the keys
+// answered 200, and the 200s by phase.
+func (l *pingbackLoad) stop() (answered map[int]int, acked map[string]bool, ackedIn map[int32]int) {
+	close(l.done)
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.answered, l.acked, l.ackedIn
+}
+
+// urlID is the id query parameter of a pingback URL.
+func urlID(u string) string {
+	_, q, _ := strings.Cut(u, "?")
+	v, _ := url.ParseQuery(q)
+	return v.Get("id")
 }
 
 // ackedDeliveredOnce waits until every key of acked (results answered
