@@ -36,7 +36,11 @@
 #   kept      growth of n_live_tup + n_dead_tup: versions still in the
 #             table when the phase ends (page pruning and vacuum take dead
 #             versions away, and lower n_dead_tup, only when no snapshot
-#             can still see them)
+#             can still see them). These two are estimates: an ANALYZE
+#             (autovacuum's too) replaces them with its sample's figures
+#   exact     growth of tuple_count + dead_tuple_count of pgstattuple (a
+#             scan of the table: every version still on its pages), when
+#             the extension can be created (a superuser; "-" otherwise)
 #   dead      n_dead_tup at the end (absolute)
 #
 # Environment: COUNT (6000 per phase), RATE (100 per second), CONNS (16),
@@ -168,6 +172,11 @@ SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_live_tup, n_de
 	FROM pg_stat_user_tables WHERE schemaname = '$schema' AND relname IN (${list%,}) ORDER BY relname;
 SELECT 'pingbacks', count(*) FROM $schema.records;
 EOF
+	if [ -n "$exact" ]; then
+		for t in $TABLES; do
+			sql "SELECT 'exact $t', tuple_count + dead_tuple_count FROM $schema.pgstattuple('$schema.$t')" | tr '|' ' '
+		done
+	fi
 }
 
 # wait_idle: until no record is forwarding (every outcome written).
@@ -223,6 +232,8 @@ start_caddy
 wait_idle
 stop_caddy
 wait_gone
+exact=
+if psql "$dsn" -qc "CREATE EXTENSION IF NOT EXISTS pgstattuple SCHEMA $schema" 2>/dev/null; then exact=1; fi
 
 for phase in $PHASES; do
 	case $phase in none | long) ;; *)
@@ -249,18 +260,20 @@ for phase in $PHASES; do
 	awk '
 		FNR == 1 { f++ }
 		NF == 2 && $1 == "pingbacks" { n[f] = $2; next }
+		NF == 3 && $1 == "exact" { x[f, $2] = $3; next }
 		NF == 7 { for (i = 2; i <= 7; i++) v[f, $1, i] = $i; if (f == 1) t[++nt] = $1 }
 		END {
 			p = n[2] - n[1]
 			printf "pingbacks stored: %d\n", p
-			printf "%-15s %9s %9s %9s %9s %9s\n", "per 1,000", "written", "hot/upd", "deleted", "kept", "dead"
+			printf "%-15s %9s %9s %9s %9s %9s %9s\n", "per 1,000", "written", "hot/upd", "deleted", "kept", "exact", "dead"
 			for (k = 1; k <= nt; k++) {
 				r = t[k]
 				ins = v[2, r, 2] - v[1, r, 2]; upd = v[2, r, 3] - v[1, r, 3]; hot = v[2, r, 4] - v[1, r, 4]
 				del = v[2, r, 5] - v[1, r, 5]
 				kept = (v[2, r, 6] + v[2, r, 7]) - (v[1, r, 6] + v[1, r, 7])
-				printf "%-15s %9.0f %9s %9.0f %9.0f %9d\n", r, 1000 * (ins + upd) / p,
-					(upd > 0 ? sprintf("%.2f", hot / upd) : "-"), 1000 * del / p, 1000 * kept / p, v[2, r, 7]
+				ex = ((2, r) in x) ? sprintf("%.0f", 1000 * (x[2, r] - x[1, r]) / p) : "-"
+				printf "%-15s %9.0f %9s %9.0f %9.0f %9s %9d\n", r, 1000 * (ins + upd) / p,
+					(upd > 0 ? sprintf("%.2f", hot / upd) : "-"), 1000 * del / p, 1000 * kept / p, ex, v[2, r, 7]
 			}
 		}' "$tmp/$phase.before" "$tmp/$phase.after"
 done
