@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Row versions per 1,000 pingbacks on the PostgreSQL store: how many row
 # versions the pingbacks leave in `records` and in the count tables
-# (record_counts, task_counts, last_callbacks), at a steady rate, with and
-# without another session's long REPEATABLE READ transaction open.
+# (record_counts, task_counts, and last_callbacks up to schema version 10,
+# record_totals from 11 on: those the schema has), at a steady rate, with
+# and without another session's long REPEATABLE READ transaction open.
 #
 #   bash bench/pg-churn.sh                      # 6000 pingbacks at 100/s per phase
 #   COUNT=3000 PHASES="none long" bash bench/pg-churn.sh
@@ -57,7 +58,7 @@ KEEP=${KEEP:-}
 ADMIN=localhost:2984
 PORT=9083
 APP_PORT=9084
-TABLES="records record_counts task_counts last_callbacks"
+TABLES="records record_counts task_counts last_callbacks record_totals"
 
 cd "$(dirname "$0")/.."
 
@@ -174,6 +175,7 @@ SELECT 'pingbacks', count(*) FROM $schema.records;
 EOF
 	if [ -n "$exact" ]; then
 		for t in $TABLES; do
+			[ "$(sql "SELECT to_regclass('$schema.$t') IS NOT NULL")" = t ] || continue
 			sql "SELECT 'exact $t', tuple_count + dead_tuple_count FROM $schema.pgstattuple('$schema.$t')" | tr '|' ' '
 		done
 	fi
