@@ -7,7 +7,8 @@ import (
 )
 
 // Counts is what a store holds, counted as it changes: reading them costs
-// the number of providers and states, never a scan of the records.
+// the number of providers and states, never a scan of the records (on
+// PostgreSQL, of none but those in flight, StateForwarding).
 type Counts struct {
 	// Records counts stored results by provider, then state; states with
 	// none are left out.

@@ -9,7 +9,8 @@ import (
 // provider with counted records or tasks, the oldest backlog result and
 // the oldest pending task are one descent each of a partial index
 // (records_backlog, tasks_pending_age), and the last live pingback is the
-// greatest shard of last_callbacks, kept by a trigger in the inserts' own
+// greatest shard of record_totals.last_callback (schema version 11; in
+// last_callbacks before), kept by a trigger in the inserts' own
 // transactions. Callers bound how often they ask (the app: at most once a
 // second).
 func (p *Postgres) Ages(ctx context.Context) (Ages, error) {
@@ -24,9 +25,8 @@ func (p *Postgres) Ages(ctx context.Context) (Ages, error) {
 					WHERE r.provider = v.provider AND r.state IN ('failed', 'forwarding')),
 				(SELECT min(submitted_at) FROM tasks t
 					WHERE t.provider = v.provider AND t.state = 'pending'),
-				(SELECT max(at) FROM last_callbacks l WHERE l.provider = v.provider)
-			FROM (SELECT provider FROM record_counts UNION SELECT provider FROM task_counts
-				UNION SELECT provider FROM last_callbacks) v`)
+				(SELECT max(last_callback) FROM record_totals l WHERE l.provider = v.provider)
+			FROM (SELECT provider FROM record_totals UNION SELECT provider FROM task_counts) v`)
 		if err != nil {
 			return err
 		}
