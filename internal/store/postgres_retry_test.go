@@ -155,6 +155,21 @@ func withParam(t *testing.T, dsn, key, value string) string {
 	return u.String()
 }
 
+// openPGNamed opens a store on schema whose connections carry an
+// application_name of their own (for pgtest.Terminate) and whose info
+// and higher log lines are observed.
+func openPGNamed(t *testing.T, dsn, schema string) (*store.Postgres, *observer.ObservedLogs, string) {
+	t.Helper()
+	app := pgtest.AppName(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	p, err := store.OpenPostgres(store.PostgresOptions{DSN: withParam(t, dsn, "application_name", app), Schema: schema, Logger: zap.New(core)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, logs, app
+}
+
 // TestPostgresRetriesAfterTerminatedBackends: an administrator terminates
 // every backend of the store (pg_terminate_backend, SQLSTATE 57P01), which
 // leaves each pooled connection dead; the next insert, delivery update and
@@ -162,13 +177,7 @@ func withParam(t *testing.T, dsn, key, value string) string {
 func TestPostgresRetriesAfterTerminatedBackends(t *testing.T) {
 	base := pgtest.DSN(t)
 	schema := pgtest.Schema(t, base)
-	app := pgtest.AppName(t)
-	core, logs := observer.New(zapcore.InfoLevel)
-	p, err := store.OpenPostgres(store.PostgresOptions{DSN: withParam(t, base, "application_name", app), Schema: schema, Logger: zap.New(core)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p, logs, app := openPGNamed(t, base, schema)
 	for i, op := range retryOps {
 		t.Run(op.name, func(t *testing.T) {
 			id := "kill-" + op.name

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
-
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
@@ -23,14 +19,7 @@ import (
 // ErrNotFound.
 func TestPostgresTaskReadRetried(t *testing.T) {
 	base := pgtest.DSN(t)
-	schema := pgtest.Schema(t, base)
-	app := pgtest.AppName(t)
-	core, logs := observer.New(zapcore.InfoLevel)
-	p, err := store.OpenPostgres(store.PostgresOptions{DSN: withParam(t, base, "application_name", app), Schema: schema, Logger: zap.New(core)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p, logs, app := openPGNamed(t, base, pgtest.Schema(t, base))
 	now := time.Now().UTC()
 	task := &store.Task{Provider: "2captcha", ID: "4242", SubmittedAt: now, PingbackURL: "http://x/cb",
 		State: store.TaskPending, NextPollAt: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour), Token: "t0k"}
