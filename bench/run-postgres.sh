@@ -5,6 +5,8 @@
 #
 #   bash bench/run-postgres.sh                  # 5 alternating rounds of 10 s per path
 #   ROUNDS=3 DURATION=5s bash bench/run-postgres.sh
+#   POOLER=pgbouncer bash bench/run-postgres.sh # Caddy's DSN through PgBouncer, transaction pooling
+#   EXEC_MODE=cache_statement bash bench/run-postgres.sh  # pgx's statement cache
 #
 # What it does: starts a throw-away PostgreSQL cluster with .ci/postgres
 # (unless PINGBACK_BENCH_PG_DSN names a database), builds ./cmd/caddy, and
@@ -31,11 +33,21 @@
 # keep the temp dir with the logs), NO_COUNT_TRIGGERS (1: disable the
 # records table's count triggers once the schema is made, to measure what
 # they cost; the counts in /pingback/status are then wrong for the run),
-# EXEC_MODE (empty: pgx's default, cache_statement, which prepares each
-# statement once per connection; else pgx's default_query_exec_mode for
-# Caddy's DSN: cache_describe, describe_exec, exec (every statement sent
-# as text, parsed each time) or simple_protocol; psql gets the DSN
-# without it).
+# EXEC_MODE (empty: the store's default, pgx's exec mode, every statement
+# sent as text and parsed each time; else pgx's default_query_exec_mode
+# for Caddy's DSN: cache_statement (each statement prepared once per
+# connection), cache_describe, describe_exec, exec or simple_protocol;
+# psql gets the DSN without it), POOLER (empty: Caddy connects to the
+# database directly; pgbouncer: Caddy's DSN goes through a PgBouncer
+# (Debian's /usr/sbin/pgbouncer) in transaction pooling on 127.0.0.1, a
+# free port from 6440 up, with PgBouncer's stock settings: its config sets
+# only listen_addr, listen_port, auth_type (scram-sha-256), auth_file (the
+# DSN's user and password) and pool_mode, and one [databases] entry for the
+# DSN's database; run as the OS user postgres when the script runs as root,
+# since PgBouncer refuses root; the DSN must be a postgres:// URL; psql
+# and the count probes keep the direct DSN. A statement-caching EXEC_MODE
+# behind it fails: the store refuses prepared statements behind a
+# transaction pooler).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -46,6 +58,7 @@ THREADS=${THREADS:-2}
 KEEP=${KEEP:-}
 NO_COUNT_TRIGGERS=${NO_COUNT_TRIGGERS:-}
 EXEC_MODE=${EXEC_MODE:-}
+POOLER=${POOLER:-}
 
 ADMIN_A=localhost:2990
 ADMIN_B=localhost:2991
@@ -70,6 +83,7 @@ fi
 tmp=$(mktemp -d /var/tmp/pingback-bench-pg.XXXXXX)
 pids=()
 pg_dir=
+bouncer_dir=
 cleanup() {
 	for pid in "${pids[@]}"; do
 		kill "$pid" 2>/dev/null || true
@@ -78,10 +92,77 @@ cleanup() {
 	if [ -n "$pg_dir" ]; then
 		bash .ci/postgres stop "$pg_dir"
 	fi
+	if [ -n "$bouncer_dir" ]; then
+		if [ -n "$KEEP" ]; then cp -r "$bouncer_dir" "$tmp/pgbouncer"; fi
+		rm -rf "$bouncer_dir"
+	fi
 	if [ -n "$KEEP" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 
+# start_pgbouncer: starts PgBouncer in transaction pooling in front of
+# $dsn's database (stock settings but the five it needs) and points
+# caddy_dsn at it; cleanup stops it with the other processes.
+start_pgbouncer() {
+	local bouncer=/usr/sbin/pgbouncer re user pw hostport host port db bport p
+	if [ ! -x "$bouncer" ]; then
+		echo "POOLER=pgbouncer: $bouncer is missing (Debian: apt-get install pgbouncer)" >&2
+		exit 1
+	fi
+	# postgres://user:password@host:port/database?params
+	re='^postgres(ql)?://([^:@/]+):([^@/]*)@([^/?]+)/([A-Za-z0-9_]+)(\?.*)?$'
+	if ! [[ $dsn =~ $re ]]; then
+		echo "POOLER=pgbouncer needs a postgres:// URL DSN with user, password, host and database" >&2
+		exit 1
+	fi
+	user=${BASH_REMATCH[2]} pw=${BASH_REMATCH[3]} hostport=${BASH_REMATCH[4]} db=${BASH_REMATCH[5]}
+	user=$(printf '%b' "${user//%/\\x}") pw=$(printf '%b' "${pw//%/\\x}")
+	host=${hostport%:*} port=${hostport##*:}
+	if [ "$host" = "$hostport" ]; then port=5432; fi
+	bport=
+	for p in $(seq 6440 6499); do
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then bport=$p; break; fi
+	done
+	[ -n "$bport" ] || { echo "pgbouncer: no free port in 6440-6499" >&2; exit 1; }
+	bouncer_dir=$(mktemp -d /tmp/pingback-bench-pgbouncer.XXXXXX)
+	printf '"%s" "%s"\n' "${user//\"/\"\"}" "${pw//\"/\"\"}" >"$bouncer_dir/users.txt"
+	cat >"$bouncer_dir/pgbouncer.ini" <<-INI
+		[databases]
+		$db = host=$host port=$port dbname=$db
+
+		[pgbouncer]
+		listen_addr = 127.0.0.1
+		listen_port = $bport
+		auth_type = scram-sha-256
+		auth_file = $bouncer_dir/users.txt
+		pool_mode = transaction
+	INI
+	local run=()
+	if [ "$(id -u)" = 0 ]; then
+		# PgBouncer refuses to run as root.
+		chown -R postgres "$bouncer_dir"
+		run=(setpriv --reuid postgres --regid postgres --clear-groups --)
+	fi
+	(cd "$bouncer_dir" && exec "${run[@]}" "$bouncer" "$bouncer_dir/pgbouncer.ini") >"$bouncer_dir/pgbouncer.log" 2>&1 &
+	pids+=($!)
+	caddy_dsn=${dsn/@$hostport\//@127.0.0.1:$bport/}
+	for _ in $(seq 150); do
+		if psql "$caddy_dsn" -Atc 'SELECT 1' >/dev/null 2>&1; then
+			pooler_info="$("$bouncer" --version | head -1), transaction pooling on 127.0.0.1:$bport (POOLER=pgbouncer, stock settings)"
+			return 0
+		fi
+		if ! kill -0 "${pids[-1]}" 2>/dev/null; then break; fi
+		sleep 0.1
+	done
+	echo "pgbouncer did not come up; its log:" >&2
+	cat "$bouncer_dir/pgbouncer.log" >&2
+	exit 1
+}
+
+case "$POOLER" in
+'' | pgbouncer) ;;
+*) echo "POOLER=$POOLER: want empty (direct) or pgbouncer" >&2; exit 1 ;;
+esac
 dsn=${PINGBACK_BENCH_PG_DSN:-}
 if [ -z "$dsn" ]; then
 	eval "$(bash .ci/postgres start)"
@@ -90,11 +171,15 @@ if [ -z "$dsn" ]; then
 fi
 schema="bench_$(date +%s)"
 caddy_dsn=$dsn
+pooler_info="none: Caddy connects to the database directly"
+if [ "$POOLER" = pgbouncer ]; then
+	start_pgbouncer
+fi
 if [ -n "$EXEC_MODE" ]; then
 	case "$dsn" in
-	postgres://*\?* | postgresql://*\?*) caddy_dsn="$dsn&default_query_exec_mode=$EXEC_MODE" ;;
-	postgres://* | postgresql://*) caddy_dsn="$dsn?default_query_exec_mode=$EXEC_MODE" ;;
-	*) caddy_dsn="$dsn default_query_exec_mode=$EXEC_MODE" ;; # key=value form
+	postgres://*\?* | postgresql://*\?*) caddy_dsn="$caddy_dsn&default_query_exec_mode=$EXEC_MODE" ;;
+	postgres://* | postgresql://*) caddy_dsn="$caddy_dsn?default_query_exec_mode=$EXEC_MODE" ;;
+	*) caddy_dsn="$caddy_dsn default_query_exec_mode=$EXEC_MODE" ;; # key=value form
 	esac
 fi
 
@@ -102,6 +187,8 @@ echo "== machine"
 echo "cores:      $(nproc)"
 echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo "postgres:   $(psql "$dsn" -Atc 'SHOW server_version') on $(psql "$dsn" -Atc 'SHOW data_directory' 2>/dev/null || echo '?'), synchronous_commit $(psql "$dsn" -Atc 'SHOW synchronous_commit'), fsync $(psql "$dsn" -Atc 'SHOW fsync')"
+echo "pooler:     $pooler_info"
+echo "pgx mode:   ${EXEC_MODE:-exec, the store default} (EXEC_MODE)"
 echo "go:         $(go version)"
 echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
 
