@@ -47,7 +47,10 @@
 # since PgBouncer refuses root; the DSN must be a postgres:// URL; psql
 # and the count probes keep the direct DSN. A statement-caching EXEC_MODE
 # behind it fails: the store refuses prepared statements behind a
-# transaction pooler).
+# transaction pooler), CHURN (1: instead of the throughput rounds, the row
+# versions per 1,000 pingbacks that records and the count tables keep, with
+# and without a long transaction open, on Caddy A alone; direct only, not
+# with POOLER; bench/pg-churn-phases.sh says how, and its settings).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-5}
@@ -59,6 +62,7 @@ KEEP=${KEEP:-}
 NO_COUNT_TRIGGERS=${NO_COUNT_TRIGGERS:-}
 EXEC_MODE=${EXEC_MODE:-}
 POOLER=${POOLER:-}
+CHURN=${CHURN:-}
 
 ADMIN_A=localhost:2990
 ADMIN_B=localhost:2991
@@ -85,6 +89,7 @@ pids=()
 pg_dir=
 bouncer_dir=
 cleanup() {
+	if declare -F churn_cleanup >/dev/null; then churn_cleanup; fi
 	for pid in "${pids[@]}"; do
 		kill "$pid" 2>/dev/null || true
 		wait "$pid" 2>/dev/null || true
@@ -163,6 +168,12 @@ case "$POOLER" in
 '' | pgbouncer) ;;
 *) echo "POOLER=$POOLER: want empty (direct) or pgbouncer" >&2; exit 1 ;;
 esac
+if [ -n "$CHURN" ] && [ -n "$POOLER" ]; then
+	# The pooler keeps its server connections, whose statistics the
+	# phases wait for by their end.
+	echo "CHURN=1 runs on a direct connection only, not with POOLER" >&2
+	exit 1
+fi
 dsn=${PINGBACK_BENCH_PG_DSN:-}
 if [ -z "$dsn" ]; then
 	eval "$(bash .ci/postgres start)"
@@ -236,6 +247,13 @@ EOF
 caddyfile $ADMIN_A $PORT_A 1 >"$tmp/Caddyfile.a"
 caddyfile $ADMIN_B $PORT_B 0 >"$tmp/Caddyfile.b"
 caddyfile $ADMIN_C $PORT_C 0 "$tmp/badger" >"$tmp/Caddyfile.c"
+
+if [ -n "$CHURN" ]; then
+	# shellcheck source=bench/pg-churn-phases.sh
+	. bench/pg-churn-phases.sh
+	churn
+	exit 0
+fi
 
 for x in a b c; do
 	mkdir -p "$tmp/$x"
