@@ -46,7 +46,10 @@ const (
 // read_body and read_body_idle), not by AckTimeout. Invalid pingbacks get
 // 400, 405, 413 or 415 with a short plain-text reason and change nothing.
 // If the store cannot commit, the request is still forwarded and the
-// provider gets 200 only if the app accepted it, else 503; when Verify or
+// provider gets 200 only if the app accepted it, else 503 (but the
+// pingback of a pending task this Caddy polls gets 503 "result not stored"
+// and is not forwarded: the poller fetches its result once the store is
+// back, so it reaches the app once); when Verify or
 // UnknownIDs needs the store and it cannot read the pingback's task (down,
 // restarting), the provider gets 503 "result not stored" and nothing is
 // forwarded or quarantined (a tracked task is polled once the store is
@@ -337,7 +340,7 @@ func (x *exchange) judge() bool {
 		// back.
 		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
 		if x.st == nil || h.app.logStoreError(h.Provider) {
-			h.logger.Error("result NOT stored and not forwarded: the store cannot read the pingback's task, so the pingback cannot be verified (further ones are counted in a summary line each minute)",
+			h.logger.Error("result NOT stored and not forwarded: the store is not open or cannot read the pingback's task, so the pingback cannot be verified (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.v.storeErr))
 		}
 		x.reply.send(http.StatusServiceUnavailable, "result not stored")
@@ -426,6 +429,17 @@ func (x *exchange) settle() bool {
 		if h.app.logStoreError(h.Provider) {
 			h.logger.Error("untrusted pingback NOT stored and not forwarded (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.String("reason", v.why), zap.Error(x.err))
+		}
+		x.reply.send(http.StatusServiceUnavailable, "result not stored")
+		return true
+	case x.err != nil && v.polled:
+		// A pending task this Caddy polls: the poller fetches its result
+		// once the store is back, so a forward without durability now
+		// would reach the app twice.
+		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		if h.app.logStoreError(h.Provider) {
+			h.logger.Error("result NOT stored and not forwarded: its task is polled once the store is back (further ones are counted in a summary line each minute)",
+				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
 		}
 		x.reply.send(http.StatusServiceUnavailable, "result not stored")
 		return true

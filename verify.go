@@ -150,6 +150,9 @@ type trust struct {
 	// is open): a store failure, no verdict on the pingback; nothing else
 	// is set.
 	storeErr error
+	// polled: the task is pending and this Caddy has its account's key,
+	// so the poller fetches its result if the pingback cannot be stored.
+	polled bool
 }
 
 // judge decides what becomes of a pingback for key whose request is r.
@@ -182,7 +185,7 @@ func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, ke
 		// the pingback.
 		return trust{storeErr: err}
 	}
-	v := trust{tracked: true}
+	v := trust{tracked: true, polled: task.State == store.TaskPending && h.app.taskPollable(task)}
 	switch {
 	case verify == VerifyNone:
 		v.verified = VerifyNone

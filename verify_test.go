@@ -798,22 +798,32 @@ func TestVerifyUntrackedConflictConfirmed(t *testing.T) {
 	}
 }
 
-// failingTaskRead is the running store with its task read failing with
-// err while fail is set, as a PostgreSQL store's does while the database
-// restarts; every other operation is the store's own.
+// failingTaskRead is the running store with its task read (or, with
+// insert set, its insert) failing with err while fail is set, as a
+// PostgreSQL store's does while the database restarts; every other
+// operation is the store's own.
 type failingTaskRead struct {
 	store.Store
-	fail  atomic.Bool
-	err   error
-	reads atomic.Int32 // failed reads
+	fail   atomic.Bool
+	insert bool
+	err    error
+	reads  atomic.Int32 // failed reads (or inserts)
 }
 
 func (s *failingTaskRead) GetTask(ctx context.Context, key store.Key) (*store.Task, error) {
-	if s.fail.Load() {
+	if s.fail.Load() && !s.insert {
 		s.reads.Add(1)
 		return nil, s.err
 	}
 	return s.Store.GetTask(ctx, key)
+}
+
+func (s *failingTaskRead) Insert(ctx context.Context, rec *store.Record) (store.InsertResult, error) {
+	if s.fail.Load() && s.insert {
+		s.reads.Add(1)
+		return store.InsertResult{}, s.err
+	}
+	return s.Store.Insert(ctx, rec)
 }
 
 // TestVerifyTaskReadFailureIsStoreDown: with verify token on a tracked
@@ -822,9 +832,11 @@ func (s *failingTaskRead) GetTask(ctx context.Context, key store.Key) (*store.Ta
 // fails with anything but not found (the database starting up, a read
 // slower than ack_timeout) is handled as when the store is down: answered 503
 // "result not stored", neither stored (not quarantined unverified) nor
-// forwarded, its task left pending. Once the store is back, the result
-// reaches the app once: by the provider's retry of the pingback, or by
-// polling the task when nobody retries.
+// forwarded, its task left pending. So is one whose task read succeeds
+// and whose insert then fails, when this Caddy polls its task (a forward
+// without durability would reach the app a second time by polling). Once
+// the store is back, the result reaches the app once: by the provider's
+// retry of the pingback, or by polling the task when nobody retries.
 func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
 	startingUp := &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}
 	tests := []struct {
@@ -833,12 +845,16 @@ func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
 		err      error
 		retry    bool   // the provider sends the pingback again; else the poller fetches it
 		verified string // the retried pingback's X-Pingback-Verified
+		insert   bool   // the task read succeeds and the insert fails
 	}{
-		{"database starting up, provider retries", "", startingUp, true, "token"},
-		{"read past ack_timeout, task polled", "", fmt.Errorf("reading task: %w", context.DeadlineExceeded), false, ""},
+		{"database starting up, provider retries", "", startingUp, true, "token", false},
+		{"read past ack_timeout, task polled", "", fmt.Errorf("reading task: %w", context.DeadlineExceeded), false, "", false},
 		// unknown_ids quarantine reads the task too: it cannot tell an
 		// unknown id either.
-		{"verify none, unknown_ids quarantine", "verify none", startingUp, true, "none"},
+		{"verify none, unknown_ids quarantine", "verify none", startingUp, true, "none", false},
+		// Verified, then not stored: a pending task this Caddy polls is
+		// left to the poller, not forwarded (that would deliver it twice).
+		{"task read, insert fails, task polled", "", startingUp, false, "", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -847,7 +863,7 @@ func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
 			global := fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint %s\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter 1s\n\t\t\tinterval 5s\n\t\t}", p.URL, trkKey)
 			startCaddy(t, global, vfySite(tt.lines, "pingback_url "+trkCallbackURL, p.URL, app))
 			a := runningApp(t)
-			st := &failingTaskRead{Store: a.handle.store, err: tt.err}
+			st := &failingTaskRead{Store: a.handle.store, err: tt.err, insert: tt.insert}
 			a.handle.store = st
 			t.Cleanup(func() { a.handle.store = st.Store })
 			pingbackURL, id := vfySubmit(t, p)
@@ -863,7 +879,7 @@ func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
 				t.Errorf("answered %d %q, want 503 \"result not stored\"", resp.status, resp.body)
 			}
 			if n := st.reads.Load(); n != 1 {
-				t.Fatalf("%d failed task reads, want the pingback's one", n)
+				t.Fatalf("%d failed task reads (or inserts), want the pingback's one", n)
 			}
 			if _, err := st.Get(context.Background(), store.Key{Provider: "2captcha", ID: id}); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("record after the failed task read: %v, want none (not quarantined)", err)
@@ -875,7 +891,7 @@ func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
 				t.Errorf("store_error counted %v times, want 1", got)
 			}
 			if n := len(app.Requests()); n != 0 {
-				t.Errorf("the app got %d requests of a pingback that could not be verified", n)
+				t.Errorf("the app got %d requests of a pingback that was not stored", n)
 			}
 			task, err := st.GetTask(context.Background(), store.Key{Provider: "2captcha", ID: id})
 			if err != nil || task.State != store.TaskPending {

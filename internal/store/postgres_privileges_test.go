@@ -79,6 +79,13 @@ func TestPostgresLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer appConn.Close(context.Background())
+	var made bool
+	if err := appConn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'pingback')").Scan(&made); err != nil {
+		t.Fatal(err)
+	}
+	if made {
+		t.Fatal("the refused open created the schema")
+	}
 	if _, err := appConn.Exec(ctx, "CREATE SCHEMA pingback AUTHORIZATION "+roleID); err != nil {
 		t.Fatal(err)
 	}

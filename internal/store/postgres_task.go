@@ -27,7 +27,9 @@ func scanTask(row pgx.Row) (*Task, error) {
 }
 
 // AddTask implements TaskStore: under the key's advisory lock (shared with
-// Insert), the task is stored done if its result is already stored.
+// Insert), the task is stored done if its result is already stored; a
+// task already there is read back in the same transaction, on the same
+// connection. Two round trips: the statements, then COMMIT.
 func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 	if err := checkAccount(t); err != nil {
 		return nil, err
@@ -56,6 +58,9 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			t.Provider, t.ID, t.Method, ns(t.SubmittedAt), t.PingbackURL, t.Server, string(t.State),
 			ns(t.NextPollAt), t.Polls, t.LastError, ns(t.UpdatedAt), pgNano(t.ExpiresAt),
 			t.API, t.AppPolls, ns(t.AppPolledAt), ns(t.ResultAt), t.Token, t.Account)
+		// The task as stored, read in the same transaction (a later
+		// statement: it sees the row a conflict found, once committed).
+		b.Queue(`SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2`, t.Provider, t.ID)
 		br := conn.SendBatch(ctx, b)
 		if err := p.pool.readBegin(br, nil); err != nil {
 			br.Close()
@@ -72,6 +77,11 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 			br.Close()
 			return err
 		}
+		stored, err := scanTask(br.QueryRow())
+		if err != nil {
+			br.Close()
+			return err
+		}
 		if err := br.Close(); err != nil {
 			return err
 		}
@@ -80,11 +90,10 @@ func (p *Postgres) AddTask(ctx context.Context, t *Task) (*Task, error) {
 		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 			return err
 		}
-		if inserted {
-			return nil
+		if !inserted {
+			existing = stored
 		}
-		existing, err = scanTask(p.pool.QueryRow(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2`, t.Provider, t.ID))
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err

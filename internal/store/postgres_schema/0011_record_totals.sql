@@ -16,6 +16,12 @@
 --   - task_counts keeps only 'pending' (the one task state read), so a
 --     result that completes its task writes one version, not two.
 
+-- The records are counted into record_totals below: an instance of the
+-- previous version that still writes while this runs would insert records
+-- this count misses for good, so writers wait until the migration commits
+-- (after it, their inserts run the new trigger function).
+LOCK TABLE records IN SHARE MODE;
+
 CREATE TABLE record_totals (
 	provider      text    NOT NULL,
 	shard         integer NOT NULL,
