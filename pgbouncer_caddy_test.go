@@ -174,3 +174,32 @@ func TestPgBouncerServerConnectionsKilled(t *testing.T) {
 	}
 	noPreparedStatementErrors(t, ins)
 }
+
+// TestLeastPrivilegeInstance: a Caddy process whose DSN is a role that
+// owns only a schema a DBA created for it in another database (no CREATE
+// right on the database, not a superuser), as docs/storage.md sets it up,
+// behind PgBouncer in transaction pooling: it starts, migrates the schema
+// and stores and delivers a pingback.
+func TestLeastPrivilegeInstance(t *testing.T) {
+	lp := pgtest.NewLeastPrivilege(t)
+	lp.CreateSchema(t, "pingback")
+	app := newAppStub(t)
+	dsn, _ := pgtest.StartPgBouncer(t, lp.DSN, "transaction")
+	cl := newPGCluster(t, "", app.HostPort)
+	cl.dsn, cl.schema = dsn, "pingback"
+	in := cl.start(t, 1)[0]
+	if status, body, err := getWith(http.DefaultClient, in.base()+"/cb?id=4401&code=LEAST"); err != nil || status != http.StatusOK || body != "OK" {
+		t.Fatalf("pingback: %d %q %v, want 200 OK", status, body, err)
+	}
+	var recs []*store.Record
+	testkit.WaitFor(t, 15*time.Second, "the result to be delivered", func() bool {
+		recs = in.records(t, store.StateDelivered)
+		return len(recs) == 1
+	})
+	if recs[0].ID != "4401" || recs[0].Code != "LEAST" {
+		t.Errorf("stored %s with code %q, want 4401 with LEAST", recs[0].ID, recs[0].Code)
+	}
+	if n := app.Deliveries("captchaai:4401"); n != 1 {
+		t.Errorf("the app received the result %d times, want once", n)
+	}
+}

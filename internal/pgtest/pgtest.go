@@ -4,8 +4,9 @@
 // (`.ci/run` starts a throw-away cluster and sets both). Without them the
 // PostgreSQL tests skip with a loud message, except in CI (CI set), where
 // they fail. It also starts a PgBouncer in front of a database
-// (StartPgBouncer) and a private cluster a test may stop and restart
-// (StartCluster).
+// (StartPgBouncer), a private cluster a test may stop and restart
+// (StartCluster), and a role that owns nothing but the schema a test
+// gives it (NewLeastPrivilege).
 package pgtest
 
 import (
