@@ -661,11 +661,6 @@ func (p *Postgres) UpdateRecord(ctx context.Context, key Key, fn func(*Record) e
 			if size := len(req) + len(cur.Code) + len(cur.Answer) + len(cur.OtherCode) + len(cur.LastError) + 512; size > MaxRecordSize {
 				return fmt.Errorf("%w: %d bytes encoded, at most %d", ErrTooLarge, size, MaxRecordSize)
 			}
-			if old.State == StateQuarantined && cur.State != StateQuarantined {
-				b.Queue(`UPDATE tasks SET state = 'done', next_poll_at = NULL, updated_at = $3, result_at = $3
-					WHERE provider = $1 AND id = $2 AND state = 'pending' AND coalesce(submitted_at, 0) <= $3`,
-					key.Provider, key.ID, cur.ReceivedAt.UnixNano())
-			}
 			var other any
 			if cur.OtherCode != "" {
 				other = []byte(cur.OtherCode)
@@ -680,6 +675,14 @@ func (p *Postgres) UpdateRecord(ctx context.Context, key Key, fn func(*Record) e
 				string(cur.State), cur.Attempts, cur.Failures, cur.Interrupts, ns(cur.DueAt), nullString(cur.Lease.Owner), ns(cur.Lease.Until),
 				cur.LastStatus, cur.LastError, ns(cur.UpdatedAt), pgNano(cur.ExpiresAt),
 				cur.Verified, cur.Tracked, cur.Quarantine, other, cur.Correction, historyJSON(cur.History))
+			// The task after the record, as the insert batch orders them:
+			// the count triggers then take record rows before task rows in
+			// every transaction, so two never wait for each other's.
+			if old.State == StateQuarantined && cur.State != StateQuarantined {
+				b.Queue(`UPDATE tasks SET state = 'done', next_poll_at = NULL, updated_at = $3, result_at = $3
+					WHERE provider = $1 AND id = $2 AND state = 'pending' AND coalesce(submitted_at, 0) <= $3`,
+					key.Provider, key.ID, cur.ReceivedAt.UnixNano())
+			}
 			result = &cur
 			return nil
 		})
