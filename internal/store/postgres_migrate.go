@@ -142,12 +142,7 @@ func migrate(ctx context.Context, db *pgDB, schema string, legacy map[string]str
 			return fmt.Errorf("creating schema %s (it does not exist: create it for the store's role, or grant the role CREATE on the database; see docs/storage.md): %w", schema, err)
 		}
 	}
-	var path, sc string
-	var xid int64
-	if err := tx.QueryRow(ctx, pgBeginWrite, db.path).Scan(&path, &xid, &sc); err != nil {
-		return err
-	}
-	if err := db.checkDurable(sc); err != nil {
+	if err := db.opened(tx.QueryRow(ctx, pgBeginWrite, db.path), nil); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {

@@ -52,7 +52,7 @@ const pgPoolerDoc = "docs/storage.md, \"Behind a pooler\""
 // pgBeginWrite is the first statement of every write transaction, after
 // BEGIN in the same round trip: the schema ($1) as the transaction's
 // search_path, the transaction's id (for pgCommit) and the session's
-// synchronous_commit (checked by checkDurable).
+// synchronous_commit (pgDB.opened scans and checks them).
 const pgBeginWrite = `SELECT set_config('search_path', $1, true), txid_current(), current_setting('synchronous_commit')`
 
 // pgBeginRead is the first statement of a lone read after BEGIN READ
@@ -103,15 +103,7 @@ func (d *pgDB) readBegin(br pgx.BatchResults, c *pgCommit) error {
 	if _, err := br.Exec(); err != nil {
 		return err
 	}
-	var path, sc string
-	var xid int64
-	if err := br.QueryRow().Scan(&path, &xid, &sc); err != nil {
-		return err
-	}
-	if c != nil {
-		c.xid = xid
-	}
-	return d.checkDurable(sc)
+	return d.opened(br.QueryRow(), c)
 }
 
 // begin opens a write transaction on conn in two round trips (BEGIN, then
@@ -121,15 +113,21 @@ func (d *pgDB) begin(ctx context.Context, conn *pgxpool.Conn, c *pgCommit) (pgx.
 	if err != nil {
 		return nil, err
 	}
+	return tx, d.opened(tx.QueryRow(ctx, pgBeginWrite, d.path), c)
+}
+
+// opened scans pgBeginWrite's row: the transaction's id into c (if c is
+// not nil), and its synchronous_commit, refused when off.
+func (d *pgDB) opened(row pgx.Row, c *pgCommit) error {
 	var path, sc string
 	var xid int64
-	if err := tx.QueryRow(ctx, pgBeginWrite, d.path).Scan(&path, &xid, &sc); err != nil {
-		return tx, err
+	if err := row.Scan(&path, &xid, &sc); err != nil {
+		return err
 	}
 	if c != nil {
 		c.xid = xid
 	}
-	return tx, d.checkDurable(sc)
+	return d.checkDurable(sc)
 }
 
 // checkDurable refuses a transaction whose synchronous_commit is off.
