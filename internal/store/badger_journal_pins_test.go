@@ -463,3 +463,52 @@ func checkFlushOrder(lines []string, dir string) (int, error) {
 	}
 	return len(order), errors.Join(errs...)
 }
+
+// TestCheckFlushOrder feeds checkFlushOrder traces in strace -f -y's
+// format (as TestBadgerSyncsTableBeforeDroppingMemtableLog records them)
+// of a flush in the order Badger v4.9.6 does it and in the orders an
+// upgrade could bring: each of the latter must be reported.
+func TestCheckFlushOrder(t *testing.T) {
+	const (
+		create   = `100 openat(AT_FDCWD</w>, "/d/000001.sst", O_RDWR|O_CREAT|O_EXCL|O_CLOEXEC, 0666) = 15</d/000001.sst>`
+		mmap     = `100 mmap(NULL, 8391513, PROT_READ|PROT_WRITE, MAP_SHARED, 15</d/000001.sst>, 0) = 0x7fee4b600000`
+		msync    = `100 msync(0x7fee4b600000, 8391513, MS_SYNC) = 0`
+		partial  = `100 msync(0x7fee4b600000, 4096, MS_SYNC) = 0`
+		async    = `100 msync(0x7fee4b600000, 8391513, MS_ASYNC) = 0`
+		fsync    = `100 fsync(15</d/000001.sst>)     = 0`
+		manifest = `100 fsync(8</d/MANIFEST>) = 0`
+		truncate = `100 ftruncate(11</d/00001.mem>, 0) = 0`
+		unlink   = `100 unlinkat(AT_FDCWD</w>, "/d/00001.mem", 0) = 0`
+		other    = `100 unlinkat(AT_FDCWD</w>, "/e/00001.mem", 0) = 0`
+	)
+	for _, tc := range []struct {
+		name  string
+		trace []string
+		ok    bool
+	}{
+		{"Badger v4.9.6's order", []string{create, mmap, msync, manifest, truncate, unlink}, true},
+		{"the table fsynced instead", []string{create, fsync, manifest, unlink}, true},
+		{"the msync ends in another thread's lines", []string{create, mmap, `100 msync(0x7fee4b600000, 8391513, MS_SYNC <unfinished ...>`,
+			`[pid 101] openat(AT_FDCWD</w>, "/d", O_RDONLY|O_CLOEXEC) = 16</d>`, `100 <... msync resumed>)              = 0`, manifest, truncate}, true},
+		{"a log of another directory destroyed first", []string{other, create, fsync, manifest, unlink}, true},
+		{"the log truncated before the table is synced", []string{create, mmap, truncate, msync, manifest, unlink}, false},
+		{"the log unlinked before the manifest is synced", []string{create, mmap, msync, unlink, manifest}, false},
+		{"the msync still running at the truncate", []string{create, mmap, `100 msync(0x7fee4b600000, 8391513, MS_SYNC <unfinished ...>`,
+			manifest, truncate, `100 <... msync resumed>) = 0`}, false},
+		{"part of the table synced", []string{create, mmap, partial, manifest, unlink}, false},
+		{"an asynchronous msync", []string{create, mmap, async, manifest, unlink}, false},
+		{"a failed msync", []string{create, mmap, `100 msync(0x7fee4b600000, 8391513, MS_SYNC) = -1 EIO (Input/output error)`, manifest, unlink}, false},
+		{"the manifest synced before the table exists", []string{manifest, create, mmap, msync, unlink}, false},
+		{"no table at all", []string{manifest, unlink}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, err := checkFlushOrder(tc.trace, "/d")
+			if tc.ok && (err != nil || n != 1) {
+				t.Errorf("a correct order: %d memtable logs destroyed (want 1), error %v", n, err)
+			}
+			if !tc.ok && err == nil {
+				t.Error("a wrong order not reported")
+			}
+		})
+	}
+}
