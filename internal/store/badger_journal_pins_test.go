@@ -27,14 +27,16 @@ import (
 //
 //  1. Every file Badger writes without syncing it itself is a memtable
 //     log (*.mem) or a value log (*.vlog), and syncBadgerFiles picks both
-//     by those suffixes. Badger names them in DB.mtFilePath ("%05d.mem",
-//     memtable.go) and vlogFilePath ("%06d.vlog", value.go); its tables in
-//     table.NewFilename ("%06d.sst", table/table.go). Why the walk at
-//     all: DB.Sync (db.go) syncs only the active memtable's log
-//     (memTable.SyncWAL) and the value log, never the rotated memtables
-//     waiting in DB.imm for their flush, and no other public API syncs
-//     those; so a checkpoint fsyncs every *.mem it finds. Pinned by
-//     TestBadgerFileNamesPinned.
+//     by those suffixes. Badger names them in DB.mtFilePath ("%05d.mem")
+//     and vlogFilePath ("%06d.vlog"), its tables in table.NewFilename
+//     ("%06d.sst"). Why the walk at all: DB.Sync syncs only the active
+//     memtable's log (memTable.SyncWAL) and the value log, never the
+//     rotated memtables waiting in DB.imm for their flush, and no other
+//     call of Badger's public API makes those durable while the database
+//     stays open and writable (DB.DropPrefix flushes them only when a
+//     prefix it is given holds data, and refuses writes meanwhile;
+//     DB.Close flushes them at the end); so a checkpoint fsyncs every
+//     *.mem it finds. Pinned by TestBadgerFileNamesPinned.
 //  2. A memtable log that goes away was flushed into a table that is
 //     durable first: DB.flushMemtable calls DB.handleMemTableFlush, which
 //     builds the table and writes it with table.CreateTable (an msync
@@ -42,12 +44,14 @@ import (
 //     manifest (levelsController.addLevel0Table: manifestFile.addChanges,
 //     an fsync of MANIFEST); only after that does flushMemtable drop its
 //     reference (memTable.DecrRef), whose skiplist OnClose callback, set
-//     in DB.openMemTable, deletes the log (logFile.Delete: munmap,
-//     ftruncate to 0, unlink). So a *.mem that a checkpoint does not find
-//     any more held nothing the disk lacks. Badger does not fsync the
-//     directory between creating the table and unlinking the log; on
-//     ext4 and xfs the manifest's fsync commits the filesystem journal
-//     that holds the table's creation, before the unlink. Pinned by
+//     in DB.openMemTable, deletes the log (the log's z.MmapFile.Delete:
+//     munmap, ftruncate to 0, unlink). So a *.mem that a checkpoint does
+//     not find any more held nothing the disk lacks. Badger does not
+//     fsync the directory between creating the table and unlinking the
+//     log: that the table's directory entry is durable before the unlink
+//     rests on the filesystem ordering its metadata (ext4's journal
+//     commits them in order, and the manifest's fsync commits the
+//     transaction that holds the creation); not checked here. Pinned by
 //     TestBadgerSyncsTableBeforeDroppingMemtableLog.
 
 // badgerFileKind says which kind of file name is in a Badger directory,
@@ -68,7 +72,7 @@ func badgerFileKind(name string) (kind string, walked, ok bool) {
 	case name == "MANIFEST" || name == "MANIFEST-REWRITE":
 		return "manifest", false, true // fsynced at each change (manifestFile.addChanges), the rewrite before its rename
 	case name == "KEYREGISTRY" || name == "REWRITE-KEYREGISTRY":
-		return "key registry", false, true // fsynced when written (key_registry.go)
+		return "key registry", false, true // written with O_DSYNC, then renamed into place (WriteKeyRegistry)
 	case name == "DISCARD":
 		return "discard stats", false, true // value-log GC's statistics: no data
 	case name == "LOCK":
