@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io"
 	"net"
 	"net/http"
@@ -976,5 +978,62 @@ func TestArchitectureCodeMap(t *testing.T) {
 		if !slices.Contains(files, f) {
 			t.Errorf("ARCHITECTURE.md's code map has a row for %s, which is not a file of the root package", f)
 		}
+	}
+}
+
+// goFileName is a Go file's name (a word, then the extension .go) in a
+// comment's text: a comment names identifiers instead, which do not go
+// stale when code moves between files.
+var goFileName = regexp.MustCompile(`\b[A-Za-z0-9_]+\.go\b`)
+
+// TestGoCommentsNameNoFiles: no comment of a Go file of the repository
+// names a Go file (testdata, node_modules and .git are left out). A
+// directive (//go:build, //go:embed, ...) is no such comment, nor is a URL
+// (a link into another project's source at a version), and a comment may
+// name other files, such as docs/storage.md.
+func TestGoCommentsNameNoFiles(t *testing.T) {
+	url := regexp.MustCompile(`\bhttps?://\S+`)
+	fset := token.NewFileSet()
+	var files int
+	err := filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch d.Name() {
+			case ".git", "node_modules", "testdata":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, group := range f.Comments {
+			for _, c := range group.List {
+				if strings.HasPrefix(c.Text, "//go:") {
+					continue
+				}
+				for i, line := range strings.Split(c.Text, "\n") {
+					if name := goFileName.FindString(url.ReplaceAllString(line, "")); name != "" {
+						pos := fset.Position(c.Pos())
+						t.Errorf("%s:%d: a comment names the file %s; name an identifier (a Go doc link such as [App.deliver]): %s",
+							filepath.ToSlash(pos.Filename), pos.Line+i, name, strings.TrimSpace(line))
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Errorf("read %d Go files; the repository has more", files)
 	}
 }

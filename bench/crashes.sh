@@ -48,61 +48,28 @@ PORT=9088
 APP_PORT=9089
 
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 tmp=$(mktemp -d "$BENCH_DIR/pingback-crashes.XXXXXX")
 caddy_pid=
 app_pid=
 send_pid=
 cleanup() {
-	for p in "$send_pid" "$caddy_pid" "$app_pid"; do
-		if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
-			kill "$p" 2>/dev/null || true
-			wait "$p" 2>/dev/null || true
-		fi
-	done
-	if [ -n "$KEEP" ]; then
-		echo "kept $tmp"
-	else
-		rm -rf "$tmp"
-	fi
+	stop_pids "$send_pid" "$caddy_pid" "$app_pid"
+	keep_or_remove "$tmp"
 }
 trap cleanup EXIT
 
 echo "== machine"
-echo "cores:      $(nproc)"
-echo "storage:    $tmp/data ($(df --output=fstype "$tmp" | tail -1) on $(df --output=source "$tmp" | tail -1))"
-echo "go:         $(go version)"
-echo "commit:     $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+banner cores
+storage_line "$tmp/data" "$tmp"
+banner go commit
 
 echo "== building ./cmd/caddy and bench/crashapp"
-go build -o "$tmp/caddy" ./cmd/caddy
-go build -o "$tmp/crashapp" ./bench/crashapp
+build_binaries "$tmp" bench/crashapp
 
-cat >"$tmp/Caddyfile" <<EOF
-{
-	admin $ADMIN
-	http_port $PORT
-	https_port 9448
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		level WARN
-	}
-	pingback {
-		storage_dir $tmp/data
-	}
-}
-http://:$PORT {
-	handle /cb {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-	respond 404
-}
-EOF
+caddyfile "$ADMIN" "$PORT" "$APP_PORT" https=9448 "pingback=storage_dir $tmp/data" >"$tmp/Caddyfile"
 
 "$tmp/crashapp" app -listen "127.0.0.1:$APP_PORT" -log "$tmp/received.log" >"$tmp/app.log" 2>&1 &
 app_pid=$!
@@ -110,21 +77,13 @@ app_pid=$!
 # start_caddy: Caddy on the store, until its admin API answers (the store is
 # open); sets caddy_pid and up_ms (how long that took).
 start_caddy() {
-	local t0 i
+	local t0
 	t0=$(date +%s%N)
-	XDG_DATA_HOME=$tmp/xdg-data XDG_CONFIG_HOME=$tmp/xdg-config \
-		"$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >>"$tmp/caddy.log" 2>&1 &
-	caddy_pid=$!
-	for i in $(seq 300); do
-		if curl -fsS -o /dev/null "http://$ADMIN/pingback/status" 2>/dev/null; then
-			up_ms=$((($(date +%s%N) - t0) / 1000000))
-			return 0
-		fi
-		if ! kill -0 "$caddy_pid" 2>/dev/null; then
-			break
-		fi
-		sleep 0.05
-	done
+	launch_caddy "$tmp/caddy" "$tmp/Caddyfile" "$tmp/caddy.log" "$tmp"
+	if wait_until 300 0.05 "$caddy_pid" admin_answers "$ADMIN"; then
+		up_ms=$((($(date +%s%N) - t0) / 1000000))
+		return 0
+	fi
 	echo "caddy did not come up; its log:" >&2
 	tail -50 "$tmp/caddy.log" >&2
 	exit 1

@@ -29,19 +29,13 @@ PORT=9096
 APP_PORT=9097
 
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 tmp=$(mktemp -d "$BENCH_DIR/pingback-drain.XXXXXX")
 caddy_pid=
-stop_caddy() {
-	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
-		kill "$caddy_pid" 2>/dev/null || true
-		wait "$caddy_pid" 2>/dev/null || true
-	fi
-	caddy_pid=
-}
-trap 'stop_caddy; rm -rf "$tmp"' EXIT
+trap 'stop_pids "$caddy_pid"; rm -rf "$tmp"' EXIT
 
-go build -o "$tmp/caddy" ./cmd/caddy
-go build -o "$tmp/loadgen" ./bench/loadgen
+build_binaries "$tmp" bench/loadgen
 echo "cores $(nproc), load average $(cut -d' ' -f1-3 /proc/loadavg), store under $BENCH_DIR ($(df --output=fstype "$tmp" | tail -1))"
 
 # counter NAME LABELS: the sum of a metric's samples whose labels match.
@@ -52,48 +46,15 @@ counter() {
 for c in $CONCURRENCY; do
 	run=$tmp/c$c
 	mkdir -p "$run"
-	cat >"$run/Caddyfile" <<CF
-{
-	admin $ADMIN
-	http_port $PORT
-	auto_https off
-	persist_config off
-	log {
-		level ERROR
-	}
-	pingback {
-		storage_dir $run/data
+	caddyfile "$ADMIN" "$PORT" "$APP_PORT" log=ERROR "pingback=storage_dir $run/data
 		replay {
 			backoff 100ms 100ms
 			max_attempts 1000000
 			concurrency $c
-		}
-	}
-}
-http://:$PORT {
-	handle /cb {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-}
-http://:$APP_PORT {
-	@down file {
-		root /
-		try_files $run/app-down
-	}
-	respond @down "down" 503
-	respond "ok" 200
-}
-CF
+		}" app "app-down=$run/app-down" >"$run/Caddyfile"
 	touch "$run/app-down"
-	XDG_DATA_HOME=$run/xdg XDG_CONFIG_HOME=$run/xdg "$tmp/caddy" run --config "$run/Caddyfile" --adapter caddyfile >"$run/caddy.log" 2>&1 &
-	caddy_pid=$!
-	for _ in $(seq 100); do
-		curl -fsS -o /dev/null "http://$ADMIN/config/" 2>/dev/null && break
-		sleep 0.1
-	done
+	launch_caddy "$tmp/caddy" "$run/Caddyfile" "$run/caddy.log" "$run"
+	wait_until 100 0.1 "" curl -fsS -o /dev/null "http://$ADMIN/config/" || true
 
 	"$tmp/loadgen" -url "http://127.0.0.1:$PORT/cb" -rate 2000 -duration "$((N / 2))ms" -prefix 1 >"$run/fill.txt"
 	failed_want=$N
@@ -130,5 +91,6 @@ CF
 				(f == "live-drain" ? "during the drain" : "after it, idle"), "'"$LIVE_RATE"'",
 				v["p50_us"] / 1000, v["p99_us"] / 1000, v["p999_us"] / 1000, v["max_us"] / 1000, v["non2xx"] + v["errors"] }' "$run/$f.txt"
 	done
-	stop_caddy
+	stop_pids "$caddy_pid"
+	caddy_pid=
 done

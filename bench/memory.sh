@@ -70,20 +70,14 @@ PORT=9086
 APP_PORT=9087
 
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 if [ "$(id -u)" != 0 ]; then
 	echo "bench/memory.sh makes memory cgroups and drops the page cache: run it as root" >&2
 	exit 1
 fi
-if ! command -v wrk >/dev/null; then
-	if command -v apt-get >/dev/null; then
-		echo "wrk not found; installing the Debian package" >&2
-		apt-get update -qq && apt-get install -y -qq wrk >/dev/null
-	else
-		echo "wrk not found: install it (Debian: apt-get install wrk)" >&2
-		exit 1
-	fi
-fi
+need_wrk
 
 # The cgroup version and where the round's cgroups go.
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
@@ -109,15 +103,8 @@ sampler_pid=
 cg=
 # stop_round: Caddy and the sampler stopped, the round's cgroup removed.
 stop_round() {
-	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
-		kill "$caddy_pid" 2>/dev/null || true
-		wait "$caddy_pid" 2>/dev/null || true
-	fi
+	stop_pids "$caddy_pid" "$sampler_pid"
 	caddy_pid=
-	if [ -n "$sampler_pid" ]; then
-		kill "$sampler_pid" 2>/dev/null || true
-		wait "$sampler_pid" 2>/dev/null || true
-	fi
 	sampler_pid=
 	if [ -n "$cg" ] && [ -d "$cg" ]; then
 		# A process that has just exited may still be listed for a moment.
@@ -133,30 +120,20 @@ stop_round() {
 }
 cleanup() {
 	stop_round
-	if [ -n "$KEEP" ]; then
-		echo "kept $tmp"
-	else
-		rm -rf "$tmp"
-	fi
+	keep_or_remove "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "== machine"
-echo "cores:      $(nproc)"
-echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-echo "memory:     $(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo), swap $(awk '/^SwapTotal/ { printf "%d MiB", $2 / 1024 }' /proc/meminfo)"
-echo "kernel:     $(uname -r)"
-echo "storage:    $tmp ($(df --output=fstype "$tmp" | tail -1) on $(df --output=source "$tmp" | tail -1), mount options $(findmnt -no OPTIONS -T "$tmp"))"
+banner cores cpu memory kernel
+storage_line "$tmp" "$tmp" mount
 echo "cgroups:    v$cgv, the rounds' cgroups under $parent"
-echo "go:         $(go version)"
-echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
-echo "commit:     $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+banner go wrk commit
 echo "GOMEMLIMIT: ${GOMEMLIMIT:-(not set in the environment)}"
 
 echo "== building ./cmd/caddy and bench/fill"
-go build -o "$tmp/caddy" ./cmd/caddy
-go build -o "$tmp/fill" ./bench/fill
+build_binaries "$tmp" bench/fill
 
 filled=${STORE_CACHE:-$tmp/filled}
 if [ -f "$filled/.pingback-fill-$N" ]; then
@@ -173,42 +150,11 @@ else
 	echo "store size: $(du -sh "$filled" | cut -f1)"
 fi
 
-cat >"$tmp/Caddyfile" <<EOF
-{
-	admin $ADMIN
-	http_port $PORT
-	https_port 9447
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		level INFO
-	}
-	pingback {
-		storage_dir $tmp/store
-	}
-}
-http://:$PORT {
-	handle /cb {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-	respond 404
-}
-http://:$APP_PORT {
-	respond "ok" 200
-}
-EOF
+caddyfile "$ADMIN" "$PORT" "$APP_PORT" https=9447 log=INFO "pingback=storage_dir $tmp/store" app >"$tmp/Caddyfile"
 
 # caddy_alive: Caddy's process is running (not gone, not a zombie waiting
 # for the script to reap it).
-caddy_alive() {
-	local state
-	state=$(awk '{ print $3 }' "/proc/$caddy_pid/stat" 2>/dev/null) || return 1
-	[ -n "$state" ] && [ "$state" != Z ]
-}
+caddy_alive() { alive "$caddy_pid"; }
 # cgfile NAME: a file of the round's cgroup.
 cgfile() { echo "$cg/$1"; }
 # oom_kills: the round's cgroup's OOM kill count.
@@ -292,26 +238,19 @@ round() {
 		fi
 	fi
 
-	local t0 ready= i
+	local t0 ready=
 	t0=$(date +%s%N)
 	# The shell joins the cgroup, then execs Caddy: Caddy starts inside it.
-	XDG_DATA_HOME=$tmp/xdg-data XDG_CONFIG_HOME=$tmp/xdg-config \
-		bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg" \
-		"$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy-$r-$kind.log" 2>&1 &
-	caddy_pid=$!
+	launch_caddy "$tmp/caddy" "$tmp/Caddyfile" "$tmp/caddy-$r-$kind.log" "$tmp" \
+		bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg"
 	(while kill -0 "$caddy_pid" 2>/dev/null; do
 		awk '/^RssAnon/ { a = $2 } /^RssFile/ { f = $2 } END { if (a != "") print a, f }' "/proc/$caddy_pid/status" 2>/dev/null
 		sleep 0.2
 	done) >"$tmp/rss-$r-$kind.dat" &
 	sampler_pid=$!
-	for i in $(seq 600); do
-		if curl -fsS -o /dev/null "http://$ADMIN/pingback/status" 2>/dev/null; then
-			ready=1
-			break
-		fi
-		caddy_alive || break
-		sleep 0.05
-	done
+	if wait_until 600 0.05 "$caddy_pid" admin_answers "$ADMIN"; then
+		ready=1
+	fi
 	local startup=$((($(date +%s%N) - t0) / 1000000)) pid0=$caddy_pid ok=0 w
 	local reqs=0 dur=1 non2xx=0 errs=0
 	if [ -n "$ready" ]; then
@@ -341,7 +280,7 @@ round() {
 		# Major page faults since its start: file pages read back from disk
 		# (the binary's text, the tables) after the kernel reclaimed them.
 		majflt=$(awk '{ print $12 }' "/proc/$caddy_pid/stat")
-		stored=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total\{/ && /result="stored"/ { s += $NF } END { printf "%d", s }') || stored=-1
+		stored=$(stored "$ADMIN") || stored=-1
 	fi
 	oom=$(oom_kills)
 	stats=$(cg_stats)
@@ -379,23 +318,20 @@ for kind in limited unlimited; do
 	echo "GOMEMLIMIT Caddy set at its start ($kind): $(cat "$tmp"/gomemlimit-*-"$kind".txt | awk '{ printf "%s%.1f MiB", (NR > 1 ? ", " : ""), $1 / 1048576 } END { if (!NR) printf "not logged" }')"
 done
 
-# median COLUMN KIND
-median() {
-	awk -v k="$2" -v c="$1" '$2 == k { print $c }' "$tmp/rounds.dat" | sort -g | awk '{ v[NR] = $1 } END {
-		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+# kind_median COLUMN KIND: the median of a column over the rounds of KIND.
+kind_median() { awk -v k="$2" -v c="$1" '$2 == k { print $c }' "$tmp/rounds.dat" | median 1; }
 echo "== medians of $ROUNDS rounds each"
 printf '%-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %6s %8s\n' kind "req/s" "anon^" "anon~" "file^" "file~" "cg max" "cg rss" "cache" mapped "up ms" majflt
 for kind in limited unlimited; do
-	awk -v k="$kind" -v a="$(median 3 "$kind")" -v b="$(median 9 "$kind")" -v c="$(median 10 "$kind")" -v d="$(median 11 "$kind")" \
-		-v e="$(median 12 "$kind")" -v f="$(median 13 "$kind")" -v g="$(median 14 "$kind")" -v h="$(median 15 "$kind")" \
-		-v i="$(median 16 "$kind")" -v j="$(median 8 "$kind")" -v m="$(median 18 "$kind")" 'BEGIN {
+	awk -v k="$kind" -v a="$(kind_median 3 "$kind")" -v b="$(kind_median 9 "$kind")" -v c="$(kind_median 10 "$kind")" -v d="$(kind_median 11 "$kind")" \
+		-v e="$(kind_median 12 "$kind")" -v f="$(kind_median 13 "$kind")" -v g="$(kind_median 14 "$kind")" -v h="$(kind_median 15 "$kind")" \
+		-v i="$(kind_median 16 "$kind")" -v j="$(kind_median 8 "$kind")" -v m="$(kind_median 18 "$kind")" 'BEGIN {
 		printf "%-9s %7d %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %7.0f %6d %8d\n", k, a, b / 1024, c / 1024, d / 1024, e / 1024,
 			f / 1048576, g / 1048576, h / 1048576, i / 1048576, j, m }'
 done
 echo "limited/unlimited throughput, per pair: $(awk '$2 == "limited" { l[$1] = $3 } $2 == "unlimited" { u[$1] = $3 }
 	END { for (r = 1; r in l; r++) printf "%s%.2fx", (r > 1 ? ", " : ""), (u[r] ? l[r] / u[r] : 0) }' "$tmp/rounds.dat")"
-awk -v ml="$(median 3 limited)" -v mu="$(median 3 unlimited)" '
+awk -v ml="$(kind_median 3 limited)" -v mu="$(kind_median 3 unlimited)" '
 	$2 == "limited" { l[$1] = $3 } $2 == "unlimited" { u[$1] = $3 }
 	{ oom += $6; if (!$7) died++; if ($5 < 0) unknown++; else if ($4 > $5) lost++ }
 	END { worst = 1e9; for (r in l) if (u[r] && l[r] / u[r] < worst) worst = l[r] / u[r]

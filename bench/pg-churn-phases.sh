@@ -60,10 +60,7 @@ holder_pid=
 holder_backend=
 
 stop_caddy() {
-	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
-		kill "$caddy_pid" 2>/dev/null || true
-		wait "$caddy_pid" 2>/dev/null || true
-	fi
+	stop_pids "$caddy_pid"
 	caddy_pid=
 }
 end_holder() {
@@ -81,20 +78,17 @@ churn_cleanup() {
 
 # start_caddy: one Caddy on the schema, ready when a pingback is stored.
 start_caddy() {
-	XDG_DATA_HOME=$tmp/data XDG_CONFIG_HOME=$tmp/config \
-		"$tmp/caddy" run --config "$tmp/Caddyfile.a" --adapter caddyfile >>"$tmp/caddy.log" 2>&1 &
-	caddy_pid=$!
-	for _ in $(seq 300); do
-		if curl -fsS -o /dev/null -d "id=9$(date +%s%N)&code=ready" "http://127.0.0.1:$PORT_A/cb" 2>/dev/null; then
-			return 0
-		fi
-		kill -0 "$caddy_pid" 2>/dev/null || break
-		sleep 0.1
-	done
+	launch_caddy "$tmp/caddy" "$tmp/Caddyfile.a" "$tmp/caddy.log" "$tmp"
+	if wait_until 300 0.1 "$caddy_pid" ready_pingback; then
+		return 0
+	fi
 	echo "caddy did not come up; log:" >&2
 	cat "$tmp/caddy.log" >&2
 	exit 1
 }
+
+# ready_pingback: Caddy A stores a pingback (a new task id each time).
+ready_pingback() { curl -fsS -o /dev/null -d "id=9$(date +%s%N)&code=ready" "http://127.0.0.1:$PORT_A/cb"; }
 
 # sql QUERY: one value or rows, unaligned, from a fresh session.
 sql() { psql "$stats_dsn" -v ON_ERROR_STOP=1 -Atc "$1"; }

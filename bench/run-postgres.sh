@@ -73,16 +73,10 @@ APP_PORT=9092
 PORT_C=9093
 
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
-if ! command -v wrk >/dev/null; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "wrk not found; installing the Debian package" >&2
-		apt-get update -qq && apt-get install -y -qq wrk >/dev/null
-	else
-		echo "wrk not found: install it (Debian: apt-get install wrk)" >&2
-		exit 1
-	fi
-fi
+need_wrk
 
 tmp=$(mktemp -d /var/tmp/pingback-bench-pg.XXXXXX)
 pids=()
@@ -90,10 +84,7 @@ pg_dir=
 bouncer_dir=
 cleanup() {
 	if declare -F churn_cleanup >/dev/null; then churn_cleanup; fi
-	for pid in "${pids[@]}"; do
-		kill "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	done
+	stop_pids "${pids[@]}"
 	if [ -n "$pg_dir" ]; then
 		bash .ci/postgres stop "$pg_dir"
 	fi
@@ -101,7 +92,7 @@ cleanup() {
 		if [ -n "$KEEP" ]; then cp -r "$bouncer_dir" "$tmp/pgbouncer"; fi
 		rm -rf "$bouncer_dir"
 	fi
-	if [ -n "$KEEP" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+	keep_or_remove "$tmp"
 }
 trap cleanup EXIT
 
@@ -195,58 +186,27 @@ if [ -n "$EXEC_MODE" ]; then
 fi
 
 echo "== machine"
-echo "cores:      $(nproc)"
-echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+banner cores cpu
 echo "postgres:   $(psql "$dsn" -Atc 'SHOW server_version') on $(psql "$dsn" -Atc 'SHOW data_directory' 2>/dev/null || echo '?'), synchronous_commit $(psql "$dsn" -Atc 'SHOW synchronous_commit'), fsync $(psql "$dsn" -Atc 'SHOW fsync')"
 echo "pooler:     $pooler_info"
 echo "pgx mode:   ${EXEC_MODE:-exec, the store default} (EXEC_MODE)"
-echo "go:         $(go version)"
-echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+banner go wrk
 
 echo "== building ./cmd/caddy"
-go build -o "$tmp/caddy" ./cmd/caddy
+build_binaries "$tmp"
 
-# caddyfile ADMIN PORT WITH_APP [BADGER_DIR]: the config of one instance.
-caddyfile() {
-	local store="store postgres {
+# instance ADMIN PORT [OPTION...]: the Caddyfile of one instance, on the
+# run's schema; OPTIONs as caddyfile's in bench/lib.sh: app, or
+# pingback=storage_dir DIR for the Badger store instead (the later wins).
+instance() {
+	caddyfile "$1" "$2" "$APP_PORT" "pingback=store postgres {
 			dsn \"$caddy_dsn\"
 			schema $schema
-		}"
-	if [ -n "${4:-}" ]; then store="storage_dir $4"; fi
-	cat <<EOF
-{
-	admin $1
-	http_port $2
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		level WARN
-	}
-	pingback {
-		$store
-	}
+		}" bare "${@:3}"
 }
-http://:$2 {
-	handle /bare {
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-	handle /cb {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-	respond 404
-}
-EOF
-	if [ "$3" = 1 ]; then
-		printf 'http://:%s {\n\trespond "ok" 200\n}\n' "$APP_PORT"
-	fi
-}
-caddyfile $ADMIN_A $PORT_A 1 >"$tmp/Caddyfile.a"
-caddyfile $ADMIN_B $PORT_B 0 >"$tmp/Caddyfile.b"
-caddyfile $ADMIN_C $PORT_C 0 "$tmp/badger" >"$tmp/Caddyfile.c"
+instance $ADMIN_A $PORT_A app >"$tmp/Caddyfile.a"
+instance $ADMIN_B $PORT_B >"$tmp/Caddyfile.b"
+instance $ADMIN_C $PORT_C "pingback=storage_dir $tmp/badger" >"$tmp/Caddyfile.c"
 
 if [ -n "$CHURN" ]; then
 	# shellcheck source=bench/pg-churn-phases.sh
@@ -257,22 +217,12 @@ fi
 
 for x in a b c; do
 	mkdir -p "$tmp/$x"
-	XDG_DATA_HOME=$tmp/$x/data XDG_CONFIG_HOME=$tmp/$x/config \
-		"$tmp/caddy" run --config "$tmp/Caddyfile.$x" --adapter caddyfile >"$tmp/caddy-$x.log" 2>&1 &
-	pids+=($!)
+	launch_caddy "$tmp/caddy" "$tmp/Caddyfile.$x" "$tmp/caddy-$x.log" "$tmp/$x"
+	pids+=("$caddy_pid")
 done
 
 for port in $PORT_A $PORT_B $PORT_C; do
-	ready=
-	for _ in $(seq 200); do
-		if curl -fsS -o /dev/null "http://127.0.0.1:$port/bare" 2>/dev/null &&
-			curl -fsS -o /dev/null -d "id=1$port&code=ready" "http://127.0.0.1:$port/cb" 2>/dev/null; then
-			ready=1
-			break
-		fi
-		sleep 0.1
-	done
-	if [ -z "$ready" ]; then
+	if ! wait_until 200 0.1 "" routes_answer "$port" "1$port"; then
 		echo "caddy on port $port did not come up; logs:" >&2
 		cat "$tmp"/caddy-*.log >&2
 		exit 1
@@ -289,13 +239,8 @@ if [ -n "$EXEC_MODE" ]; then
 	echo "pgx exec mode: $EXEC_MODE (EXEC_MODE)"
 fi
 
-# xid: a new transaction id (txid_current assigns one); stored: the
-# pingbacks stored by A and B so far (their /metrics).
+# xid: a new transaction id (txid_current assigns one).
 xid() { psql "$dsn" -Atc 'SELECT txid_current()'; }
-stored() {
-	for admin in $ADMIN_A $ADMIN_B; do curl -fsS "http://$admin/metrics"; done |
-		awk '/^caddy_pingback_callbacks_total\{/ && /result="stored"/ { s += $NF } END { printf "%d", s }'
-}
 
 # wrk1 URL CONNS DUR TAG PREFIX_DIGIT: one wrk run; prints
 # "requests duration_us p50_us p99_us errors".
@@ -303,11 +248,7 @@ wrk1() {
 	local out="$tmp/wrk-$4.txt" line
 	BENCH_PREFIX="$(date +%s%3N)$5" \
 		wrk -t "$THREADS" -c "$2" -d "$3" --latency -s bench/post.lua "$1" >"$out" 2>&1
-	line=$(grep '^RESULT ' "$out") || {
-		echo "wrk gave no result:" >&2
-		cat "$out" >&2
-		exit 1
-	}
+	line=$(wrk_result "$out") || exit 1
 	echo "$line" | awk '{
 		for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 		printf "%d %d %d %d %d\n", v["requests"], v["duration_us"], v["p50_us"], v["p99_us"],
@@ -349,9 +290,9 @@ for r in $(seq "$ROUNDS"); do
 	# Rotate the order so that no path always runs first.
 	for i in 0 1 2 3; do
 		p=${paths[$(((i + r) % 4))]}
-		x0=$(xid) s0=$(stored)
+		x0=$(xid) s0=$(stored $ADMIN_A $ADMIN_B)
 		res=$(load "$p" "$DURATION" "round$r-$p")
-		x1=$(xid) s1=$(stored)
+		x1=$(xid) s1=$(stored $ADMIN_A $ADMIN_B)
 		# Write transactions per stored pingback: transaction ids the
 		# database assigned during the round (one probe included; forwards
 		# still finishing from the previous path may spill in), per
@@ -367,10 +308,6 @@ for r in $(seq "$ROUNDS"); do
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 
-median() {
-	sort -g -k"$1","$1" "$2" | awk -v c="$1" '{ v[NR] = $c } END {
-		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 echo "== medians of $ROUNDS rounds"
 printf '%-6s %9s %8s %8s %14s\n' path "req/s" "p50 ms" "p99 ms" "throughput/bare"
 bare=$(median 1 "$tmp/bare.dat")

@@ -69,43 +69,27 @@ PORT=9096
 APP_PORT=9097
 
 cd "$(dirname "$0")/.."
-repo=$(pwd)
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
-if [ -z "$RATE" ] && ! command -v wrk >/dev/null; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "wrk not found; installing the Debian package" >&2
-		apt-get update -qq && apt-get install -y -qq wrk >/dev/null
-	else
-		echo "wrk not found: install it (Debian: apt-get install wrk)" >&2
-		exit 1
-	fi
-fi
+if [ -z "$RATE" ]; then need_wrk; fi
 
 tmp=$(mktemp -d "$BENCH_DIR/pingback-bench.XXXXXX")
 caddy_pid=
 cleanup() {
-	if [ -n "$caddy_pid" ] && kill -0 "$caddy_pid" 2>/dev/null; then
-		kill "$caddy_pid" 2>/dev/null || true
-		wait "$caddy_pid" 2>/dev/null || true
-	fi
-	if [ -n "$KEEP" ]; then
-		echo "kept $tmp"
-	else
-		rm -rf "$tmp"
-	fi
+	stop_pids "$caddy_pid"
+	keep_or_remove "$tmp"
 }
 trap cleanup EXIT
 
 echo "== machine"
-echo "cores:      $(nproc)"
-echo "cpu:        $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-echo "storage:    $tmp/data ($(df --output=fstype "$tmp" | tail -1) on $(df --output=source "$tmp" | tail -1), mount options $(findmnt -no OPTIONS -T "$tmp"))"
-echo "go:         $(go version)"
-[ -z "$RATE" ] && echo "wrk:        $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)"
+banner cores cpu
+storage_line "$tmp/data" "$tmp" mount
+banner go
+if [ -z "$RATE" ]; then banner wrk; fi
 
 echo "== building ./cmd/caddy and bench/loadgen"
-go build -o "$tmp/caddy" ./cmd/caddy
-go build -o "$tmp/loadgen" ./bench/loadgen
+build_binaries "$tmp" bench/loadgen
 data=${STORAGE:-$tmp/data}
 # PIN: Caddy on CPU 0, the load generator on CPU 1.
 caddy_pin=()
@@ -116,41 +100,9 @@ if [ -n "$PIN" ]; then
 	echo "pinned:     Caddy on CPU 0, the load generator on CPU 1"
 fi
 
-cat >"$tmp/Caddyfile" <<EOF
-{
-	admin $ADMIN
-	http_port $PORT
-	https_port 9446
-	auto_https off
-	skip_install_trust
-	persist_config off
-	log {
-		level WARN
-	}
-	pingback {
-		storage_dir $data
-	}
-}
-http://:$PORT {
-	handle /bare {
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-	handle /cb {
-		pingback {
-			provider 2captcha
-		}
-		reverse_proxy 127.0.0.1:$APP_PORT
-	}
-	respond 404
-}
-http://:$APP_PORT {
-	respond "ok" 200
-}
-EOF
+caddyfile "$ADMIN" "$PORT" "$APP_PORT" https=9446 "pingback=storage_dir $data" bare app >"$tmp/Caddyfile"
 
-XDG_DATA_HOME=$tmp/xdg-data XDG_CONFIG_HOME=$tmp/xdg-config \
-	"${caddy_pin[@]}" "$tmp/caddy" run --config "$tmp/Caddyfile" --adapter caddyfile >"$tmp/caddy.log" 2>&1 &
-caddy_pid=$!
+launch_caddy "$tmp/caddy" "$tmp/Caddyfile" "$tmp/caddy.log" "$tmp" "${caddy_pin[@]}"
 started=$(date +%s%N)
 sampler_pid=
 if [ -n "$MEM" ]; then
@@ -165,17 +117,7 @@ fi
 # mark WHAT: notes in the RSS timeline where a phase starts.
 mark() { [ -n "$MEM" ] && echo "$(( ($(date +%s%N) - started) / 1000000 )) $1" >>"$tmp/marks.dat"; return 0; }
 
-ready=
-for _ in $(seq 100); do
-	if curl -fsS -o /dev/null "http://127.0.0.1:$PORT/bare" 2>/dev/null &&
-		curl -fsS -o /dev/null -d "id=1&code=ready" "http://127.0.0.1:$PORT/cb" 2>/dev/null; then
-		ready=1
-		break
-	fi
-	kill -0 "$caddy_pid" 2>/dev/null || break
-	sleep 0.1
-done
-if [ -z "$ready" ]; then
+if ! wait_until 100 0.1 "$caddy_pid" routes_answer "$PORT" 1; then
 	echo "caddy did not come up; its log:" >&2
 	cat "$tmp/caddy.log" >&2
 	exit 1
@@ -207,11 +149,7 @@ load() {
 	cpu1=$(caddy_cpu)
 	gencpu=$(awk '{ print ($1 + $2) * 1e6 }' "$out.time")
 	local line
-	line=$(grep '^RESULT ' "$out") || {
-		echo "wrk gave no result:" >&2
-		cat "$out" >&2
-		exit 1
-	}
+	line=$(wrk_result "$out") || exit 1
 	local errs
 	errs=$(echo "$line" | awk '{for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] != "requests" && kv[1] !~ /_us$/ && kv[1] != "late_ms" && kv[1] != "cpu_us_per_req") s += kv[2] } print s + 0}')
 	if [ "$errs" != 0 ]; then
@@ -255,11 +193,6 @@ done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 mark end
 
-# median COLUMN FILE
-median() {
-	sort -g -k"$1","$1" "$2" | awk -v c="$1" '{ v[NR] = $c } END {
-		if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 # The same round's plugin/bare ratios: throughput, p50, p99, CPU.
 paste -d' ' "$tmp/cb.dat" "$tmp/bare.dat" |
 	awk '{ printf "%.4f %.4f %.4f %.4f\n", $1 / $7, $2 / $8, $3 / $9, $4 / $10 }' >"$tmp/ratio.dat"
@@ -355,14 +288,14 @@ fi
 
 if [ -n "$GUARD" ]; then
 	echo "== guard: syscalls of Caddy during one more plugin round (strace -c; strace slows Caddy down)"
-	stored0=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total.*result="stored"/ { s += $2 } END { print s + 0 }')
+	stored0=$(stored "$ADMIN")
 	strace -f -c -e trace=fdatasync,fsync,msync,pwrite64 -p "$caddy_pid" -o "$tmp/strace.txt" &
 	strace_pid=$!
 	sleep 1
 	load /cb "$DURATION" guard-cb >/dev/null
 	kill -INT "$strace_pid"
 	wait "$strace_pid" 2>/dev/null || true
-	stored1=$(curl -fsS "http://$ADMIN/metrics" | awk '/^caddy_pingback_callbacks_total.*result="stored"/ { s += $2 } END { print s + 0 }')
+	stored1=$(stored "$ADMIN")
 	cat "$tmp/strace.txt"
 	echo "pingbacks stored (and answered 200) during the round: $((stored1 - stored0))"
 fi

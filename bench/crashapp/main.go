@@ -42,6 +42,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/caddy-pingback/pingback/bench/internal/sender"
 )
 
 func main() {
@@ -145,14 +147,7 @@ func send(args []string) error {
 		defer cancel()
 	}
 
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
-		MaxIdleConns:        *conns,
-		MaxIdleConnsPerHost: *conns,
-		MaxConnsPerHost:     *conns,
-		DisableCompression:  true,
-	}
-	client := &http.Client{Transport: tr, Timeout: *timeout}
+	client := sender.Client(*conns, 2*time.Second, *timeout)
 
 	type answer struct {
 		id     string
@@ -172,20 +167,11 @@ func send(args []string) error {
 			var body bytes.Buffer
 			for i := range due {
 				id := fmt.Sprintf("%s%010d", *prefix, i)
-				body.Reset()
-				fmt.Fprintf(&body, "id=%s&code=03AGdBq24PBCbwiDRaS_MJ7Z", id)
-				// Not ctx: a request sent runs to its answer after the
-				// sender is told to stop.
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, *url, bytes.NewReader(body.Bytes()))
-				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-				status := 0
-				resp, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					if err == nil { // a cut body is no answer
-						status = resp.StatusCode
-					}
+				// Not bound to ctx: a request sent runs to its answer
+				// after the sender is told to stop.
+				status, err := sender.Post(client, *url, &body, *prefix, i, "03AGdBq24PBCbwiDRaS_MJ7Z")
+				if err != nil { // a cut body is no answer
+					status = 0
 				}
 				switch {
 				case status == 0:

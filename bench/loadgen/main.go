@@ -23,12 +23,8 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -36,6 +32,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/caddy-pingback/pingback/bench/internal/sender"
 )
 
 func main() {
@@ -51,14 +49,7 @@ func main() {
 		os.Exit(2)
 	}
 
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
-		MaxIdleConns:        *conns,
-		MaxIdleConnsPerHost: *conns,
-		MaxConnsPerHost:     *conns,
-		DisableCompression:  true,
-	}
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	client := sender.Client(*conns, 5*time.Second, 30*time.Second)
 
 	n := int(*rate * duration.Seconds())
 	interval := float64(time.Second) / *rate
@@ -73,19 +64,11 @@ func main() {
 			var body bytes.Buffer
 			for i := range due {
 				at := start.Add(time.Duration(float64(i) * interval))
-				body.Reset()
-				fmt.Fprintf(&body, "id=%s%010d&code=%s", *prefix, i, *code)
-				req, _ := http.NewRequestWithContext(context.Background(), http.MethodPost, *url, bytes.NewReader(body.Bytes()))
-				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-				resp, err := client.Do(req)
-				if err != nil {
+				switch status, _ := sender.Post(client, *url, &body, *prefix, i, *code); {
+				case status == 0:
 					errs.Add(1)
-				} else {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					if resp.StatusCode/100 != 2 {
-						non2xx.Add(1)
-					}
+				case status/100 != 2:
+					non2xx.Add(1)
 				}
 				lat[i] = time.Since(at)
 			}
