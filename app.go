@@ -114,8 +114,9 @@ type App struct {
 	metrics    *metrics
 
 	// trackers are the providers that have a pingback_track in this
-	// config, guarded by trackersMu (tracker.go).
-	trackers map[string]bool
+	// config (noteTracker, hasTracker), guarded by trackersMu.
+	trackersMu *sync.Mutex
+	trackers   map[string]bool
 
 	// now and jitter are the clock and random source of the replay loop;
 	// tests replace them.
@@ -179,6 +180,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.cutCtx, a.cutCancel = context.WithCancel(context.Background())
 	a.cutOnce = new(sync.Once)
 	a.probes = new(sync.Map)
+	a.trackersMu = new(sync.Mutex)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
 	}

@@ -600,14 +600,10 @@ func inputError(format string, args ...any) error {
 	return &badRequest{status: 400, reason: fmt.Sprintf(format, args...)}
 }
 
-// trackersMu guards App.trackers: which providers have a pingback_track
-// in a config (the static defaults).
-var trackersMu sync.Mutex
-
 // noteTracker records that the config has a pingback_track for provider.
 func (a *App) noteTracker(provider string) {
-	trackersMu.Lock()
-	defer trackersMu.Unlock()
+	a.trackersMu.Lock()
+	defer a.trackersMu.Unlock()
 	if a.trackers == nil {
 		a.trackers = map[string]bool{}
 	}
@@ -616,8 +612,8 @@ func (a *App) noteTracker(provider string) {
 
 // hasTracker reports whether the config has a pingback_track for provider.
 func (a *App) hasTracker(provider string) bool {
-	trackersMu.Lock()
-	defer trackersMu.Unlock()
+	a.trackersMu.Lock()
+	defer a.trackersMu.Unlock()
 	return a.trackers[provider]
 }
 
