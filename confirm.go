@@ -441,9 +441,6 @@ const (
 	confirmDropped                // the provider's queue is full (or the store is closing)
 )
 
-// confirmDropLog throttles the warn lines of dropped confirmations.
-var confirmDropLog = newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)")
-
 // take reserves a job for key; it reports why not if it cannot.
 func (q *confirmQueue) take(key store.Key) confirmStart {
 	q.mu.Lock()
@@ -499,7 +496,7 @@ func (a *App) startConfirm(key store.Key, logger *zap.Logger, fn func(ctx contex
 		confirmations.WithLabelValues(key.Provider, "coalesced").Inc()
 	case confirmDropped:
 		confirmations.WithLabelValues(key.Provider, "dropped").Inc()
-		if confirmDropLog.allow(key.Provider) {
+		if h.confirmsDropped.allow(key.Provider) {
 			logger.Warn("confirmation with the provider dropped: too many in flight for this provider (a flood of pingbacks?); the result is not confirmed now",
 				zap.String("key", key.String()), zap.Int("queue", confirmQueueSize))
 		}

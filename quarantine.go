@@ -208,15 +208,19 @@ func quarantineChanged(st store.Store, provider string) {
 // quarantined because the quarantine is full.
 func (h *Handler) quarantineFull(key store.Key) {
 	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantine_full").Inc()
-	if quarantineLog.allow(h.Provider) {
+	if h.app.logQuarantined(h.Provider) {
 		h.logger.Warn("quarantine full (max_quarantine): an untrusted pingback was answered 200 and NOT stored; a tracked task is still polled",
 			zap.String("key", key.String()), zap.Int("max_records", h.MaxQuarantine), zap.Int64("max_bytes", h.MaxQuarantineBytes))
 	}
 }
 
-// quarantineLog throttles the warn lines of quarantined pingbacks: a
-// forgery flood gets 20 lines a minute and a summary per provider.
-var quarantineLog = newThrottledLog(20, 100, "pingbacks quarantined in the last minute")
+// logQuarantined reports whether a quarantined (or refused, quarantine
+// full) pingback of provider may be logged now: a forgery flood gets 20
+// lines a minute and a summary per provider (storeHandle.quarantined).
+func (a *App) logQuarantined(provider string) bool {
+	h := a.readyHandle()
+	return h == nil || h.quarantined.allow(provider)
+}
 
 // countQuarantined counts and logs (throttled) a quarantined pingback.
 func (h *Handler) countQuarantined(key store.Key, why string) {
@@ -226,7 +230,7 @@ func (h *Handler) countQuarantined(key store.Key, why string) {
 
 // countQuarantinedLog logs a quarantined pingback, throttled.
 func (h *Handler) countQuarantinedLog(key store.Key, why string) {
-	if quarantineLog.allow(h.Provider) {
+	if h.app.logQuarantined(h.Provider) {
 		h.logger.Warn("pingback quarantined: not delivered (release it by hand if it is genuine; further ones are counted in a summary line each minute)",
 			zap.String("key", key.String()), zap.String("reason", why))
 	}

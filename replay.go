@@ -149,8 +149,8 @@ func (a *App) housekeeping() {
 	st := a.handle.store
 	a.handle.failures.flush(a.logger, zap.WarnLevel, "route")
 	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
-	quarantineLog.flush(a.logger, zap.WarnLevel, "provider")
-	confirmDropLog.flush(a.logger, zap.WarnLevel, "provider")
+	a.handle.quarantined.flush(a.logger, zap.WarnLevel, "provider")
+	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
 }
 

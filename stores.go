@@ -257,8 +257,10 @@ type storeHandle struct {
 
 	// Throttled logs, shared by every config on this store and flushed by
 	// the loop owner's housekeeping.
-	failures    *throttledLog // failed forwards, by route
-	storeErrors *throttledLog // results not stored, by provider
+	failures        *throttledLog // failed forwards, by route
+	storeErrors     *throttledLog // results not stored, by provider
+	quarantined     *throttledLog // pingbacks quarantined (or refused: quarantine full), by provider
+	confirmsDropped *throttledLog // confirmations dropped (queue full), by provider
 
 	mu        sync.Mutex
 	apps      []*App                          // started apps, oldest first; the last one owns the loops
@@ -300,11 +302,13 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy 
 		return nil, err
 	}
 	return &storeHandle{
-		store:       s,
-		minFree:     minFree,
-		kick:        make(chan struct{}, 1),
-		failures:    newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
-		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability, or answered 503 when they could not be verified)"),
+		store:           s,
+		minFree:         minFree,
+		kick:            make(chan struct{}, 1),
+		failures:        newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
+		storeErrors:     newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability, or answered 503 when they could not be verified)"),
+		quarantined:     newThrottledLog(20, 100, "pingbacks quarantined in the last minute"),
+		confirmsDropped: newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)"),
 	}, nil
 }
 
