@@ -284,6 +284,12 @@ type storeHandle struct {
 
 	// flows is the replays' flow control per route (route_flow.go).
 	flows routeFlows
+
+	// loops are the times the loops last ran a round on this store, in
+	// this process (GET /pingback/status).
+	loops loopTimes
+	// ages are the store's ages last read (App.currentAges).
+	ages agesCache
 }
 
 // logStoreError reports whether a result of provider that was not
