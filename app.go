@@ -270,9 +270,6 @@ func (a *App) Start() error {
 		return err
 	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
-		if testHoldStoreOpen != nil {
-			testHoldStoreOpen(a)
-		}
 		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger, a.legacyAccounts())
 	})
 	if err != nil {

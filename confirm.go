@@ -238,7 +238,7 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 	}
 	switch {
 	case err == nil:
-		quarantineChanged(st, key.Provider)
+		a.quarantineChanged(st, key.Provider)
 		a.handle.wake()
 	case errors.Is(err, store.ErrSkip):
 	default:

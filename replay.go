@@ -168,7 +168,7 @@ func (a *App) expireUndelivered(st store.Store) {
 		for _, e := range gone {
 			a.metrics.expiredUndelivered.WithLabelValues(e.Key.Provider, string(e.State)).Inc()
 			if e.State == store.StateQuarantined {
-				quarantineChanged(st, e.Key.Provider)
+				a.quarantineChanged(st, e.Key.Provider)
 				continue // counted; a forgery flood would otherwise flood the log
 			}
 			a.logger.Warn("result expired at retention without having been delivered",

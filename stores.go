@@ -85,11 +85,7 @@ func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccount
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", b.dir, err)
 	}
-	opts := store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts}
-	if testStoreOptions != nil {
-		testStoreOptions(&opts)
-	}
-	return store.OpenBadger(opts)
+	return store.OpenBadger(store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts})
 }
 
 // UnmarshalCaddyfile parses `store badger { dir <path> }`.
@@ -290,6 +286,9 @@ type storeHandle struct {
 	loops loopTimes
 	// ages are the store's ages last read (App.currentAges).
 	ages agesCache
+	// quarantine is the bytes quarantined per provider, as this process
+	// knows them (App.quarantineUsed).
+	quarantine quarantineUsage
 }
 
 // logStoreError reports whether a result of provider that was not
@@ -317,16 +316,6 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy 
 		confirmsDropped: newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)"),
 	}, nil
 }
-
-// testHoldStoreOpen, if set, runs in Start just before the store is
-// opened (not when a running config already has it open), in Caddy's
-// config load: tests hold the open with it to keep the start-up window
-// open as long as they need. Production leaves it nil.
-var testHoldStoreOpen func(*App)
-
-// testStoreOptions, if set, adjusts the options of every store opened
-// from then on: tests inject commit faults and delays with it.
-var testStoreOptions func(*store.BadgerOptions)
 
 // failureLinesPerWindow is how many failed forwards a minute get a log
 // line of their own; the rest are only counted in the minute's summary.
