@@ -122,6 +122,9 @@ type App struct {
 	// tests replace them.
 	now    func() time.Time
 	jitter func(n int64) int64
+	// confirmWait, if set, replaces the timer of App.confirmAfter: tests
+	// set it on the running app before any traffic.
+	confirmWait func(ctx context.Context, d time.Duration) bool
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.

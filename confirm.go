@@ -150,7 +150,7 @@ func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer
 			return ans, nil
 		}
 		if try >= confirmTries || errors.Is(err, errBudgetSpent) || errors.Is(err, errUnpollable) || errors.Is(err, errUnknownToAll) ||
-			errors.Is(err, errAccountHeld) || !confirmAfter(ctx, confirmGap) {
+			errors.Is(err, errAccountHeld) || !a.confirmAfter(ctx, confirmGap) {
 			return ans, err
 		}
 	}

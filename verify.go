@@ -65,8 +65,12 @@ const (
 	confirmGap   = 5 * time.Second
 )
 
-// confirmAfter waits d for a confirmation retry; tests replace it.
-var confirmAfter = func(ctx context.Context, d time.Duration) bool {
+// confirmAfter waits d for a confirmation retry (askUntilFinal): false if
+// ctx ended first. App.confirmWait, when set (tests), waits instead.
+func (a *App) confirmAfter(ctx context.Context, d time.Duration) bool {
+	if a.confirmWait != nil {
+		return a.confirmWait(ctx, d)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -246,12 +246,10 @@ func TestVerifyResPHPForgery(t *testing.T) {
 // confirmed, without holding the provider's request.
 func TestVerifyResPHPNotReady(t *testing.T) {
 	waits := make(chan time.Duration, 10)
-	old := confirmAfter
-	confirmAfter = func(ctx context.Context, d time.Duration) bool { waits <- d; return true }
-	t.Cleanup(func() { confirmAfter = old })
 	app := newAppStub(t)
 	p := newTrkProvider(t)
 	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
+	runningApp(t).confirmWait = func(ctx context.Context, d time.Duration) bool { waits <- d; return true }
 	_, id := vfySubmit(t, p)
 	start := time.Now()
 	vfyPingback(t, "/cb", id, "EARLY")
