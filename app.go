@@ -89,6 +89,9 @@ type App struct {
 	handle *storeHandle  // set by Start once the store is open; never unset
 	ready  chan struct{} // closed when Start has finished, opened or not
 	held   bool          // this config holds a pool reference (Cleanup releases it)
+	// countsHeld: this config holds a reference to submissionPool's
+	// counts (Cleanup releases it).
+	countsHeld bool
 
 	stop       chan struct{}
 	loopCtx    context.Context // ends at Stop: the loops' store calls and the poller's waits
@@ -117,6 +120,10 @@ type App struct {
 	// config (noteTracker, hasTracker), guarded by trackersMu.
 	trackersMu *sync.Mutex
 	trackers   map[string]bool
+	// submissions are the submissions of the store's location in
+	// flight, shared across reloads (submissionPool); Cleanup releases
+	// them.
+	submissions *submissionCounts
 
 	// now and jitter are the clock and random source of the replay loop;
 	// tests replace them.
@@ -222,6 +229,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.provisionStore(ctx); err != nil {
 		return err
 	}
+	if err := a.provisionSubmissions(); err != nil {
+		return err
+	}
 
 	if err := a.provisionPolling(); err != nil {
 		return err
@@ -324,6 +334,10 @@ func (a *App) Stop() error {
 // Cleanup releases this config's reference to the store; the last
 // reference closes the database.
 func (a *App) Cleanup() error {
+	if a.countsHeld {
+		a.countsHeld = false
+		_, _ = submissionPool.Delete(a.dir) // a no-op Destruct: no error
+	}
 	if !a.held {
 		return nil // never opened (validation run, or Start failed)
 	}

@@ -176,7 +176,7 @@ func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, ke
 		switch {
 		case unknown == UnknownAccept:
 			return trust{verified: VerifyNone}
-		case unknown == UnknownReject && !submissionsInFlight(h.Provider):
+		case unknown == UnknownReject && !h.app.submissions.inFlight(h.Provider):
 			return trust{reject: true}
 		}
 		// Quarantined; if its task commits later (a submission in
