@@ -31,7 +31,7 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the store's counts: %w", err)}
 	}
-	ages, ok := currentAges(r.Context(), st)
+	ages, ok := a.currentAges(r.Context(), st)
 	if !ok {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("reading the store's ages failed")}
 	}
@@ -60,7 +60,7 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	every := map[string]time.Duration{"replay": time.Second, "poll": time.Second}
 	for loop, d := range every {
-		ls := adminapi.LoopStatus{LastRunAt: loopRuns.get(loop).UTC()}
+		ls := adminapi.LoopStatus{LastRunAt: a.loopLastRun(loop).UTC()}
 		if !ls.LastRunAt.IsZero() {
 			ls.NextRunAt = ls.LastRunAt.Add(d)
 		}

@@ -89,6 +89,9 @@ type App struct {
 	handle *storeHandle  // set by Start once the store is open; never unset
 	ready  chan struct{} // closed when Start has finished, opened or not
 	held   bool          // this config holds a pool reference (Cleanup releases it)
+	// countsHeld: this config holds a reference to submissionPool's
+	// counts (Cleanup releases it).
+	countsHeld bool
 
 	stop       chan struct{}
 	loopCtx    context.Context // ends at Stop: the loops' store calls and the poller's waits
@@ -114,13 +117,21 @@ type App struct {
 	metrics    *metrics
 
 	// trackers are the providers that have a pingback_track in this
-	// config, guarded by trackersMu (tracker.go).
-	trackers map[string]bool
+	// config (noteTracker, hasTracker), guarded by trackersMu.
+	trackersMu *sync.Mutex
+	trackers   map[string]bool
+	// submissions are the submissions of the store's location in
+	// flight, shared across reloads (submissionPool); Cleanup releases
+	// them.
+	submissions *submissionCounts
 
 	// now and jitter are the clock and random source of the replay loop;
 	// tests replace them.
 	now    func() time.Time
 	jitter func(n int64) int64
+	// confirmWait, if set, replaces the timer of App.confirmAfter: tests
+	// set it on the running app before any traffic.
+	confirmWait func(ctx context.Context, d time.Duration) bool
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.
@@ -179,6 +190,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.cutCtx, a.cutCancel = context.WithCancel(context.Background())
 	a.cutOnce = new(sync.Once)
 	a.probes = new(sync.Map)
+	a.trackersMu = new(sync.Mutex)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -215,6 +227,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 
 	if err := a.provisionStore(ctx); err != nil {
+		return err
+	}
+	if err := a.provisionSubmissions(); err != nil {
 		return err
 	}
 
@@ -268,9 +283,6 @@ func (a *App) Start() error {
 		return err
 	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
-		if testHoldStoreOpen != nil {
-			testHoldStoreOpen(a)
-		}
 		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger, a.legacyAccounts())
 	})
 	if err != nil {
@@ -322,6 +334,10 @@ func (a *App) Stop() error {
 // Cleanup releases this config's reference to the store; the last
 // reference closes the database.
 func (a *App) Cleanup() error {
+	if a.countsHeld {
+		a.countsHeld = false
+		_, _ = submissionPool.Delete(a.dir) // a no-op Destruct: no error
+	}
 	if !a.held {
 		return nil // never opened (validation run, or Start failed)
 	}

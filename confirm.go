@@ -150,7 +150,7 @@ func (a *App) askUntilFinal(ctx context.Context, t *store.Task) (protocol.Answer
 			return ans, nil
 		}
 		if try >= confirmTries || errors.Is(err, errBudgetSpent) || errors.Is(err, errUnpollable) || errors.Is(err, errUnknownToAll) ||
-			errors.Is(err, errAccountHeld) || !confirmAfter(ctx, confirmGap) {
+			errors.Is(err, errAccountHeld) || !a.confirmAfter(ctx, confirmGap) {
 			return ans, err
 		}
 	}
@@ -238,7 +238,7 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 	}
 	switch {
 	case err == nil:
-		quarantineChanged(st, key.Provider)
+		a.quarantineChanged(st, key.Provider)
 		a.handle.wake()
 	case errors.Is(err, store.ErrSkip):
 	default:
@@ -441,9 +441,6 @@ const (
 	confirmDropped                // the provider's queue is full (or the store is closing)
 )
 
-// confirmDropLog throttles the warn lines of dropped confirmations.
-var confirmDropLog = newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)")
-
 // take reserves a job for key; it reports why not if it cannot.
 func (q *confirmQueue) take(key store.Key) confirmStart {
 	q.mu.Lock()
@@ -499,7 +496,7 @@ func (a *App) startConfirm(key store.Key, logger *zap.Logger, fn func(ctx contex
 		confirmations.WithLabelValues(key.Provider, "coalesced").Inc()
 	case confirmDropped:
 		confirmations.WithLabelValues(key.Provider, "dropped").Inc()
-		if confirmDropLog.allow(key.Provider) {
+		if h.confirmsDropped.allow(key.Provider) {
 			logger.Warn("confirmation with the provider dropped: too many in flight for this provider (a flood of pingbacks?); the result is not confirmed now",
 				zap.String("key", key.String()), zap.Int("queue", confirmQueueSize))
 		}

@@ -326,29 +326,22 @@ func TestAbortingRouteDoesNotCrash(t *testing.T) {
 	}
 }
 
-// withStoreOptions makes the stores the test opens use fn's options.
-func withStoreOptions(t *testing.T, fn func(*store.BadgerOptions)) {
-	t.Helper()
-	testStoreOptions = fn
-	t.Cleanup(func() { testStoreOptions = nil })
-}
-
 // TestSlowCommitAnswers503InTime: a commit slower than ack_timeout does not
 // hold the provider: it gets 503 at ack_timeout (not a 200 for what is not
 // yet committed), and the result, once committed, is delivered.
 func TestSlowCommitAnswers503InTime(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Bool
-	withStoreOptions(t, func(o *store.BadgerOptions) {
+	commitFaults := func(o *store.BadgerOptions) {
 		o.BeforeCommit = func(uint64) error {
 			if held.Load() {
 				<-release
 			}
 			return nil
 		}
-	})
+	}
 	app := newAppStub(t)
-	startCaddy(t, "", pingbackSite("captchaai", "ack_timeout 200ms", app))
+	startCaddyWith(t, commitFaults, "", pingbackSite("captchaai", "ack_timeout 200ms", app))
 	held.Store(true)
 
 	start := time.Now()
@@ -383,16 +376,16 @@ func TestSlowCommitAnswers503InTime(t *testing.T) {
 // app took the result, else 503, and nothing is stored.
 func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 	var failing atomic.Bool
-	withStoreOptions(t, func(o *store.BadgerOptions) {
+	commitFaults := func(o *store.BadgerOptions) {
 		o.BeforeCommit = func(uint64) error {
 			if failing.Load() {
 				return errors.New("injected commit failure")
 			}
 			return nil
 		}
-	})
+	}
 	app := newAppStub(t)
-	startCaddy(t, "", pingbackSite("captchaai", "", app))
+	startCaddyWith(t, commitFaults, "", pingbackSite("captchaai", "", app))
 	failing.Store(true)
 
 	if status, body := testkit.Get(t, testBase+"/cb?id=43001&code=TOKEN"); status != http.StatusOK || body != "OK" {

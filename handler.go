@@ -517,7 +517,7 @@ func (x *exchange) settleDuplicate() string {
 // own write.
 func (x *exchange) settleQuarantined() {
 	h, key := x.h, x.rec.Key()
-	noteQuarantined(x.st, x.rec)
+	h.app.noteQuarantined(x.st, x.rec)
 	if x.v.confirm {
 		h.stored.Inc()
 		h.app.confirmLater(x.ctx, x.st, key, h.logger)

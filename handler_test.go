@@ -744,16 +744,16 @@ func TestAckTimeoutDefaults(t *testing.T) {
 func TestAckTimeoutCountsFromBodyEnd(t *testing.T) {
 	const ack = 400 * time.Millisecond
 	var gate atomic.Pointer[chan struct{}] // when set, commits wait until it is closed
-	withStoreOptions(t, func(o *store.BadgerOptions) {
+	commitFaults := func(o *store.BadgerOptions) {
 		o.BeforeCommit = func(uint64) error {
 			if g := gate.Load(); g != nil {
 				<-*g
 			}
 			return nil
 		}
-	})
+	}
 	app := newAppStub(t)
-	startCaddy(t, "", pingbackSite("capmonster", "ack_timeout "+ack.String(), app))
+	startCaddyWith(t, commitFaults, "", pingbackSite("capmonster", "ack_timeout "+ack.String(), app))
 	stored := runningApp(t).metrics.callbacks.WithLabelValues("capmonster", "stored")
 
 	for _, tc := range []struct {

@@ -311,7 +311,7 @@ func (g countGauges) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	ages, agesOK := currentAges(ctx, st)
+	ages, agesOK := a.currentAges(ctx, st)
 	now := a.now()
 	for _, p := range countedProviders(c) {
 		for _, st := range store.States {
@@ -353,9 +353,8 @@ func countedProviders(c store.Counts) []string {
 	return ps
 }
 
-// loopRuns are the times each loop last ran a round in this process.
-var loopRuns = &loopTimes{at: map[string]time.Time{}}
-
+// loopTimes are the times each loop (replay, poll) last ran a round on
+// one store in this process (storeHandle.loops).
 type loopTimes struct {
 	mu sync.Mutex
 	at map[string]time.Time
@@ -363,14 +362,28 @@ type loopTimes struct {
 
 func (l *loopTimes) set(loop string, t time.Time) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.at == nil {
+		l.at = map[string]time.Time{}
+	}
 	l.at[loop] = t
-	l.mu.Unlock()
 }
 
 func (l *loopTimes) get(loop string) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.at[loop]
+}
+
+// loopLastRun is when loop last ran a round on the app's store in this
+// process (by this config or an earlier one); the zero time if never or
+// before Start.
+func (a *App) loopLastRun(loop string) time.Time {
+	h := a.readyHandle()
+	if h == nil {
+		return time.Time{}
+	}
+	return h.loops.get(loop)
 }
 
 // agesEvery bounds how often a shared store is asked for its ages
@@ -380,31 +393,33 @@ func (l *loopTimes) get(loop string) time.Time {
 // asked every time.
 const agesEvery = time.Second
 
-// agesCache holds the last ages read, and of which store.
-var agesCache struct {
-	sync.Mutex
-	st   store.Store
+// agesCache holds the last ages read from one store (storeHandle.ages).
+type agesCache struct {
+	mu   sync.Mutex
 	at   time.Time
 	ages store.Ages
 }
 
-// currentAges returns st's ages, read at most once per agesEvery; false
-// if the store could not answer.
-func currentAges(ctx context.Context, st store.Store) (store.Ages, bool) {
-	if _, inMemory := st.(*store.Badger); inMemory {
+// currentAges returns st's ages, read at most once per agesEvery when st
+// is the store of a's handle (the cache is the handle's, shared across
+// reloads); false if the store could not answer.
+func (a *App) currentAges(ctx context.Context, st store.Store) (store.Ages, bool) {
+	h := a.readyHandle()
+	if _, inMemory := st.(*store.Badger); inMemory || h == nil || h.store != st {
 		ages, err := st.Ages(ctx)
 		return ages, err == nil
 	}
-	agesCache.Lock()
-	defer agesCache.Unlock()
-	if agesCache.st == st && time.Since(agesCache.at) < agesEvery {
-		return agesCache.ages, true
+	c := &h.ages
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < agesEvery {
+		return c.ages, true
 	}
 	ages, err := st.Ages(ctx)
 	if err != nil {
 		return store.Ages{}, false
 	}
-	agesCache.st, agesCache.at, agesCache.ages = st, time.Now(), ages
+	c.at, c.ages = time.Now(), ages
 	return ages, true
 }
 
@@ -425,7 +440,7 @@ func roundAge(s float64) float64 { return math.Round(s*1000) / 1000 }
 func (a *App) loopRan(loop string) {
 	now := a.now()
 	a.metrics.loopLastRun.WithLabelValues(loop).Set(float64(now.UnixNano()) / 1e9)
-	loopRuns.set(loop, now)
+	a.handle.loops.set(loop, now)
 }
 
 func boolGauge(b bool) float64 {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -45,14 +46,12 @@ type quarantineUse struct {
 	limit   int           // the most records a read lists (max_quarantine)
 }
 
-var quarantineUsage = struct {
-	sync.Mutex
-	m map[quarantineKey]*quarantineUse
-}{m: map[quarantineKey]*quarantineUse{}}
-
-type quarantineKey struct {
-	st       store.Store
-	provider string
+// quarantineUsage is the quarantineUse of each provider in one store
+// (storeHandle.quarantine): shared by every config on the store, so a
+// reload keeps what is known.
+type quarantineUsage struct {
+	mu sync.Mutex
+	m  map[string]*quarantineUse // by provider
 }
 
 // recordBytes is what a quarantined record costs against the cap.
@@ -80,66 +79,83 @@ func (h *Handler) admitQuarantine(ctx context.Context, st store.Store, rec *stor
 	return !ok || used+recordBytes(rec) <= maxB
 }
 
+// handleFor returns a's store handle if st is its store (Start has run);
+// nil otherwise.
+func (a *App) handleFor(st store.Store) *storeHandle {
+	if h := a.readyHandle(); h != nil && h.store == st {
+		return h
+	}
+	return nil
+}
+
 // quarantineUsed returns the bytes quarantined for provider in st: read
 // from the store if they were never read (one read, which concurrent
 // callers wait for), the last known bytes otherwise, with a read started
 // in the background if they are stale; ok is false if they could not be
 // read (the count cap still holds).
 func (a *App) quarantineUsed(st store.Store, provider string, limit int) (int64, bool) {
-	k := quarantineKey{st, provider}
-	quarantineUsage.Lock()
-	u := quarantineUsage.m[k]
+	h := a.handleFor(st)
+	if h == nil {
+		return 0, false
+	}
+	q := &h.quarantine
+	q.mu.Lock()
+	if q.m == nil {
+		q.m = map[string]*quarantineUse{}
+	}
+	u := q.m[provider]
 	if u == nil {
 		u = &quarantineUse{}
-		quarantineUsage.m[k] = u
+		q.m[provider] = u
 	}
 	u.limit = max(u.limit, limit)
 	switch {
 	case u.known:
 		if u.stale && u.reading == nil {
 			done := u.startRead()
-			if !a.startBackground(func(ctx context.Context, _ store.Store) { readQuarantineBytes(ctx, k, limit, done) }) {
+			if !a.startBackground(func(ctx context.Context, _ store.Store) { h.readQuarantineBytes(ctx, provider, limit, done) }) {
 				u.reading, u.stale = nil, true
 				close(done)
 			}
 		}
-		defer quarantineUsage.Unlock()
+		defer q.mu.Unlock()
 		return u.bytes, true
 	case u.reading != nil:
 		done := u.reading
-		quarantineUsage.Unlock()
+		q.mu.Unlock()
 		<-done
 	default:
 		done := u.startRead()
-		quarantineUsage.Unlock()
-		readQuarantineBytes(a.loopCtx, k, limit, done)
+		q.mu.Unlock()
+		h.readQuarantineBytes(a.loopCtx, provider, limit, done)
 	}
-	quarantineUsage.Lock()
-	defer quarantineUsage.Unlock()
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	return u.bytes, u.known
 }
 
 // startRead marks a read under way and returns its done channel; the
-// caller holds quarantineUsage.
+// caller holds the quarantineUsage's lock.
 func (u *quarantineUse) startRead() chan struct{} {
 	u.reading, u.stale, u.added = make(chan struct{}), false, 0
 	return u.reading
 }
 
-// readQuarantineBytes reads the bytes of k's quarantined records from the
-// store, then closes done. What was quarantined while it read is added
-// (it may be counted twice until the next read: the cap errs on the side
-// of the disk).
-func readQuarantineBytes(ctx context.Context, k quarantineKey, limit int, done chan struct{}) {
-	recs, err := k.st.List(ctx, store.Filter{Provider: k.provider, State: store.StateQuarantined}, max(limit, 1))
+// readQuarantineBytes reads the bytes of provider's quarantined records
+// from the store, then closes done. What was quarantined while it read is
+// added (it may be counted twice until the next read: the cap errs on the
+// side of the disk).
+func (h *storeHandle) readQuarantineBytes(ctx context.Context, provider string, limit int, done chan struct{}) {
+	recs, err := h.store.List(ctx, store.Filter{Provider: provider, State: store.StateQuarantined}, max(limit, 1))
 	var n int64
 	for _, r := range recs {
 		n += recordBytes(r)
 	}
-	quarantineUsage.Lock()
-	defer quarantineUsage.Unlock()
+	q := &h.quarantine
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	defer close(done)
-	u := quarantineUsage.m[k]
+	u := q.m[provider]
 	if u.reading == done {
 		u.reading = nil
 	}
@@ -148,37 +164,57 @@ func readQuarantineBytes(ctx context.Context, k quarantineKey, limit int, done c
 		return
 	}
 	u.bytes, u.known = n+u.added, true
-	quarantineBytes.WithLabelValues(k.provider).Set(float64(u.bytes))
+	quarantineBytes.WithLabelValues(provider).Set(float64(u.bytes))
 }
 
 // quarantinePurged reads again, now, the bytes of the quarantined records
 // of provider (every provider this process knows if "") in st, after a
-// purge: a quarantine emptied by hand takes pingbacks again at once.
+// purge: a quarantine emptied by hand takes pingbacks again at once. st
+// is the running config's store (the admin API's): the bytes are those
+// its handle knows.
 func quarantinePurged(ctx context.Context, st store.Store, provider string) {
-	quarantineChanged(st, provider)
-	var keys []quarantineKey
-	quarantineUsage.Lock()
-	for k, u := range quarantineUsage.m {
-		if k.st == st && (provider == "" || k.provider == provider) && u.reading == nil {
-			keys = append(keys, k)
-		}
+	v, err := caddy.ActiveContext().AppIfConfigured("pingback")
+	if err != nil {
+		return
 	}
-	dones := make([]chan struct{}, len(keys))
-	limits := make([]int, len(keys))
-	for i, k := range keys {
-		dones[i], limits[i] = quarantineUsage.m[k].startRead(), quarantineUsage.m[k].limit
-	}
-	quarantineUsage.Unlock()
-	for i, k := range keys {
-		readQuarantineBytes(ctx, k, limits[i], dones[i])
+	if h := v.(*App).handleFor(st); h != nil {
+		h.quarantinePurged(ctx, provider)
 	}
 }
 
-// noteQuarantined adds a newly quarantined record to its provider's bytes.
-func noteQuarantined(st store.Store, rec *store.Record) {
-	quarantineUsage.Lock()
-	defer quarantineUsage.Unlock()
-	u := quarantineUsage.m[quarantineKey{st, rec.Provider}]
+// quarantinePurged is the package function quarantinePurged on h's store.
+func (h *storeHandle) quarantinePurged(ctx context.Context, provider string) {
+	h.quarantineChanged(provider)
+	q := &h.quarantine
+	var providers []string
+	q.mu.Lock()
+	for p, u := range q.m {
+		if (provider == "" || p == provider) && u.reading == nil {
+			providers = append(providers, p)
+		}
+	}
+	dones := make([]chan struct{}, len(providers))
+	limits := make([]int, len(providers))
+	for i, p := range providers {
+		dones[i], limits[i] = q.m[p].startRead(), q.m[p].limit
+	}
+	q.mu.Unlock()
+	for i, p := range providers {
+		h.readQuarantineBytes(ctx, p, limits[i], dones[i])
+	}
+}
+
+// noteQuarantined adds a newly quarantined record of st to its provider's
+// bytes.
+func (a *App) noteQuarantined(st store.Store, rec *store.Record) {
+	h := a.handleFor(st)
+	if h == nil {
+		return
+	}
+	q := &h.quarantine
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	u := q.m[rec.Provider]
 	if u == nil {
 		return
 	}
@@ -194,11 +230,19 @@ func noteQuarantined(st store.Store, rec *store.Record) {
 // quarantineChanged notes that records of provider (every provider if
 // "") left quarantine, expired or were purged in st: its bytes are read
 // again, in the background, when next needed.
-func quarantineChanged(st store.Store, provider string) {
-	quarantineUsage.Lock()
-	defer quarantineUsage.Unlock()
-	for k, u := range quarantineUsage.m {
-		if k.st == st && (provider == "" || k.provider == provider) {
+func (a *App) quarantineChanged(st store.Store, provider string) {
+	if h := a.handleFor(st); h != nil {
+		h.quarantineChanged(provider)
+	}
+}
+
+// quarantineChanged is App.quarantineChanged on h's store.
+func (h *storeHandle) quarantineChanged(provider string) {
+	q := &h.quarantine
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for p, u := range q.m {
+		if provider == "" || p == provider {
 			u.stale = true
 		}
 	}
@@ -208,15 +252,19 @@ func quarantineChanged(st store.Store, provider string) {
 // quarantined because the quarantine is full.
 func (h *Handler) quarantineFull(key store.Key) {
 	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantine_full").Inc()
-	if quarantineLog.allow(h.Provider) {
+	if h.app.logQuarantined(h.Provider) {
 		h.logger.Warn("quarantine full (max_quarantine): an untrusted pingback was answered 200 and NOT stored; a tracked task is still polled",
 			zap.String("key", key.String()), zap.Int("max_records", h.MaxQuarantine), zap.Int64("max_bytes", h.MaxQuarantineBytes))
 	}
 }
 
-// quarantineLog throttles the warn lines of quarantined pingbacks: a
-// forgery flood gets 20 lines a minute and a summary per provider.
-var quarantineLog = newThrottledLog(20, 100, "pingbacks quarantined in the last minute")
+// logQuarantined reports whether a quarantined (or refused, quarantine
+// full) pingback of provider may be logged now: a forgery flood gets 20
+// lines a minute and a summary per provider (storeHandle.quarantined).
+func (a *App) logQuarantined(provider string) bool {
+	h := a.readyHandle()
+	return h == nil || h.quarantined.allow(provider)
+}
 
 // countQuarantined counts and logs (throttled) a quarantined pingback.
 func (h *Handler) countQuarantined(key store.Key, why string) {
@@ -226,7 +274,7 @@ func (h *Handler) countQuarantined(key store.Key, why string) {
 
 // countQuarantinedLog logs a quarantined pingback, throttled.
 func (h *Handler) countQuarantinedLog(key store.Key, why string) {
-	if quarantineLog.allow(h.Provider) {
+	if h.app.logQuarantined(h.Provider) {
 		h.logger.Warn("pingback quarantined: not delivered (release it by hand if it is genuine; further ones are counted in a summary line each minute)",
 			zap.String("key", key.String()), zap.String("reason", why))
 	}
@@ -238,7 +286,7 @@ func (h *Handler) countQuarantinedLog(key store.Key, why string) {
 // It returns the record as stored, or store.ErrSkip if the record under
 // key is not quarantined (someone settled it first).
 func (a *App) supersede(ctx context.Context, st store.Store, key store.Key, next *store.Record) (*store.Record, error) {
-	defer quarantineChanged(st, key.Provider)
+	defer a.quarantineChanged(st, key.Provider)
 	return st.UpdateRecord(ctx, key, func(cur *store.Record) error {
 		if cur.State != store.StateQuarantined {
 			return store.ErrSkip
@@ -285,7 +333,7 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 	if err != nil {
 		return nil, err
 	}
-	quarantineChanged(st, key.Provider)
+	a.quarantineChanged(st, key.Provider)
 	out := a.deliverStored(st, rec, store.SourceReplay, false)
 	a.logger.Info("quarantined result released by hand", zap.String("key", key.String()),
 		zap.Int("attempt", rec.Attempts), zap.String("outcome", out.class.String()))
@@ -346,7 +394,7 @@ func (a *App) recheckHeld(ctx context.Context, st store.Store, t *store.Task) {
 	}
 	switch {
 	case err == nil:
-		quarantineChanged(st, t.Provider)
+		a.quarantineChanged(st, t.Provider)
 		a.logger.Info("pingback held until its task committed: verified, delivering", zap.String("key", t.Key().String()))
 		if h := a.readyHandle(); h != nil {
 			h.wake()

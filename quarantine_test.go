@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,16 +14,17 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// gatedList holds every listing of quarantined records until release is
-// closed, after saying so on entered.
+// gatedList, once armed, holds every listing of quarantined records
+// until release is closed, after saying so on entered.
 type gatedList struct {
 	store.Store
+	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
 func (s *gatedList) List(ctx context.Context, f store.Filter, limit int) ([]*store.Record, error) {
-	if f.State == store.StateQuarantined {
+	if f.State == store.StateQuarantined && s.armed.Load() {
 		s.entered <- struct{}{}
 		<-s.release
 	}
@@ -37,22 +39,24 @@ func (s *gatedList) List(ctx context.Context, f store.Filter, limit int) ([]*sto
 func TestQuarantineBytesNotReadInRequest(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	gate := &gatedList{entered: make(chan struct{}, 8), release: make(chan struct{})}
+	startCaddyWrapped(t, func(st store.Store) store.Store { gate.Store = st; return gate },
+		vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
 	vfyPingback(t, "/cb", "811", "A") // the bytes are read (inline, once) and known
 	admin := "/pingback/records/2captcha/"
 	if code, body := adminDo(t, http.MethodPost, admin+"811/release", ""); code != http.StatusOK {
 		t.Fatalf("release = %d %s", code, body)
 	}
-	a := runningApp(t)
-	gate := &gatedList{Store: a.handle.store, entered: make(chan struct{}, 8), release: make(chan struct{})}
-	a.handle.store = gate
-	t.Cleanup(func() { a.handle.store = gate.Store })
-	// The bytes this process knows, under the wrapped store's identity.
-	quarantineUsage.Lock()
-	u := quarantineUsage.m[quarantineKey{gate.Store, "2captcha"}]
-	quarantineUsage.m[quarantineKey{gate, "2captcha"}] = u
-	quarantineUsage.Unlock()
-	if u == nil || !u.known || !u.stale {
+	gate.armed.Store(true)
+	// The bytes this process knows.
+	q := &runningApp(t).handle.quarantine
+	q.mu.Lock()
+	var u quarantineUse
+	if p := q.m["2captcha"]; p != nil {
+		u = *p
+	}
+	q.mu.Unlock()
+	if !u.known || !u.stale {
 		t.Fatalf("quarantine bytes before: %+v, want known and stale (a record left)", u)
 	}
 	answered := make(chan trkResponse, 2)

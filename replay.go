@@ -149,8 +149,8 @@ func (a *App) housekeeping() {
 	st := a.handle.store
 	a.handle.failures.flush(a.logger, zap.WarnLevel, "route")
 	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
-	quarantineLog.flush(a.logger, zap.WarnLevel, "provider")
-	confirmDropLog.flush(a.logger, zap.WarnLevel, "provider")
+	a.handle.quarantined.flush(a.logger, zap.WarnLevel, "provider")
+	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
 }
 
@@ -168,7 +168,7 @@ func (a *App) expireUndelivered(st store.Store) {
 		for _, e := range gone {
 			a.metrics.expiredUndelivered.WithLabelValues(e.Key.Provider, string(e.State)).Inc()
 			if e.State == store.StateQuarantined {
-				quarantineChanged(st, e.Key.Provider)
+				a.quarantineChanged(st, e.Key.Provider)
 				continue // counted; a forgery flood would otherwise flood the log
 			}
 			a.logger.Warn("result expired at retention without having been delivered",

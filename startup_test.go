@@ -20,7 +20,7 @@ import (
 )
 
 // How the start-up window is tested: the store open is held by a fault
-// (testHoldStoreOpen) inside a real config load (caddy.Load, in a goroutine
+// (storeFaults.beforeOpen) inside a real config load (caddy.Load, in a goroutine
 // of its own), so the window lasts as long as the test wants. This is
 // honest because Caddy serves its admin endpoint during a load: Load takes
 // the config lock (rawCfgMu) and runs the new config, whose admin server is
@@ -42,18 +42,19 @@ type heldLoad struct {
 	wait    func() error
 }
 
-// startHeld loads cfg in the background, the store open held by
-// testHoldStoreOpen, and returns once the pingback app's Start is about to
-// open the store. At test end the open is released and the load awaited
+// startHeld loads cfg in the background, its store (the pingback app's
+// storage_dir) opened through pingback.stores.test_faults, which holds the
+// open, and returns once the pingback app's Start is about to open the
+// store. At test end the open is released and the load awaited
 // (before the unload that earlier cleanups do).
 func startHeld(t *testing.T, cfg []byte) *heldLoad {
 	t.Helper()
 	held := make(chan bool, 1)
 	rel := make(chan struct{})
-	testHoldStoreOpen = func(a *App) {
-		held <- httpListening(a)
+	cfg = withStoreFaults(t, cfg, &storeFaults{beforeOpen: func(ctx caddy.Context) {
+		held <- httpListening(ctx)
 		<-rel
-	}
+	}})
 	done := make(chan error, 1)
 	go func() { done <- caddy.Load(cfg, true) }()
 	var relOnce, waitOnce sync.Once
@@ -68,7 +69,6 @@ func startHeld(t *testing.T, cfg []byte) *heldLoad {
 	t.Cleanup(func() {
 		l.release()
 		_ = l.wait()
-		testHoldStoreOpen = nil
 	})
 	select {
 	case l.httpUp = <-held:
@@ -82,10 +82,10 @@ func startHeld(t *testing.T, cfg []byte) *heldLoad {
 	return nil
 }
 
-// httpListening reports whether the HTTP servers of a's config listen (the
-// http app started before the pingback app).
-func httpListening(a *App) bool {
-	v, err := a.ctx.App("http")
+// httpListening reports whether the HTTP servers of ctx's config listen
+// (the http app started before the pingback app).
+func httpListening(ctx caddy.Context) bool {
+	v, err := ctx.App("http")
 	if err != nil {
 		return false
 	}

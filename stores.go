@@ -85,11 +85,7 @@ func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccount
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", b.dir, err)
 	}
-	opts := store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts}
-	if testStoreOptions != nil {
-		testStoreOptions(&opts)
-	}
-	return store.OpenBadger(opts)
+	return store.OpenBadger(store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts})
 }
 
 // UnmarshalCaddyfile parses `store badger { dir <path> }`.
@@ -257,8 +253,10 @@ type storeHandle struct {
 
 	// Throttled logs, shared by every config on this store and flushed by
 	// the loop owner's housekeeping.
-	failures    *throttledLog // failed forwards, by route
-	storeErrors *throttledLog // results not stored, by provider
+	failures        *throttledLog // failed forwards, by route
+	storeErrors     *throttledLog // results not stored, by provider
+	quarantined     *throttledLog // pingbacks quarantined (or refused: quarantine full), by provider
+	confirmsDropped *throttledLog // confirmations dropped (queue full), by provider
 
 	mu        sync.Mutex
 	apps      []*App                          // started apps, oldest first; the last one owns the loops
@@ -282,6 +280,15 @@ type storeHandle struct {
 
 	// flows is the replays' flow control per route (route_flow.go).
 	flows routeFlows
+
+	// loops are the times the loops last ran a round on this store, in
+	// this process (GET /pingback/status).
+	loops loopTimes
+	// ages are the store's ages last read (App.currentAges).
+	ages agesCache
+	// quarantine is the bytes quarantined per provider, as this process
+	// knows them (App.quarantineUsed).
+	quarantine quarantineUsage
 }
 
 // logStoreError reports whether a result of provider that was not
@@ -300,23 +307,15 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy 
 		return nil, err
 	}
 	return &storeHandle{
-		store:       s,
-		minFree:     minFree,
-		kick:        make(chan struct{}, 1),
-		failures:    newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
-		storeErrors: newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability, or answered 503 when they could not be verified)"),
+		store:           s,
+		minFree:         minFree,
+		kick:            make(chan struct{}, 1),
+		failures:        newThrottledLog(failureLinesPerWindow, 100, "forwards to this route failed in the last minute"),
+		storeErrors:     newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability, or answered 503 when they could not be verified)"),
+		quarantined:     newThrottledLog(20, 100, "pingbacks quarantined in the last minute"),
+		confirmsDropped: newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)"),
 	}, nil
 }
-
-// testHoldStoreOpen, if set, runs in Start just before the store is
-// opened (not when a running config already has it open), in Caddy's
-// config load: tests hold the open with it to keep the start-up window
-// open as long as they need. Production leaves it nil.
-var testHoldStoreOpen func(*App)
-
-// testStoreOptions, if set, adjusts the options of every store opened
-// from then on: tests inject commit faults and delays with it.
-var testStoreOptions func(*store.BadgerOptions)
 
 // failureLinesPerWindow is how many failed forwards a minute get a log
 // line of their own; the rest are only counted in the minute's summary.

@@ -169,8 +169,8 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	body, pingback, token = t.tokenSubmission(r, body, pingback)
 	setBody(r, body)
 
-	submissionStarted(t.Provider)
-	defer submissionEnded(t.Provider)
+	t.app.submissions.started(t.Provider)
+	defer t.app.submissions.ended(t.Provider)
 	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err
@@ -600,14 +600,10 @@ func inputError(format string, args ...any) error {
 	return &badRequest{status: 400, reason: fmt.Sprintf(format, args...)}
 }
 
-// trackersMu guards App.trackers: which providers have a pingback_track
-// in a config (the static defaults).
-var trackersMu sync.Mutex
-
 // noteTracker records that the config has a pingback_track for provider.
 func (a *App) noteTracker(provider string) {
-	trackersMu.Lock()
-	defer trackersMu.Unlock()
+	a.trackersMu.Lock()
+	defer a.trackersMu.Unlock()
 	if a.trackers == nil {
 		a.trackers = map[string]bool{}
 	}
@@ -616,36 +612,68 @@ func (a *App) noteTracker(provider string) {
 
 // hasTracker reports whether the config has a pingback_track for provider.
 func (a *App) hasTracker(provider string) bool {
-	trackersMu.Lock()
-	defer trackersMu.Unlock()
+	a.trackersMu.Lock()
+	defer a.trackersMu.Unlock()
 	return a.trackers[provider]
 }
 
-// submissions counts, per provider, the submissions pingback_track has
-// passed to the provider whose task is not yet committed: a pingback for
-// an unknown id meanwhile may be theirs, so it is held (quarantined and
-// re-checked when the task commits) rather than rejected.
-var submissions = struct {
-	sync.Mutex
-	n map[string]int
-}{n: map[string]int{}}
-
-func submissionStarted(provider string) {
-	submissions.Lock()
-	submissions.n[provider]++
-	submissions.Unlock()
+// submissionCounts counts, per provider, the submissions pingback_track
+// has passed to the provider whose task is not yet committed, for one
+// store location in this process: a pingback for an unknown id meanwhile
+// may be theirs, so it is held (quarantined and re-checked when the task
+// commits) rather than rejected. It is pooled (submissionPool) from
+// Provision to Cleanup, so a submission of an old config still counts for
+// the new one during a reload, and one made while Start opens the store
+// counts too. A nil *submissionCounts counts nothing.
+type submissionCounts struct {
+	mu sync.Mutex
+	n  map[string]int
 }
 
-func submissionEnded(provider string) {
-	submissions.Lock()
-	submissions.n[provider]--
-	submissions.Unlock()
+// submissionPool holds one *submissionCounts per store location.
+var submissionPool = caddy.NewUsagePool()
+
+// Destruct implements caddy.Destructor: nothing to release.
+func (*submissionCounts) Destruct() error { return nil }
+
+// provisionSubmissions takes a reference to the submission counts of a's
+// store location (Cleanup releases it).
+func (a *App) provisionSubmissions() error {
+	v, _, err := submissionPool.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
+		return &submissionCounts{n: map[string]int{}}, nil
+	})
+	if err != nil {
+		return err
+	}
+	a.submissions, a.countsHeld = v.(*submissionCounts), true
+	return nil
 }
 
-func submissionsInFlight(provider string) bool {
-	submissions.Lock()
-	defer submissions.Unlock()
-	return submissions.n[provider] > 0
+func (c *submissionCounts) started(provider string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[provider]++
+}
+
+func (c *submissionCounts) ended(provider string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[provider]--
+}
+
+func (c *submissionCounts) inFlight(provider string) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[provider] > 0
 }
 
 // Interface guards

@@ -41,8 +41,8 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 	body, callback, token = t.tokenCreateTask(body, ct.CallbackURL)
 	setBody(r, body)
 
-	submissionStarted(t.Provider)
-	defer submissionEnded(t.Provider)
+	t.app.submissions.started(t.Provider)
+	defer t.app.submissions.ended(t.Provider)
 	rec, answer, err := t.bufferUpstream(w, r, next)
 	if err != nil || rec == nil {
 		return err

@@ -65,8 +65,12 @@ const (
 	confirmGap   = 5 * time.Second
 )
 
-// confirmAfter waits d for a confirmation retry; tests replace it.
-var confirmAfter = func(ctx context.Context, d time.Duration) bool {
+// confirmAfter waits d for a confirmation retry (askUntilFinal): false if
+// ctx ended first. App.confirmWait, when set (tests), waits instead.
+func (a *App) confirmAfter(ctx context.Context, d time.Duration) bool {
+	if a.confirmWait != nil {
+		return a.confirmWait(ctx, d)
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -172,7 +176,7 @@ func (h *Handler) judge(ctx context.Context, st store.Store, r *http.Request, ke
 		switch {
 		case unknown == UnknownAccept:
 			return trust{verified: VerifyNone}
-		case unknown == UnknownReject && !submissionsInFlight(h.Provider):
+		case unknown == UnknownReject && !h.app.submissions.inFlight(h.Provider):
 			return trust{reject: true}
 		}
 		// Quarantined; if its task commits later (a submission in

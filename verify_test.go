@@ -246,12 +246,10 @@ func TestVerifyResPHPForgery(t *testing.T) {
 // confirmed, without holding the provider's request.
 func TestVerifyResPHPNotReady(t *testing.T) {
 	waits := make(chan time.Duration, 10)
-	old := confirmAfter
-	confirmAfter = func(ctx context.Context, d time.Duration) bool { waits <- d; return true }
-	t.Cleanup(func() { confirmAfter = old })
 	app := newAppStub(t)
 	p := newTrkProvider(t)
 	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
+	runningApp(t).confirmWait = func(ctx context.Context, d time.Duration) bool { waits <- d; return true }
 	_, id := vfySubmit(t, p)
 	start := time.Now()
 	vfyPingback(t, "/cb", id, "EARLY")
@@ -647,17 +645,17 @@ func TestVerifyReplayStripsToken(t *testing.T) {
 // verdict on record.
 func TestVerifyUnstoredNeverForwarded(t *testing.T) {
 	var fail atomic.Bool
-	withStoreOptions(t, func(o *store.BadgerOptions) {
+	commitFaults := func(o *store.BadgerOptions) {
 		o.BeforeCommit = func(uint64) error {
 			if fail.Load() {
 				return errors.New("injected commit failure")
 			}
 			return nil
 		}
-	})
+	}
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	startCaddyWith(t, commitFaults, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
 	fail.Store(true)
 	resp := trkDo(t, http.MethodPost, "/cb", "application/x-www-form-urlencoded", strings.NewReader("id=777&code=FORGED"))
 	if resp.status != http.StatusServiceUnavailable {
@@ -745,11 +743,10 @@ func (s *gatedInsert) Insert(ctx context.Context, r *store.Record) (store.Insert
 func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
 	app := newAppStub(t)
 	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	gate := &gatedInsert{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	startCaddyWrapped(t, func(st store.Store) store.Store { gate.Store = st; return gate },
+		vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
 	a := runningApp(t)
-	gate := &gatedInsert{Store: a.handle.store, entered: make(chan struct{}, 1), release: make(chan struct{})}
-	a.handle.store = gate
-	t.Cleanup(func() { a.handle.store = gate.Store })
 	tok := protocol.NewToken()
 	id := "71000000009"
 	submitted := time.Now().UTC()
@@ -861,11 +858,10 @@ func TestVerifyTaskReadFailureIsStoreDown(t *testing.T) {
 			app := newAppStub(t)
 			p := newTrkProvider(t)
 			global := fmt.Sprintf("provider 2captcha {\n\t\t\tendpoint %s\n\t\t\tapi_key %s\n\t\t}\n\t\tpoll {\n\t\t\tafter 1s\n\t\t\tinterval 5s\n\t\t}", p.URL, trkKey)
-			startCaddy(t, global, vfySite(tt.lines, "pingback_url "+trkCallbackURL, p.URL, app))
+			st := &failingTaskRead{err: tt.err, insert: tt.insert}
+			startCaddyWrapped(t, func(inner store.Store) store.Store { st.Store = inner; return st },
+				global, vfySite(tt.lines, "pingback_url "+trkCallbackURL, p.URL, app))
 			a := runningApp(t)
-			st := &failingTaskRead{Store: a.handle.store, err: tt.err, insert: tt.insert}
-			a.handle.store = st
-			t.Cleanup(func() { a.handle.store = st.Store })
 			pingbackURL, id := vfySubmit(t, p)
 			storeErrors := a.metrics.callbacks.WithLabelValues("2captcha", "store_error")
 			errorsBefore, quarantinedBefore := testutil.ToFloat64(storeErrors), quarantinedCount(t)

@@ -1,0 +1,156 @@
+package pingback
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+func init() {
+	caddy.RegisterModule(faultyStore{})
+}
+
+// storeFaults is what a test injects into the Badger store a config opens
+// through the test-only store module pingback.stores.test_faults. A nil
+// field injects nothing.
+type storeFaults struct {
+	// beforeOpen runs in Start just before the store is opened (not when
+	// a running config already has it open), in Caddy's config load, with
+	// the context of the config that opens it: tests hold the open with
+	// it to keep the start-up window open as long as they need.
+	beforeOpen func(caddy.Context)
+	// options adjusts the store's Badger options: commit faults and
+	// delays.
+	options func(*store.BadgerOptions)
+	// wrap wraps the open store: the app uses what it returns, from the
+	// start, on every path (handlers and loops alike).
+	wrap func(store.Store) store.Store
+}
+
+// testFaults are the registered storeFaults by name (faultyStore.Name).
+var testFaults sync.Map
+
+// faultsSeq makes faults names unique.
+var faultsSeq atomic.Int64
+
+// registerFaults registers f for the test and returns its name.
+func registerFaults(t *testing.T, f *storeFaults) string {
+	t.Helper()
+	name := fmt.Sprintf("%s#%d", t.Name(), faultsSeq.Add(1))
+	testFaults.Store(name, f)
+	t.Cleanup(func() { testFaults.Delete(name) })
+	return name
+}
+
+// faultyStore is the test-only store module pingback.stores.test_faults:
+// the Badger store in Dir, opened with the faults registered under Name.
+type faultyStore struct {
+	Name string `json:"name"`
+	Dir  string `json:"dir"`
+
+	ctx    caddy.Context
+	faults *storeFaults
+}
+
+// CaddyModule returns the Caddy module information.
+func (faultyStore) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "pingback.stores.test_faults", New: func() caddy.Module { return new(faultyStore) }}
+}
+
+// Provision finds the faults registered under Name.
+func (f *faultyStore) Provision(ctx caddy.Context) error {
+	v, ok := testFaults.Load(f.Name)
+	if !ok {
+		return fmt.Errorf("no store faults registered as %q", f.Name)
+	}
+	f.ctx, f.faults = ctx, v.(*storeFaults)
+	return nil
+}
+
+// StoreLocation implements StoreModule.
+func (f *faultyStore) StoreLocation() string { return f.Dir }
+
+// StoreName implements StoreModule.
+func (f *faultyStore) StoreName() string { return f.Dir }
+
+// OpenStore implements StoreModule: BadgerStore.OpenStore with the faults.
+func (f *faultyStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccounts map[string]string) (store.Store, error) {
+	if f.faults.beforeOpen != nil {
+		f.faults.beforeOpen(f.ctx)
+	}
+	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating storage_dir %s: %w", f.Dir, err)
+	}
+	opts := store.BadgerOptions{Dir: f.Dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts}
+	if f.faults.options != nil {
+		f.faults.options(&opts)
+	}
+	st, err := store.OpenBadger(opts)
+	if err != nil || f.faults.wrap == nil {
+		return st, err
+	}
+	return f.faults.wrap(st), nil
+}
+
+// withStoreFaults returns cfg, a JSON config whose pingback app has a
+// storage_dir, with that directory's store opened through
+// pingback.stores.test_faults with f.
+func withStoreFaults(t *testing.T, cfg []byte, f *storeFaults) []byte {
+	t.Helper()
+	var whole map[string]any
+	if err := json.Unmarshal(cfg, &whole); err != nil {
+		t.Fatal(err)
+	}
+	apps, _ := whole["apps"].(map[string]any)
+	app, _ := apps["pingback"].(map[string]any)
+	dir, _ := app["storage_dir"].(string)
+	if dir == "" {
+		t.Fatalf("the config has no pingback storage_dir to open with faults: %s", cfg)
+	}
+	delete(app, "storage_dir")
+	app["store"] = map[string]any{"module": "test_faults", "name": registerFaults(t, f), "dir": dir}
+	out, err := json.Marshal(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// startCaddyFaults is startCaddy with the store opened with f.
+func startCaddyFaults(t *testing.T, f *storeFaults, pingbackGlobal, sites string) string {
+	t.Helper()
+	dir := t.TempDir() // registered first: removed after the unload below
+	cfg := withStoreFaults(t, adaptCaddyfile(t, caddyfileFor("storage_dir "+dir+"\n"+pingbackGlobal, sites)), f)
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	t.Cleanup(func() { unloadCaddy(t) })
+	return dir
+}
+
+// startCaddyWith is startCaddy with the store opened with Badger options
+// adjusted by fn.
+func startCaddyWith(t *testing.T, fn func(*store.BadgerOptions), pingbackGlobal, sites string) string {
+	t.Helper()
+	return startCaddyFaults(t, &storeFaults{options: fn}, pingbackGlobal, sites)
+}
+
+// startCaddyWrapped is startCaddy with the store wrapped by wrap.
+func startCaddyWrapped(t *testing.T, wrap func(store.Store) store.Store, pingbackGlobal, sites string) string {
+	t.Helper()
+	return startCaddyFaults(t, &storeFaults{wrap: wrap}, pingbackGlobal, sites)
+}
+
+// Interface guards
+var (
+	_ StoreModule       = (*faultyStore)(nil)
+	_ caddy.Provisioner = (*faultyStore)(nil)
+)
