@@ -22,6 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
+	"github.com/caddy-pingback/pingback/internal/admin"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -89,6 +90,8 @@ type App struct {
 	handle *storeHandle  // set by Start once the store is open; never unset
 	ready  chan struct{} // closed when Start has finished, opened or not
 	held   bool          // this config holds a pool reference (Cleanup releases it)
+
+	adminState *admin.State // the process's admin state, referenced from Start to Cleanup (App.beginStarting)
 
 	stop       chan struct{}
 	loopCtx    context.Context // ends at Stop: the loops' store calls and the poller's waits
@@ -259,7 +262,7 @@ func (a *App) Validate() error {
 // config already opened on the same directory) and starts the replay loop.
 // A store that cannot be opened stops Caddy: the plugin never runs without
 // persistence. While Start runs, the admin API answers 503 "starting: the
-// store is opening" unless a running config's store answers (startup.go).
+// store is opening" unless a running config's store answers (App.beginStarting).
 func (a *App) Start() error {
 	a.beginStarting()
 	defer a.endStarting()
@@ -322,6 +325,7 @@ func (a *App) Stop() error {
 // Cleanup releases this config's reference to the store; the last
 // reference closes the database.
 func (a *App) Cleanup() error {
+	a.releaseAdminState()
 	if !a.held {
 		return nil // never opened (validation run, or Start failed)
 	}
