@@ -173,20 +173,6 @@ func (pc *ProviderConfig) keys() []string {
 	return out
 }
 
-// validAccountID reports whether s has an account id's shape: 16
-// lower-case hex characters.
-func validAccountID(s string) bool {
-	if len(s) != 16 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // taskPollable reports whether t's account is one of its provider's
 // configured keys (taskAccount): only then may it be polled or confirmed.
 func (a *App) taskPollable(t *store.Task) bool {

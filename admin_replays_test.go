@@ -120,3 +120,38 @@ func TestBulkReplayCancelAndBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkReplayOutlivesAReload: a config reload cancels a running bulk
+// replay (status cancelled), and the new config's admin API still answers
+// the job: jobs belong to the process, not to the config that started
+// them.
+func TestBulkReplayOutlivesAReload(t *testing.T) {
+	app := newAppStub(t)
+	release := make(chan struct{})
+	app.Tune(func() { app.Release = release })
+	global := "replay {\n\tconcurrency 1\n}"
+	dir := startCaddy(t, global, pingbackSite("captchaai", "", app))
+	for i := range 3 {
+		insertRecord(t, storedCallback(t, fmt.Sprint(31000+i), store.StateParked, 5, time.Time{}))
+	}
+	a := testkit.Admin(testAdmin).Do(t, http.MethodPost, "/pingback/replays", `{"provider": "captchaai"}`)
+	loc := a.Header.Get("Location")
+	if a.Status != http.StatusAccepted {
+		t.Fatalf("POST: %d %s", a.Status, a.Body)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the first replay held by the app", func() bool { return app.Count("captchaai:31000") == 1 })
+	old := runningApp(t)
+	loadCaddyfile(t, caddyfileFor("storage_dir "+dir+"\n"+global, pingbackSite("captchaai", "", app)))
+	if runningApp(t) == old {
+		t.Fatal("the config was not reloaded")
+	}
+	close(release)
+	var job adminapi.ReplayJobState
+	testkit.WaitFor(t, 10*time.Second, "the job cancelled by the reload", func() bool {
+		code, b := adminDo(t, http.MethodGet, loc, "")
+		return code == http.StatusOK && json.Unmarshal(b, &job) == nil && job.Status == "cancelled"
+	})
+	if job.Matched != 3 || job.Done != 1 {
+		t.Errorf("job after the reload %+v, want 3 matched and only the one in flight done", job)
+	}
+}

@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,32 +13,25 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// handleStatus answers GET /pingback/status: the overview (counts from
-// store.Counter, never a scan of the records), 503 while the app or its
-// store is not running.
-func handleStatus(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use GET", r.Method)}
-	}
-	a, err := activeApp()
-	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
-	}
+// Status is the overview GET /pingback/status answers (counts from
+// store.Counter, never a scan of the records); its errors are 503
+// caddy.APIErrors (the store not running or not answering).
+func (a *App) Status(ctx context.Context) (adminapi.StatusAnswer, error) {
 	st := a.store(time.Second)
 	if st == nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStoreUnavailable}
+		return adminapi.StatusAnswer{}, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStoreUnavailable}
 	}
-	c, err := st.Counts(r.Context())
+	c, err := st.Counts(ctx)
 	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the store's counts: %w", err)}
+		return adminapi.StatusAnswer{}, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the store's counts: %w", err)}
 	}
-	ages, ok := a.currentAges(r.Context(), st)
+	ages, ok := a.currentAges(ctx, st)
 	if !ok {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("reading the store's ages failed")}
+		return adminapi.StatusAnswer{}, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errors.New("reading the store's ages failed")}
 	}
-	budget, err := a.pollBudgets(r.Context())
+	budget, err := a.pollBudgets(ctx)
 	if err != nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the poll budget: %w", err)}
+		return adminapi.StatusAnswer{}, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("reading the poll budget: %w", err)}
 	}
 	accounts := a.accountStatuses(c, budget)
 	ans := adminapi.StatusAnswer{Records: c.Records, Tasks: map[string]adminapi.TaskStatus{}, Loops: map[string]adminapi.LoopStatus{},
@@ -76,5 +70,5 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 			ans.Store.FreeBytes = &free
 		}
 	}
-	return writeJSON(w, ans)
+	return ans, nil
 }

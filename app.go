@@ -22,6 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
+	"github.com/caddy-pingback/pingback/internal/admin"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
@@ -92,6 +93,8 @@ type App struct {
 	// countsHeld: this config holds a reference to submissionPool's
 	// counts (Cleanup releases it).
 	countsHeld bool
+
+	adminState *admin.State // the process's admin state, referenced from Start to Cleanup (App.beginStarting)
 
 	stop       chan struct{}
 	loopCtx    context.Context // ends at Stop: the loops' store calls and the poller's waits
@@ -274,7 +277,7 @@ func (a *App) Validate() error {
 // config already opened on the same directory) and starts the replay loop.
 // A store that cannot be opened stops Caddy: the plugin never runs without
 // persistence. While Start runs, the admin API answers 503 "starting: the
-// store is opening" unless a running config's store answers (startup.go).
+// store is opening" unless a running config's store answers (App.beginStarting).
 func (a *App) Start() error {
 	a.beginStarting()
 	defer a.endStarting()
@@ -338,6 +341,7 @@ func (a *App) Cleanup() error {
 		a.countsHeld = false
 		_, _ = submissionPool.Delete(a.dir) // a no-op Destruct: no error
 	}
+	a.releaseAdminState()
 	if !a.held {
 		return nil // never opened (validation run, or Start failed)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/caddy-pingback/pingback/internal/admin"
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
@@ -157,11 +158,11 @@ func TestConsoleRefusesCrossSite(t *testing.T) {
 	waitForState(t, 5*time.Second, "2captcha", "7001", store.StateParked)
 	app.SetStatus(http.StatusOK)
 	token := consolePageToken(t, consoleRoot)
-	expired := func() string {
-		defer func(now func() time.Time) { consoleNow = now }(consoleNow)
-		consoleNow = func() time.Time { return time.Now().Add(-consoleTokenLife - time.Minute) }
-		return newConsoleToken()
-	}()
+	// A token issued before its life: the secret is the process's, so a
+	// console with an earlier clock signs what the running one checks.
+	expired := admin.NewConsole(nil, nil, admin.ConsoleOptions{
+		Now: func() time.Time { return time.Now().Add(-admin.ConsoleTokenLife - time.Minute) },
+	}).NewToken()
 	parts := strings.Split(token, ".")
 	forged := parts[0] + "." + parts[1] + "." + strings.Repeat("A", len(parts[2]))
 

@@ -175,15 +175,6 @@ func publicRecord(rec *store.Record) *store.Record {
 	return &cp
 }
 
-// publicRecords applies publicRecord to each record of an admin answer.
-func publicRecords(recs []*store.Record) []*store.Record {
-	out := make([]*store.Record, len(recs))
-	for i, r := range recs {
-		out[i] = publicRecord(r)
-	}
-	return out
-}
-
 // publicTask is t as an admin answer shows it: without its pingback token
 // (a copy when it has one), which would let whoever reads the answer
 // forge the task's pingback.
@@ -194,15 +185,6 @@ func publicTask(t *store.Task) *store.Task {
 	cp := *t
 	cp.Token = ""
 	return &cp
-}
-
-// publicTasks applies publicTask to each task of an admin answer.
-func publicTasks(ts []*store.Task) []*store.Task {
-	out := make([]*store.Task, len(ts))
-	for i, t := range ts {
-		out[i] = publicTask(t)
-	}
-	return out
 }
 
 // setDeliveryHeaders sets the headers the app sees on every delivery,

@@ -1,11 +1,9 @@
 package pingback
 
 import (
-	"errors"
-	"net/http"
-	"sync"
-
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-pingback/pingback/internal/admin"
 )
 
 // The start-up window: Caddy starts a config's apps one after the other in
@@ -13,61 +11,59 @@ import (
 // once every app has started. Until then the admin API would find no
 // running pingback app, and the HTTP server may already serve pingbacks
 // while App.Start still opens the store (they wait for it: App.store).
-// This file records the app whose Start is running, so that the admin API
-// can say so.
+// The app whose Start is running says so in the process's admin.State, so
+// that the admin API can answer 503 "starting: the store is opening".
+//
+// Who owns that record, and the bulk replay jobs beside it: the admin
+// routes and the app cannot reach each other during a load (Caddy
+// provisions admin.api modules with New and Provision, outside any
+// config's module tree and with no cleanup, before the new config's apps
+// are provisioned, and the config becomes active only once they have all
+// started), and the jobs must outlive the config that started them (a
+// reload keeps answering them). So the record is an entry of a
+// caddy.UsagePool, Caddy's pattern for what outlives a config: every
+// pingback app takes a reference when its Start begins and gives it back
+// at its Cleanup, so the entry lives from the first app's start to the
+// last app's cleanup (a reload starts the new app before cleaning up the
+// old one), and two tests, or two Caddy runs in one process, do not see
+// each other's jobs once the apps are gone. The admin routes only read
+// the entry (processAdminState), holding no reference of their own.
 
-// errStarting is the admin API's reason while the store is opening.
-var errStarting = errors.New("starting: the store is opening")
+// adminStates holds the process's admin.State under adminStateKey.
+var adminStates = caddy.NewUsagePool()
 
-// starting is the pingback app whose Start is running, or nil. Caddy loads
-// one config at a time, so there is at most one.
-var starting struct {
-	mu  sync.Mutex
-	app *App
-}
+const adminStateKey = "pingback.admin"
 
-// beginStarting records a as the app whose Start is running.
+// beginStarting takes a's reference to the process's admin.State and
+// records that a's Start is running.
 func (a *App) beginStarting() {
-	starting.mu.Lock()
-	defer starting.mu.Unlock()
-	starting.app = a
+	v, _, _ := adminStates.LoadOrNew(adminStateKey, func() (caddy.Destructor, error) { return admin.NewState(), nil })
+	a.adminState = v.(*admin.State)
+	a.adminState.BeginStart()
 }
 
-// endStarting clears the record when a's Start returns, opened or not.
+// endStarting ends the record when a's Start returns, opened or not.
 func (a *App) endStarting() {
-	starting.mu.Lock()
-	defer starting.mu.Unlock()
-	if starting.app == a {
-		starting.app = nil
-	}
+	a.adminState.EndStart()
 }
 
-// startingError is the admin API's answer while a pingback app is starting
-// and no running config has an open store: a caddy.APIError with status
-// 503 and the reason "starting: the store is opening". It is nil otherwise:
-// when no pingback app is starting (including after a Start that failed),
-// and during a reload, while the running config's app and its open store
-// keep answering.
-func startingError() error {
-	if v, err := caddy.ActiveContext().AppIfConfigured("pingback"); err == nil && v.(*App).readyHandle() != nil {
-		return nil
+// releaseAdminState gives back a's reference to the admin.State (at
+// Cleanup; nothing if Start never ran).
+func (a *App) releaseAdminState() {
+	if a.adminState == nil {
+		return
 	}
-	starting.mu.Lock()
-	a := starting.app
-	starting.mu.Unlock()
-	if a == nil {
-		return nil
-	}
-	return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: errStarting}
+	a.adminState = nil
+	_, _ = adminStates.Delete(adminStateKey)
 }
 
-// whileStarting wraps an admin route's handler: it answers startingError
-// while there is one, before the handler looks at the request.
-func whileStarting(h caddy.AdminHandlerFunc) caddy.AdminHandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) error {
-		if err := startingError(); err != nil {
-			return err
-		}
-		return h(w, r)
-	}
+// processAdminState returns the process's admin.State, nil while no
+// pingback app holds one, without taking a reference.
+func processAdminState() *admin.State {
+	var s *admin.State
+	adminStates.Range(func(_, v any) bool {
+		s = v.(*admin.State)
+		return false
+	})
+	return s
 }

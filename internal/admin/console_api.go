@@ -1,4 +1,4 @@
-package pingback
+package admin
 
 import (
 	"bytes"
@@ -7,22 +7,9 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 
 	"github.com/caddyserver/caddy/v2"
 )
-
-// consoleRoutes maps admin route patterns to their handlers, matched the
-// way Caddy's admin endpoint matches them (an http.ServeMux).
-var consoleRoutes = sync.OnceValues(func() (*http.ServeMux, map[string]caddy.AdminHandler) {
-	mux := http.NewServeMux()
-	handlers := make(map[string]caddy.AdminHandler)
-	for _, rt := range (adminAPI{}).Routes() {
-		mux.Handle(rt.Pattern, http.NotFoundHandler()) // only its pattern is used
-		handlers[rt.Pattern] = rt.Handler
-	}
-	return mux, handlers
-})
 
 // serveAPI answers <mount>/api/<rest> with the admin route /pingback/<rest>.
 //
@@ -31,14 +18,15 @@ var consoleRoutes = sync.OnceValues(func() (*http.ServeMux, map[string]caddy.Adm
 // same request (method, query, body) and the same answer, so every route
 // the admin API has (or gains) works from the console, with credential
 // headers and pingback tokens of stored requests redacted as the admin
-// API redacts them (publicRecord), and tasks without their token
-// (publicTask). Only the console's guard (checkConsoleRequest) comes first.
+// API redacts them (Backend.PublicRecord), and tasks without their token
+// (Backend.PublicTask). Only the console's guard (Console.checkRequest)
+// comes first.
 func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) error {
 	w.Header().Set("Cache-Control", "no-store")
-	if err := checkConsoleRequest(r); err != nil {
+	if err := c.checkRequest(r); err != nil {
 		return writeConsoleError(w, caddy.APIError{HTTPStatus: http.StatusForbidden, Err: err})
 	}
-	if a, err := activeApp(); err != nil || a != c.app {
+	if b, err := c.api.lookup(); err != nil || b != c.backend {
 		// The admin handlers answer for the running config; this console
 		// belongs to one that is starting or stopping.
 		return writeConsoleError(w, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable,
@@ -50,9 +38,8 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 	ar.URL.Path = "/pingback/" + rest
 	ar.URL.RawPath = "/pingback/" + strings.TrimPrefix(r.URL.EscapedPath(), "/api/")
 	ar.RequestURI = ar.URL.RequestURI()
-	mux, handlers := consoleRoutes()
-	_, pattern := mux.Handler(ar)
-	h, ok := handlers[pattern]
+	_, pattern := c.routes.Handler(ar)
+	h, ok := c.handlers[pattern]
 	if !ok || path.Clean(ar.URL.Path) != ar.URL.Path {
 		return writeConsoleError(w, caddy.APIError{HTTPStatus: http.StatusNotFound, Err: errors.New("no admin route /pingback/" + rest)})
 	}
@@ -64,7 +51,7 @@ func (c *Console) serveAPI(w http.ResponseWriter, r *http.Request, rest string) 
 		w.Header()[k] = v
 	}
 	if loc := w.Header().Get("Location"); strings.HasPrefix(loc, "/pingback/") {
-		prefix := strings.TrimSuffix(originalRequest(r).URL.Path, r.URL.Path)
+		prefix := strings.TrimSuffix(c.original(r).URL.Path, r.URL.Path)
 		w.Header().Set("Location", prefix+"/api/"+strings.TrimPrefix(loc, "/pingback/"))
 	}
 	w.Header().Del("Content-Length")

@@ -1,4 +1,4 @@
-package pingback
+package admin
 
 import (
 	"encoding/json"
@@ -14,9 +14,9 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// handlePurgeRecord answers DELETE /pingback/records/<provider>/<id>.
-func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) error {
-	st, err := adminStore()
+// purgeRecord answers DELETE /pingback/records/<provider>/<id>.
+func (api *API) purgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) error {
+	b, st, err := api.store()
 	if err != nil {
 		return err
 	}
@@ -25,7 +25,7 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 		return storeAPIError(err)
 	}
 	if n > 0 {
-		quarantinePurged(r.Context(), st, key.Provider) // the quarantine cap's bytes, read again
+		b.PurgedResults(r.Context(), st, key.Provider) // the quarantine cap's bytes, read again
 	}
 	if n == 0 {
 		if _, err := st.Get(r.Context(), key); errors.Is(err, store.ErrPurged) {
@@ -37,7 +37,7 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 	return writeJSON(w, adminapi.PurgeAnswer{Purged: n})
 }
 
-// handlePurges answers POST /pingback/purges.
+// purges answers POST /pingback/purges.
 //
 // Purge (the right to erasure) on the admin API:
 //
@@ -58,9 +58,9 @@ func handlePurgeRecord(w http.ResponseWriter, r *http.Request, key store.Key) er
 // never listed again. On Badger the bytes are gone from the store's files
 // when the answer comes; on PostgreSQL the row is deleted and its bytes
 // remain in dead tuples until VACUUM (see the store's Purge).
-func handlePurges(w http.ResponseWriter, r *http.Request) error {
+func (api *API) purges(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed: use POST", r.Method)}
+		return methodNotAllowed(r, "POST")
 	}
 	f, err := decodeFilter(r, "")
 	if err != nil {
@@ -68,9 +68,9 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 	}
 	q := store.PurgeQuery{Provider: f.Provider, State: f.State, ReceivedAfter: exclusiveAfter(f.After()), ReceivedBefore: f.Before()}
 	if !q.Filtered() {
-		return badInput("a purge needs at least one of provider, state, received_after and received_before")
+		return BadInput("a purge needs at least one of provider, state, received_after and received_before")
 	}
-	st, err := adminStore()
+	b, st, err := api.store()
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func handlePurges(w http.ResponseWriter, r *http.Request) error {
 		return storeAPIError(err)
 	}
 	if n > 0 {
-		quarantinePurged(r.Context(), st, f.Provider) // "" for every provider
+		b.PurgedResults(r.Context(), st, f.Provider) // "" for every provider
 	}
 	logPurge(n, zap.String("provider", f.Provider), zap.String("state", string(f.State)),
 		zap.String("received_after", f.ReceivedAfter), zap.String("received_before", f.ReceivedBefore))
@@ -99,20 +99,13 @@ func decodeFilter(r *http.Request, defaultState store.State) (adminapi.ReplayFil
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil && err != io.EOF {
-		return f, badInput("decoding JSON body: %v", err)
+		return f, BadInput("decoding JSON body: %v", err)
 	}
 	if f.State == "" {
 		f.State = defaultState
 	}
 	if err := f.Parse(knownProvider); err != nil {
-		return f, badInput("%v", err)
+		return f, BadInput("%v", err)
 	}
 	return f, nil
-}
-
-// knownProvider is nil for a provider the plugin knows, else the error
-// naming the known ones (the provider check of a filter's Parse).
-func knownProvider(name string) error {
-	_, err := lookupProvider(name)
-	return err
 }
