@@ -111,7 +111,7 @@ type App struct {
 	// and polled results together) to Replay.Concurrency.
 	inflight chan struct{}
 	// slotMu is held while slots of inflight are counted and taken, by
-	// the replay loop and by bulk replays (admin_replays.go); slotFreed is
+	// the replay loop and by bulk replays ([App.ReplayInSlots]); slotFreed is
 	// signalled when a slot is given back.
 	slotMu     *sync.Mutex
 	slotFreed  chan struct{}

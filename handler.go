@@ -128,7 +128,7 @@ type Handler struct {
 	MaxQuarantine      int   `json:"max_quarantine,omitempty"`
 	MaxQuarantineBytes int64 `json:"max_quarantine_bytes,omitempty"`
 
-	resolved *handlerModes // Verify and UnknownIDs with the defaults resolved (verify.go)
+	resolved *handlerModes // Verify and UnknownIDs with the defaults resolved ([Handler.judge])
 
 	app      *App
 	provider provider

@@ -16,7 +16,7 @@ import (
 
 // metrics are the plugin's Prometheus collectors. They are created once per
 // process and registered into every config's registry, so /metrics keeps
-// counting across reloads (the pattern of reverse_proxy's metrics.go).
+// counting across reloads (the pattern of reverse_proxy's metrics, caddyhttp/reverseproxy).
 type metrics struct {
 	// callbacks counts results by provider and result: stored,
 	// duplicate, conflict (a re-delivery with a different code),

@@ -75,7 +75,7 @@ func (a *App) recovering(what string, round func()) {
 // backlog of records that failed many times cannot starve one that failed
 // once (a live pingback the app refused during a drain). A route that
 // asked for less traffic gets only the replays its flow control allows
-// (route_flow.go).
+// ([routeFlows]).
 func (a *App) replayDue() {
 	st := a.handle.store
 	a.slotMu.Lock() // no bulk replay takes a slot between the count and the claim's

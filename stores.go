@@ -275,10 +275,10 @@ type storeHandle struct {
 	delaysOnce sync.Once
 	delays     *delayWriter
 
-	// confirms bounds the confirmations in flight (confirm.go).
+	// confirms bounds the confirmations in flight ([App.confirmLater]).
 	confirms confirmQueue
 
-	// flows is the replays' flow control per route (route_flow.go).
+	// flows is the replays' flow control per route ([routeFlows]).
 	flows routeFlows
 
 	// loops are the times the loops last ran a round on this store, in

@@ -11,7 +11,7 @@
 // It is a normal package that only tests import; it imports no package of
 // this module, so any package's tests can use it. Helpers that need the
 // plugin's unexported state (the in-process Caddy, the running app, the
-// store) stay in the root package's harness_test.go.
+// store) stay in the root package's tests (its startCaddy and friends).
 //
 // Every helper that can fail takes a testing.TB and fails the test, from
 // the caller's line (t.Helper), rather than returning an error.
