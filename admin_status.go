@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 // handleStatus answers GET /pingback/status: the overview (counts from
@@ -72,7 +73,7 @@ func handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	ans.Store = adminapi.StoreStatus{Kind: kind, Location: a.name, Available: st.Available()}
 	if _, ok := a.storeMod.(*BadgerStore); ok {
-		if free, err := store.FreeBytes(a.dir); err == nil {
+		if free, err := badgerstore.FreeBytes(a.dir); err == nil {
 			ans.Store.FreeBytes = &free
 		}
 	}

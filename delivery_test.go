@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testfs"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
@@ -327,7 +328,7 @@ func TestAbortingRouteDoesNotCrash(t *testing.T) {
 }
 
 // withStoreOptions makes the stores the test opens use fn's options.
-func withStoreOptions(t *testing.T, fn func(*store.BadgerOptions)) {
+func withStoreOptions(t *testing.T, fn func(*badgerstore.Options)) {
 	t.Helper()
 	testStoreOptions = fn
 	t.Cleanup(func() { testStoreOptions = nil })
@@ -339,7 +340,7 @@ func withStoreOptions(t *testing.T, fn func(*store.BadgerOptions)) {
 func TestSlowCommitAnswers503InTime(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Bool
-	withStoreOptions(t, func(o *store.BadgerOptions) {
+	withStoreOptions(t, func(o *badgerstore.Options) {
 		o.BeforeCommit = func(uint64) error {
 			if held.Load() {
 				<-release
@@ -383,7 +384,7 @@ func TestSlowCommitAnswers503InTime(t *testing.T) {
 // app took the result, else 503, and nothing is stored.
 func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 	var failing atomic.Bool
-	withStoreOptions(t, func(o *store.BadgerOptions) {
+	withStoreOptions(t, func(o *badgerstore.Options) {
 		o.BeforeCommit = func(uint64) error {
 			if failing.Load() {
 				return errors.New("injected commit failure")
@@ -421,7 +422,7 @@ func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 // never forward the same record at the same time.
 func TestLeaseRenewal(t *testing.T) {
 	const term = 300 * time.Millisecond
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir(), LeaseTerm: term})
+	st, err := badgerstore.Open(badgerstore.Options{Dir: t.TempDir(), LeaseTerm: term})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
@@ -167,11 +168,11 @@ func pingbackSite(provider, handlerLines string, app *testkit.App) string {
 `, testHTTPPort, provider, handlerLines, app.HostPort())
 }
 
-// TestMain turns on the store's self-checks (store.SelfCheck) for every
+// TestMain turns on the store's self-checks (badgerstore.SelfCheck) for every
 // test of the package: each answer of the Badger committer's in-memory
 // shortcuts is compared with what Badger holds.
 func TestMain(m *testing.M) {
-	store.SelfCheck = true
+	badgerstore.SelfCheck = true
 	os.Exit(m.Run())
 }
 

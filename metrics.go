@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 // metrics are the plugin's Prometheus collectors. They are created once per
@@ -46,7 +47,7 @@ type metrics struct {
 	// storeAvailable is 1 while the store accepts writes, 0 while it
 	// refuses them (free space below min_free_space, or closed).
 	storeAvailable prometheus.Gauge
-	// storeWrites are the durable write path's counters (store.Stats):
+	// storeWrites are the durable write path's counters (badgerstore.Stats):
 	// group commits, the operations they carried, journal syncs and
 	// checkpoints. Every acknowledged pingback was covered by one of the
 	// syncs; operations per commit is the group commit's batch size.
@@ -220,38 +221,38 @@ func (m *metrics) setRouteGauges(routes []routeGauge, replayConcurrency int, now
 	}
 }
 
-// storeWriteCounters exports store.ProcessStats.
+// storeWriteCounters exports badgerstore.ProcessStats.
 func storeWriteCounters() []prometheus.Collector {
-	counter := func(name, help string, v func(store.Stats) uint64) prometheus.Collector {
+	counter := func(name, help string, v func(badgerstore.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "caddy", Subsystem: "pingback", Name: name, Help: help,
-		}, func() float64 { return float64(v(store.ProcessStats())) })
+		}, func() float64 { return float64(v(badgerstore.ProcessStats())) })
 	}
 	return []prometheus.Collector{
-		counter("store_commits_total", "Group commits of the pingback store.", func(s store.Stats) uint64 { return s.Commits }),
-		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s store.Stats) uint64 { return s.Ops }),
-		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s store.Stats) uint64 { return s.Syncs }),
-		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s store.Stats) uint64 { return s.Checkpoints }),
-		counter("store_checkpoint_failures_total", "Failed checkpoints of the store's journal (each logged; the store is unavailable until one succeeds).", func(s store.Stats) uint64 { return s.CheckpointFailures }),
+		counter("store_commits_total", "Group commits of the pingback store.", func(s badgerstore.Stats) uint64 { return s.Commits }),
+		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s badgerstore.Stats) uint64 { return s.Ops }),
+		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s badgerstore.Stats) uint64 { return s.Syncs }),
+		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s badgerstore.Stats) uint64 { return s.Checkpoints }),
+		counter("store_checkpoint_failures_total", "Failed checkpoints of the store's journal (each logged; the store is unavailable until one succeeds).", func(s badgerstore.Stats) uint64 { return s.CheckpointFailures }),
 		syncHistogram{prometheus.NewDesc("caddy_pingback_store_sync_seconds",
 			"Time of the journal's write and fdatasync of each group commit (the durable point before pingbacks are answered).", nil, nil)},
 	}
 }
 
-// syncHistogram exports store.Stats' sync durations as a histogram.
+// syncHistogram exports badgerstore.Stats' sync durations as a histogram.
 type syncHistogram struct{ desc *prometheus.Desc }
 
 func (h syncHistogram) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
 
 func (h syncHistogram) Collect(ch chan<- prometheus.Metric) {
-	s := store.ProcessStats()
-	buckets := make(map[float64]uint64, len(store.SyncBuckets))
+	s := badgerstore.ProcessStats()
+	buckets := make(map[float64]uint64, len(badgerstore.SyncBuckets))
 	var n uint64
-	for i, le := range store.SyncBuckets {
+	for i, le := range badgerstore.SyncBuckets {
 		n += s.SyncSeconds[i]
 		buckets[le] = n
 	}
-	n += s.SyncSeconds[len(store.SyncBuckets)]
+	n += s.SyncSeconds[len(badgerstore.SyncBuckets)]
 	ch <- prometheus.MustNewConstHistogram(h.desc, n, s.SyncSum, buckets)
 }
 
@@ -391,7 +392,7 @@ var agesCache struct {
 // currentAges returns st's ages, read at most once per agesEvery; false
 // if the store could not answer.
 func currentAges(ctx context.Context, st store.Store) (store.Ages, bool) {
-	if _, inMemory := st.(*store.Badger); inMemory {
+	if _, inMemory := st.(*badgerstore.Badger); inMemory {
 		ages, err := st.Ages(ctx)
 		return ages, err == nil
 	}
