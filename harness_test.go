@@ -17,7 +17,6 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
@@ -166,14 +165,6 @@ func pingbackSite(provider, handlerLines string, app *testkit.App) string {
 	}
 }
 `, testHTTPPort, provider, handlerLines, app.HostPort())
-}
-
-// TestMain turns on the store's self-checks (badgerstore.SelfCheck) for every
-// test of the package: each answer of the Badger committer's in-memory
-// shortcuts is compared with what Badger holds.
-func TestMain(m *testing.M) {
-	badgerstore.SelfCheck = true
-	os.Exit(m.Run())
 }
 
 // Child Caddy processes (built from ./cmd/caddy) listen on their own ports,

@@ -87,7 +87,8 @@ func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccount
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", b.dir, err)
 	}
-	opts := badgerstore.Options{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts}
+	m, _ := registerMetrics(nil) // the process's metrics, whose counters every Badger store counts into
+	opts := badgerstore.Options{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts, Counters: m.storeCounters}
 	if testStoreOptions != nil {
 		testStoreOptions(&opts)
 	}

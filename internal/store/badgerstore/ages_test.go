@@ -15,7 +15,7 @@ import (
 // version (not from polled ones), once; later opens read the keys.
 func TestBadgerSeedsLastLive(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Open(Options{Dir: dir})
+	b, err := openChecked(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,25 @@ type Options struct {
 	// passes the account of each provider's first configured key; a
 	// provider missing from the map leaves its tasks without account.
 	LegacyAccounts map[string]string
+	// Counters, if set, are the counters the store counts its commits,
+	// syncs and checkpoints into, shared with the other stores given the
+	// same (the root package gives every Badger store of the process the
+	// one behind its metrics). Nil: counters of the store's own.
+	Counters *Counters
+	// SelfCheck makes the store check itself as it runs, for tests: the
+	// persisted counts are compared with the keys at open, and every
+	// answer of the committer's in-memory shortcuts (presence flags,
+	// fresh states) with what Badger holds; a mismatch panics. It costs
+	// reads on the committer's path. Default off.
+	SelfCheck bool
 
+	// statfs, in tests, replaces the platform's reading of free space
+	// (nil: statfs(2) or GetDiskFreeSpaceEx).
+	statfs statfsFunc
+	// gatherMax, if set, replaces the number of records of a state that
+	// ListPage gathers (see Badger.gatherCap); tests set 0 to walk the
+	// received-time index for every state.
+	gatherMax *int
 	// syncBadger, in tests, replaces the fsync of Badger's memtable and
 	// value logs in a checkpoint (to capture what it made durable, or to
 	// fail it).
@@ -93,19 +111,23 @@ type Badger struct {
 	leaseTerm time.Duration
 	hook      func(n uint64) error
 
-	ops      chan *op
-	mu       sync.RWMutex // guards closed; held for reading while submitting
-	closed   bool
-	inflight sync.WaitGroup
-	done     chan struct{} // closed when the committer exits
-	stopGC   chan struct{}
-	gcDone   chan struct{}
-	closeErr error
-	once     sync.Once
-	attempts atomic.Uint64 // commits attempted, for BeforeCommit
-	commits  atomic.Uint64 // transactions committed successfully
-	space    *spaceGuard   // nil: free space is not checked
-	journal  *journal      // nil: Badger's SyncWrites is the durable point
+	// committer is the group commit: it gathers the submitted ops into
+	// batches and runs each with commitBatch, one batch at a time.
+	committer *store.Committer[*op]
+	mu        sync.RWMutex // guards closed
+	closed    bool
+	stopGC    chan struct{}
+	gcDone    chan struct{}
+	closeErr  error
+	once      sync.Once
+	attempts  atomic.Uint64 // commits attempted, for BeforeCommit
+	commits   atomic.Uint64 // transactions committed successfully
+	space     *spaceGuard   // nil: free space is not checked
+	counters  *Counters     // Options.Counters, or the store's own
+	// selfCheck is Options.SelfCheck; gatherMax Options.gatherMax.
+	selfCheck bool
+	gatherMax *int
+	journal   *journal // nil: Badger's SyncWrites is the durable point
 	// loseCommit, in tests, drops a journaled commit's Badger transaction
 	// when it returns true, as a power loss would have lost it.
 	loseCommit func() bool
@@ -198,9 +220,12 @@ func Open(opts Options) (*Badger, error) {
 	if opts.MinFreeSpace == 0 {
 		opts.MinFreeSpace = DefaultMinFreeSpace
 	}
+	if opts.Counters == nil {
+		opts.Counters = new(Counters)
+	}
 	// Opening writes into memory-mapped files too (a new memtable log):
 	// on a full disk that would crash the process, so refuse to open.
-	space := newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, nil)
+	space := newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, opts.statfs)
 	if !space.available() {
 		return nil, fmt.Errorf("opening badger database in %s: %w (free space below min_free_space %d bytes)", opts.Dir, store.ErrUnavailable, opts.MinFreeSpace)
 	}
@@ -295,7 +320,7 @@ func Open(opts Options) (*Badger, error) {
 			size = minJournalSize // existing files keep their size
 		}
 		var replayed int
-		j, replayed, err = openJournal(db, opts.Dir, size, logger, opts.syncBadger)
+		j, replayed, err = openJournal(db, opts.Dir, size, logger, opts.syncBadger, opts.Counters)
 		if err != nil {
 			_ = db.Close()
 			return nil, fmt.Errorf("badger database in %s: %w", opts.Dir, err)
@@ -339,14 +364,15 @@ func Open(opts Options) (*Badger, error) {
 		owner:     ownerName(epoch),
 		leaseTerm: max(opts.LeaseTerm, 0),
 		hook:      opts.BeforeCommit,
-		ops:       make(chan *op, opts.MaxBatch),
-		done:      make(chan struct{}),
 		stopGC:    make(chan struct{}),
 		gcDone:    make(chan struct{}),
 		sweepDone: make(chan struct{}),
 		journal:   j,
 		leases:    newLeaseTracker(),
 		fresh:     newFresh(),
+		counters:  opts.Counters,
+		selfCheck: opts.SelfCheck,
+		gatherMax: opts.gatherMax,
 	}
 	// Whether a forward of an earlier open was cut, found here, before
 	// serving: the scan steps over the deleted index entries of every
@@ -382,7 +408,14 @@ func Open(opts Options) (*Badger, error) {
 		return nil, fmt.Errorf("badger database in %s: counting records: %w", opts.Dir, err)
 	}
 	b.space = space
-	go b.commitLoop()
+	b.committer = store.NewCommitter(store.CommitterConfig[*op]{
+		Commit:   b.commitBatch,
+		MaxOps:   b.maxBatch,
+		MaxBytes: maxBatchBytes,
+		Size:     func(o *op) int { return o.size },
+		Lazy:     func(o *op) bool { return o.lazy },
+		LazyWait: lazyWait,
+	})
 	go b.gcLoop(opts.GCInterval)
 	// Records that expired while the store was closed leave the counts
 	// before it serves; the second swept up to is this open's now, or
@@ -401,7 +434,7 @@ func Open(opts Options) (*Badger, error) {
 		logger.Warn("could not count out the records that expired while the store was closed; trying again each second", zap.Error(err))
 		err = nil
 	}
-	if err == nil && SelfCheck {
+	if err == nil && b.selfCheck {
 		err = b.checkCounts()
 	}
 	go b.sweepLoop()
@@ -461,7 +494,7 @@ func (b *Badger) Insert(ctx context.Context, rec *store.Record) (store.InsertRes
 		purged := store.ErrNotFound
 		if w.mayHoldTombstone() {
 			_, purged = w.get(purgedKey(k))
-		} else if SelfCheck {
+		} else if w.selfCheck {
 			w.checkAbsent(purgedKey(k))
 		}
 		switch err := purged; {
@@ -883,9 +916,7 @@ func (b *Badger) stopLoops() {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
-	b.inflight.Wait()
-	close(b.ops)
-	<-b.done
+	b.committer.Close()
 	close(b.stopGC)
 	<-b.gcDone
 	<-b.sweepDone
@@ -902,15 +933,15 @@ func (b *Badger) submit(ctx context.Context, o *op) error {
 		return store.ErrUnavailable
 	}
 	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
+	closed := b.closed
+	b.mu.RUnlock()
+	if closed {
 		return store.ErrClosed
 	}
-	b.inflight.Add(1)
-	b.mu.RUnlock()
 	o.done = make(chan struct{})
-	b.ops <- o
-	b.inflight.Done()
+	if err := b.committer.Submit(o); err != nil {
+		return err
+	}
 	<-o.done
 	return o.err
 }
@@ -926,64 +957,19 @@ func (b *Badger) view(fn func(txn *badger.Txn) error) error {
 	return b.db.View(fn)
 }
 
-// commitLoop is the group committer: it blocks for one operation, takes
-// every other one already waiting (up to maxBatch or about 1 MiB), commits
-// them in one synced transaction and releases them all. A batch of only
-// deferrable operations first waits up to lazyWait for one that is not.
-func (b *Badger) commitLoop() {
-	defer close(b.done)
-	const maxBytes = 1 << 20
-	batch := make([]*op, 0, b.maxBatch)
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for first := range b.ops {
-		batch = append(batch[:0], first)
-		size := first.size
-		lazy := first.lazy
-		gather := func() {
-			for len(batch) < b.maxBatch && size < maxBytes {
-				select {
-				case o, ok := <-b.ops:
-					if !ok {
-						return
-					}
-					batch = append(batch, o)
-					size += o.size
-					lazy = lazy && o.lazy
-				default:
-					return
-				}
-			}
+// maxBatchBytes ends the gathering of a batch at about 1 MiB of writes.
+const maxBatchBytes = 1 << 20
+
+// commitBatch is the committer's Commit: it commits the batch in one
+// synced transaction, runs each op's after hook once the batch committed
+// (no other batch commits meanwhile) and releases them all.
+func (b *Badger) commitBatch(batch []*op) {
+	b.commit(batch)
+	for _, o := range batch {
+		if o.after != nil && o.err == nil {
+			o.err = o.after()
 		}
-		gather()
-		if lazy {
-			timer.Reset(lazyWait)
-		wait:
-			for len(batch) < b.maxBatch && size < maxBytes {
-				select {
-				case o, ok := <-b.ops:
-					if !ok {
-						break wait
-					}
-					batch = append(batch, o)
-					size += o.size
-					if !o.lazy {
-						gather()
-						break wait
-					}
-				case <-timer.C:
-					break wait
-				}
-			}
-			timer.Stop()
-		}
-		b.commit(batch)
-		for _, o := range batch {
-			if o.after != nil && o.err == nil {
-				o.err = o.after()
-			}
-			close(o.done)
-		}
+		close(o.done)
 	}
 }
 
@@ -1023,7 +1009,7 @@ func (b *Badger) commit(ops []*op) {
 	for i, o := range ops {
 		// One batch value for every operation, its buffers kept: what
 		// each operation buffers is copied out below.
-		w.reuse(batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh, cs: &b.cs})
+		w.reuse(batch{txn: txn, epoch: b.epoch, has: b.has, fresh: b.fresh, cs: &b.cs, selfCheck: b.selfCheck})
 		if o.err = o.apply(w); o.err != nil {
 			continue
 		}
@@ -1149,8 +1135,8 @@ func (b *Badger) commit(ops []*op) {
 	}
 	b.keepScratch()
 	b.commits.Add(1)
-	processStats.commits.Add(1)
-	processStats.ops.Add(uint64(len(ops)))
+	b.counters.commits.Add(1)
+	b.counters.ops.Add(uint64(len(ops)))
 }
 
 // keepScratch drops what the per-operation batch value still points to
@@ -1178,68 +1164,6 @@ func (b *Badger) keepWrites(writes []write) {
 // each carrying one batch of operations. Tests use it to observe group
 // commit; it is also a cheap health figure.
 func (b *Badger) Commits() uint64 { return b.commits.Load() }
-
-// Stats are counters of the durable write path, summed over every Badger
-// store of the process since it started.
-type Stats struct {
-	// Commits counts group commits that succeeded; Ops the operations
-	// they carried (Ops/Commits is the mean batch size).
-	Commits, Ops uint64
-	// Syncs counts completed fdatasyncs of the journal: every
-	// acknowledged write was in a journal record synced before its
-	// caller was answered. Checkpoints counts completed checkpoints,
-	// CheckpointFailures failed ones (each also logged at error level;
-	// the store reports itself unavailable until one succeeds).
-	Syncs, Checkpoints, CheckpointFailures uint64
-	// SyncSeconds counts the journal's writes and syncs (pwrite and
-	// fdatasync of one group commit) by duration: SyncSeconds[i] took at
-	// most SyncBuckets[i] seconds, the last one longer than all.
-	SyncSeconds []uint64
-	// SyncSum is the total of those durations, in seconds.
-	SyncSum float64
-}
-
-// SyncBuckets are the upper bounds, in seconds, of Stats.SyncSeconds.
-var SyncBuckets = []float64{50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 1}
-
-// durations counts durations into SyncBuckets.
-type durations struct {
-	n   [13]atomic.Uint64
-	sum atomic.Int64 // ns
-}
-
-func (d *durations) observe(t time.Duration) {
-	i := 0
-	for i < len(SyncBuckets) && t.Seconds() > SyncBuckets[i] {
-		i++
-	}
-	d.n[i].Add(1)
-	d.sum.Add(int64(t))
-}
-
-var processStats struct {
-	commits, ops, syncs, checkpoints, checkpointFailures atomic.Uint64
-	syncTime                                             durations
-}
-
-// ProcessStats returns the counters of the write path of this process.
-func ProcessStats() Stats {
-	return Stats{
-		Commits:            processStats.commits.Load(),
-		Ops:                processStats.ops.Load(),
-		Syncs:              processStats.syncs.Load(),
-		Checkpoints:        processStats.checkpoints.Load(),
-		CheckpointFailures: processStats.checkpointFailures.Load(),
-		SyncSeconds: func() []uint64 {
-			out := make([]uint64, len(processStats.syncTime.n))
-			for i := range out {
-				out[i] = processStats.syncTime.n[i].Load()
-			}
-			return out
-		}(),
-		SyncSum: time.Duration(processStats.syncTime.sum.Load()).Seconds(),
-	}
-}
 
 // gcLoop runs value-log GC periodically, as Badger asks of its users
 // (https://pkg.go.dev/github.com/dgraph-io/badger/v4#DB.RunValueLogGC).

@@ -29,7 +29,7 @@ var ctx = context.Background()
 // the test (Close is idempotent, so a test may close it earlier).
 func openTestBadger(t testing.TB, opts Options) *Badger {
 	t.Helper()
-	b, err := Open(opts)
+	b, err := openChecked(opts)
 	if err != nil {
 		t.Fatalf("opening badger in %s: %v", opts.Dir, err)
 	}
@@ -254,7 +254,7 @@ func hold(t *testing.T, b *Badger, g *gate, fail bool) (release func()) {
 // committer is held the queue only grows, so this waits for a condition
 // (the operations have submitted), not for time to pass.
 func queued(b *Badger, n int) {
-	for len(b.ops) < n {
+	for b.committer.Queued() < n {
 		runtime.Gosched()
 	}
 }

@@ -77,6 +77,9 @@ type batch struct {
 	// cs is the commit's account of the persisted counts
 	// (badger_sweep.go); nil in a read-only view or an upgrade.
 	cs *countState
+	// selfCheck is the store's Options.SelfCheck, in the committer's
+	// batch only.
+	selfCheck bool
 }
 
 // reuse makes w base, keeping w's buffers (emptied; the writes' keys and
@@ -196,7 +199,7 @@ func (w *batch) overlayDelivery(rec *store.Record) error {
 func (w *batch) delivery(k store.Key) (store.Delivery, uint64, error) {
 	if w.fresh != nil {
 		if d, exp, ok := w.fresh.get(k, time.Now()); ok {
-			if SelfCheck {
+			if w.selfCheck {
 				w.checkFresh(k, d, exp)
 			}
 			return d, exp, nil

@@ -21,7 +21,7 @@ func TestBadgerConformance(t *testing.T) {
 	dirs := map[store.Store]opened{}
 	open := func(t *testing.T, o opened) store.Store {
 		t.Helper()
-		b, err := badgerstore.Open(badgerstore.Options{Dir: o.dir, LeaseTerm: o.term})
+		b, err := badgerstore.Open(badgerstore.Options{Dir: o.dir, LeaseTerm: o.term, SelfCheck: true})
 		if err != nil {
 			t.Fatalf("Open(%s): %v", o.dir, err)
 		}
@@ -62,10 +62,9 @@ func TestBadgerConformance(t *testing.T) {
 // by walking the received-time index (as a state with more records than
 // ListPage gathers is).
 func TestBadgerListPageWalk(t *testing.T) {
-	defer badgerstore.SetGatherMax(0)()
 	storetest.RunListPage(t, storetest.Harness{
 		Open: func(t *testing.T) store.Store {
-			b, err := badgerstore.Open(badgerstore.Options{Dir: t.TempDir()})
+			b, err := badgerstore.Open(badgerstore.WithGatherMax(badgerstore.Options{Dir: t.TempDir(), SelfCheck: true}, 0))
 			if err != nil {
 				t.Fatal(err)
 			}

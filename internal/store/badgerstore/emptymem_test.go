@@ -16,7 +16,7 @@ import (
 // succeeds and the committed record is still there.
 func TestBadgerOpensOverEmptyMemtableLog(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Open(Options{Dir: dir})
+	b, err := openChecked(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestBadgerOpensOverEmptyMemtableLog(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err = Open(Options{Dir: dir})
+	b, err = openChecked(Options{Dir: dir})
 	if err != nil {
 		t.Fatalf("open over an empty memtable log: %v", err)
 	}

@@ -224,11 +224,10 @@ func (j *journal) waitCheckpointed() {
 	}
 }
 
-// SetGatherMax sets how many records of a state ListPage gathers and
-// sorts (badger_list.go) and returns a function that restores it: 0 makes
-// every state listing walk the received-time index.
-func SetGatherMax(n int) (restore func()) {
-	old := gatherMax
-	gatherMax = n
-	return func() { gatherMax = old }
+// WithGatherMax returns o with ListPage gathering at most n records of a
+// state (Badger.gatherCap): 0 makes every state listing walk the
+// received-time index.
+func WithGatherMax(o Options, n int) Options {
+	o.gatherMax = &n
+	return o
 }

@@ -55,7 +55,7 @@ func TestBadgerDirModes(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(root, "store")
-	b, err := Open(Options{Dir: dir, JournalSize: minJournalSize})
+	b, err := openChecked(Options{Dir: dir, JournalSize: minJournalSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestBadgerDirForeignFile(t *testing.T) {
 			if err := tc.setup(dir); err != nil {
 				t.Fatal(err)
 			}
-			b, err := Open(Options{Dir: dir, LockWait: time.Millisecond})
+			b, err := openChecked(Options{Dir: dir, LockWait: time.Millisecond})
 			if err == nil {
 				_ = b.Close()
 				t.Fatal("opened a store in a directory holding " + tc.name)

@@ -309,7 +309,7 @@ func TestBadgerFormatNewer(t *testing.T) {
 				t.Fatal(err)
 			}
 			setRaw(t, dir, metaFormatKey, x.format)
-			b, err := Open(Options{Dir: dir, LockWait: time.Millisecond})
+			b, err := openChecked(Options{Dir: dir, LockWait: time.Millisecond})
 			if err == nil {
 				_ = b.Close()
 				t.Fatal("Open of a store of an unknown format succeeded")

@@ -182,7 +182,7 @@ func newSpaceGuard(dir string, min int64, log *zap.Logger, statfs statfsFunc) *s
 	if min <= 0 {
 		return nil
 	}
-	if statfs == nil {
+	if statfs == nil && haveStatfs {
 		statfs = defaultStatfs
 	}
 	if statfs == nil {

@@ -74,7 +74,7 @@ func TestBadgerFullDiskUnavailable(t *testing.T) {
 	// MinFreeSpace 0: the default, DefaultMinFreeSpace. The filesystem
 	// has room for Badger's growth plus the smallest journal (two files
 	// preallocated at open, which never grow).
-	b, err := Open(Options{Dir: dbDir, Logger: zap.New(core), JournalSize: minJournalSize})
+	b, err := openChecked(Options{Dir: dbDir, Logger: zap.New(core), JournalSize: minJournalSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestBadgerSIGBUSWithoutGuard(t *testing.T) {
 // free and inserts until something happens. It is expected never to
 // return: SIGBUS kills the process.
 func sigbusChild(t *testing.T, dir string) {
-	b, err := Open(Options{Dir: filepath.Join(dir, "db"), MinFreeSpace: -1, JournalSize: minJournalSize})
+	b, err := openChecked(Options{Dir: filepath.Join(dir, "db"), MinFreeSpace: -1, JournalSize: minJournalSize})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,14 @@
 
 package badgerstore
 
-// defaultStatfs is nil where the store has no way to read free space: the
+import "errors"
+
+// haveStatfs is false where the store has no way to read free space: the
 // guard is then disabled (newSpaceGuard logs that once).
-var defaultStatfs statfsFunc
+const haveStatfs = false
+
+// defaultStatfs fails: there is no way to read free space here.
+func defaultStatfs(string) (int64, error) { return 0, errors.ErrUnsupported }
 
 // mountPoint is unknown on these platforms.
 func mountPoint(string) string { return "" }

@@ -279,7 +279,7 @@ func TestSpaceGuardDisabled(t *testing.T) {
 
 // The platform's statfs reads the real filesystem of a directory.
 func TestDefaultStatfs(t *testing.T) {
-	if defaultStatfs == nil {
+	if !haveStatfs {
 		t.Skip("no statfs on this platform")
 	}
 	dir := t.TempDir()

@@ -9,9 +9,12 @@ import (
 	"golang.org/x/sys/windows"
 )
 
+// haveStatfs: this platform reads free space.
+const haveStatfs = true
+
 // defaultStatfs is GetDiskFreeSpaceEx: the bytes available to this
 // process's user on the volume of dir (quotas included).
-var defaultStatfs statfsFunc = func(dir string) (int64, error) {
+func defaultStatfs(dir string) (int64, error) {
 	p, err := windows.UTF16PtrFromString(dir)
 	if err != nil {
 		return 0, err

@@ -87,11 +87,6 @@ func (f *fresh) get(k store.Key, now time.Time) (store.Delivery, uint64, bool) {
 	return d, s.exp, true
 }
 
-// SelfCheck, when set (by tests, before any store opens), makes every
-// answer of the committer's in-memory shortcuts (fresh states) be checked
-// against what Badger holds; a mismatch panics.
-var SelfCheck bool
-
 // checkFresh compares a fresh answer with Badger's.
 func (w *batch) checkFresh(k store.Key, d store.Delivery, exp uint64) {
 	has := w.fresh

@@ -109,8 +109,10 @@ type journal struct {
 	// (fsync) in a checkpoint; tests capture or fail it.
 	syncBadger func(*os.File) error
 	log        *zap.Logger
-	// syncs counts completed journal syncs.
-	syncs atomic.Uint64
+	// syncs counts completed journal syncs (counters too, with the
+	// other stores that share them).
+	syncs    atomic.Uint64
+	counters *Counters
 	// synced is the seq of the last record whose sync completed.
 	synced atomic.Uint64
 
@@ -142,12 +144,16 @@ type journalPos struct {
 // replays into db every record after the last checkpoint. It returns the
 // journal positioned after the last record replayed (the caller then
 // checkpoints), and how many records it replayed. syncBadger nil means
-// (*os.File).Sync; log receives checkpoint failures.
-func openJournal(db badgerDB, dir string, size int64, log *zap.Logger, syncBadger func(*os.File) error) (*journal, int, error) {
+// (*os.File).Sync; log receives checkpoint failures; counters (nil: its
+// own) count the syncs and checkpoints.
+func openJournal(db badgerDB, dir string, size int64, log *zap.Logger, syncBadger func(*os.File) error, counters *Counters) (*journal, int, error) {
 	if syncBadger == nil {
 		syncBadger = (*os.File).Sync
 	}
-	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadger, log: log,
+	if counters == nil {
+		counters = new(Counters)
+	}
+	j := &journal{dir: dir, size: size, sync: syncData, syncBadger: syncBadger, log: log, counters: counters,
 		stop: make(chan struct{}), retryFirst: checkpointRetry}
 	j.cond = sync.NewCond(&j.mu)
 	ok := false
@@ -292,7 +298,7 @@ func (j *journal) append(writes []write) (journalPos, error) {
 		return journalPos{}, fmt.Errorf("writing journal: %w", err)
 	}
 	err := j.sync(j.files[j.cur])
-	processStats.syncTime.observe(time.Since(t0))
+	j.counters.syncTime.observe(time.Since(t0))
 	if err != nil {
 		// The record may or may not be on disk: take it back, so that
 		// neither replay nor the next record builds on it.
@@ -302,7 +308,7 @@ func (j *journal) append(writes []write) (journalPos, error) {
 	j.off, j.seq = pos.end, pos.seq
 	j.last[j.cur] = pos.seq
 	j.syncs.Add(1)
-	processStats.syncs.Add(1)
+	j.counters.syncs.Add(1)
 	j.synced.Store(pos.seq)
 	return pos, nil
 }
@@ -523,7 +529,7 @@ func (j *journal) retry(target uint64) {
 func (j *journal) checkpoint(seq uint64) error {
 	err := j.doCheckpoint(seq)
 	if err != nil {
-		processStats.checkpointFailures.Add(1)
+		j.counters.checkpointFailures.Add(1)
 		j.mu.Lock()
 		j.ckptErr = err
 		j.mu.Unlock()
@@ -563,7 +569,7 @@ func (j *journal) doCheckpoint(seq uint64) error {
 	j.cond.Broadcast()
 	j.mu.Unlock()
 	j.checkpoints.Add(1)
-	processStats.checkpoints.Add(1)
+	j.counters.checkpoints.Add(1)
 	return nil
 }
 

@@ -219,7 +219,7 @@ func TestJournalCheckpointFailure(t *testing.T) {
 	b := openTestBadger(t, o)
 	b.journal.retryFirst = time.Millisecond
 	p.fail.Store(true)
-	before := ProcessStats().CheckpointFailures
+	before := b.Stats().CheckpointFailures
 	acked := map[string]bool{}
 	var failed error
 	rotated := false
@@ -245,7 +245,7 @@ func TestJournalCheckpointFailure(t *testing.T) {
 	if b.Available() {
 		t.Error("Available() while checkpoints fail")
 	}
-	if n := ProcessStats().CheckpointFailures - before; n < 2 {
+	if n := b.Stats().CheckpointFailures - before; n < 2 {
 		t.Errorf("%d checkpoint failures counted, want at least 2 (the rotation's and the retry's)", n)
 	}
 	if n := logs.FilterMessageSnippet("checkpoint failed").Len(); n < 2 {

@@ -338,7 +338,7 @@ func TestJournalSIGKILL(t *testing.T) {
 
 // killChild loads the store in dir until it is killed.
 func killChild(dir string) {
-	b, err := Open(journalOpts(dir))
+	b, err := openChecked(journalOpts(dir))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -383,7 +383,7 @@ func TestJournalCheckpointFailureFreesNothing(t *testing.T) {
 	var lose atomic.Bool
 	b.loseCommit = lose.Load
 	b.journal.syncBadger = func(*os.File) error { return errors.New("injected fsync failure") }
-	fails := ProcessStats().CheckpointFailures
+	fails := b.Stats().CheckpointFailures
 	acked := 0
 	var insertErr error
 	for i := 0; i < 2000 && insertErr == nil; i++ {
@@ -396,7 +396,7 @@ func TestJournalCheckpointFailureFreesNothing(t *testing.T) {
 	if insertErr == nil || !strings.Contains(insertErr.Error(), "injected fsync failure") {
 		t.Fatalf("after %d inserts through a journal whose checkpoints fail: %v, want the checkpoint's error", acked, insertErr)
 	}
-	if got := ProcessStats().CheckpointFailures - fails; got == 0 {
+	if got := b.Stats().CheckpointFailures - fails; got == 0 {
 		t.Error("the failed background checkpoint was not counted")
 	}
 	b.crash()

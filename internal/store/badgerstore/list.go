@@ -44,19 +44,16 @@ func parseReceivedKey(k []byte) (store.Position, bool) {
 	return store.Position{ReceivedAt: at, Key: store.Key{Provider: string(rest[:i]), ID: string(rest[i+1+8:])}}, true
 }
 
-// gatherMax, if not negative, replaces the number of records of a state
-// ListPage gathers, read and sorted (tests set it to walk every time).
-// By default ListPage gathers when the state index holds at most
-// max(200, √((limit+1)·n)) entries, n the records of the provider (or all):
-// gathering costs what the state holds, walking the received-time index
-// about limit·n/held, so either way a page reads at most about
-// √((limit+1)·n) entries (10 000 for a page of 100 among a million).
-var gatherMax = -1
-
-// gatherCap is how many keys of a state ListPage gathers for q.
+// gatherCap is how many keys of a state ListPage gathers for q (unless
+// Options.gatherMax says otherwise, in tests): it gathers when the state
+// index holds at most max(200, √((limit+1)·n)) entries, n the records of
+// the provider (or all): gathering costs what the state holds, walking the
+// received-time index about limit·n/held, so either way a page reads at
+// most about √((limit+1)·n) entries (10 000 for a page of 100 among a
+// million).
 func (b *Badger) gatherCap(q store.ListQuery) int {
-	if gatherMax >= 0 {
-		return gatherMax
+	if b.gatherMax != nil {
+		return *b.gatherMax
 	}
 	c := b.counts.snapshot()
 	var n int64

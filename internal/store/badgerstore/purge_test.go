@@ -31,7 +31,7 @@ func TestBadgerPurgeErasesBytes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			b, err := Open(Options{Dir: dir})
+			b, err := openChecked(Options{Dir: dir})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,7 +54,7 @@ func TestBadgerPurgeErasesBytes(t *testing.T) {
 				if err := b.Close(); err != nil {
 					t.Fatal(err)
 				}
-				if b, err = Open(Options{Dir: dir}); err != nil {
+				if b, err = openChecked(Options{Dir: dir}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -89,7 +89,7 @@ func TestBadgerPurgeErasesBytes(t *testing.T) {
 			if err := b.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if b, err = Open(Options{Dir: dir}); err != nil {
+			if b, err = openChecked(Options{Dir: dir}); err != nil {
 				t.Fatal(err)
 			}
 			mustGet(t, b, key("later"))
@@ -104,7 +104,7 @@ func TestBadgerPurgeErasesBytes(t *testing.T) {
 // replayed from the journal's first file after a crash.
 func TestBadgerPurgeCrashAfterScrub(t *testing.T) {
 	dir := t.TempDir()
-	b, err := Open(Options{Dir: dir})
+	b, err := openChecked(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ func taskKey(k store.Key) []byte { return []byte(taskPrefix + k.Provider + "/" +
 // task returns the task under k, or ErrNotFound.
 func (w *batch) task(k store.Key) (*store.Task, error) {
 	if !w.mayHoldTask(k.Provider) {
-		if SelfCheck {
+		if w.selfCheck {
 			w.checkAbsent(taskKey(k))
 		}
 		return nil, store.ErrNotFound

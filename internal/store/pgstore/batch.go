@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -48,111 +46,55 @@ type pgOp[T any] struct {
 	lazy bool // no caller waits for it to answer anyone (Deferrable)
 }
 
-// pgBatcher runs queued operations in batches.
+// pgBatcher runs queued operations in batches: pgCommitters batches at
+// once, each one transaction, gathered by a store.Committer.
 type pgBatcher[T any] struct {
-	ch    chan *pgOp[T]
-	run   func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
-	wg    sync.WaitGroup
-	mu    sync.RWMutex // held for reading while sending; Close takes it to close ch
-	shut  bool
-	wait  time.Duration // how long a batch of deferrable operations waits for more
-	taken atomic.Int64  // operations taken from ch, for tests
+	committer *store.Committer[*pgOp[T]]
+	run       func(ctx context.Context, ops []*pgOp[T]) error // sets per-op results; an error fails them all
 }
 
-// newPGBatcher starts pgCommitters loops running batches with run; a
-// batch of only deferrable operations waits up to wait for more.
+// newPGBatcher starts pgCommitters loops running batches of up to
+// pgBatchMax operations with run; a batch of only deferrable operations
+// waits up to wait for more (an operation someone waits on ends the wait).
 func newPGBatcher[T any](run func(ctx context.Context, ops []*pgOp[T]) error, wait time.Duration) *pgBatcher[T] {
-	b := &pgBatcher[T]{ch: make(chan *pgOp[T], pgBatchMax), run: run, wait: wait}
-	for range pgCommitters {
-		b.wg.Go(b.loop)
-	}
+	b := &pgBatcher[T]{run: run}
+	b.committer = store.NewCommitter(store.CommitterConfig[*pgOp[T]]{
+		Commit:   b.commit,
+		Loops:    pgCommitters,
+		MaxOps:   pgBatchMax,
+		Lazy:     func(op *pgOp[T]) bool { return op.lazy },
+		LazyWait: wait,
+	})
 	return b
 }
 
 // do queues in and waits for its batch's commit.
 func (b *pgBatcher[T]) do(ctx context.Context, in T) (*pgOp[T], error) {
 	op := &pgOp[T]{ctx: ctx, in: in, done: make(chan struct{}), lazy: store.IsDeferrable(ctx)}
-	b.mu.RLock()
-	if b.shut {
-		b.mu.RUnlock()
-		return nil, store.ErrClosed
+	if err := b.committer.Submit(op); err != nil {
+		return nil, err
 	}
-	b.ch <- op
-	b.mu.RUnlock()
 	<-op.done
 	return op, op.err
 }
 
-// loop takes an operation, every other one already queued (up to
-// pgBatchMax) and, when all of them are deferrable, what arrives within
-// pgLazyWait, and runs them as one batch.
-func (b *pgBatcher[T]) loop() {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for op := range b.ch {
-		b.taken.Add(1)
-		ops := []*pgOp[T]{op}
-		lazy := op.lazy
-		gather := func() {
-			for len(ops) < pgBatchMax {
-				select {
-				case o, ok := <-b.ch:
-					if !ok {
-						return
-					}
-					b.taken.Add(1)
-					ops = append(ops, o)
-					lazy = lazy && o.lazy
-				default:
-					return
-				}
-			}
-		}
-		gather()
-		if lazy {
-			timer.Reset(b.wait)
-		wait:
-			for len(ops) < pgBatchMax {
-				select {
-				case o, ok := <-b.ch:
-					if !ok {
-						break wait
-					}
-					b.taken.Add(1)
-					ops = append(ops, o)
-					if !o.lazy {
-						gather()
-						break wait
-					}
-				case <-timer.C:
-					break wait
-				}
-			}
-			timer.Stop()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
-		if err := b.run(ctx, ops); err != nil {
-			for _, o := range ops {
-				o.err = err
-			}
-		}
-		cancel()
+// commit runs one batch as one transaction (within pgBatchTimeout): a
+// failed run fails every operation of the batch. It then releases them all.
+func (b *pgBatcher[T]) commit(ops []*pgOp[T]) {
+	ctx, cancel := context.WithTimeout(context.Background(), pgBatchTimeout)
+	if err := b.run(ctx, ops); err != nil {
 		for _, o := range ops {
-			close(o.done)
+			o.err = err
 		}
+	}
+	cancel()
+	for _, o := range ops {
+		close(o.done)
 	}
 }
 
 // close runs what is queued, then stops the committers.
-func (b *pgBatcher[T]) close() {
-	b.mu.Lock()
-	if !b.shut {
-		b.shut = true
-		close(b.ch)
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
-}
+func (b *pgBatcher[T]) close() { b.committer.Close() }
 
 // pgInsert is one Insert: the record as stored (lease owner set) and its
 // encoded request; the result is filled in by the batch.
@@ -546,7 +488,7 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 	}
 	write.Queue("COMMIT")
 	c.sent = true
-	// A failed commit's error is every op's (pgBatcher.loop); a commit
+	// A failed commit's error is every op's (pgBatcher.commit); a commit
 	// that landed despite it (afterFailure) keeps each op's own result.
 	return conn.SendBatch(ctx, write).Close()
 }

@@ -33,7 +33,7 @@ func TestPGBatcherGathersDeferrable(t *testing.T) {
 				t.Error(err)
 			}
 		})
-		for b.taken.Load() < int64(i+1) {
+		for b.committer.Taken() < int64(i+1) {
 			runtime.Gosched()
 		}
 	}
