@@ -578,18 +578,11 @@ func (b *Badger) Get(ctx context.Context, key store.Key) (*store.Record, error) 
 func (b *Badger) UpdateRecord(ctx context.Context, key store.Key, fn func(*store.Record) error) (*store.Record, error) {
 	var result *store.Record
 	o := &op{size: 4096, apply: func(w *batch) error {
-		result = nil
-		old, err := w.record(key)
+		old, cur, err := store.ApplyUpdate(func() (*store.Record, error) { return w.record(key) }, fn, store.KeepRecord(key, b.owner))
+		result = old // what a failed update answers
 		if err != nil {
 			return err
 		}
-		result = old
-		cur := *old
-		if err := fn(&cur); err != nil {
-			return err
-		}
-		cur.Provider, cur.ID = key.Provider, key.ID
-		b.ownLease(&cur.Delivery)
 		if old.State == store.StateQuarantined && cur.State != store.StateQuarantined {
 			sub, err := completeTask(w, key, cur.ReceivedAt)
 			if err != nil {
@@ -599,7 +592,7 @@ func (b *Badger) UpdateRecord(ctx context.Context, key store.Key, fn func(*store
 				cur.SubmittedAt = sub
 			}
 		}
-		val, err := encodeRecord(&cur)
+		val, err := encodeRecord(cur)
 		if err != nil {
 			return fmt.Errorf("encoding record: %w", err)
 		}
@@ -621,7 +614,7 @@ func (b *Badger) UpdateRecord(ctx context.Context, key store.Key, fn func(*store
 			w.del(oldIdx)
 		}
 		w.set(receivedIndexKey(key, cur.ReceivedAt), nil, exp)
-		result = &cur
+		result = cur
 		return nil
 	}}
 	err := b.submit(ctx, o)
@@ -641,26 +634,13 @@ func (b *Badger) UpdateDelivery(ctx context.Context, key store.Key, fn func(*sto
 		if err := fn(&cur); err != nil {
 			return err
 		}
-		b.ownLease(&cur)
+		cur.OwnLease(b.owner)
 		result = cur
 		w.writeDelivery(key, &old, &cur, exp, nil)
 		return nil
 	}}
 	err := b.submit(ctx, o)
 	return result, err
-}
-
-// ownLease keeps the lease invariant of d: set (to this handle, if no
-// owner is named) while forwarding, empty otherwise.
-func (b *Badger) ownLease(d *store.Delivery) {
-	if d.State != store.StateForwarding {
-		d.Lease = store.Lease{}
-		return
-	}
-	if d.Lease.Owner == "" {
-		d.Lease.Owner = b.owner
-	}
-	d.DueAt = time.Time{}
 }
 
 // Claim implements Store. Its candidates are gathered by claimable
@@ -688,7 +668,7 @@ func (b *Badger) Claim(ctx context.Context, req store.ClaimRequest) ([]*store.Re
 			if cur.State == store.StateForwarding {
 				cur.Lease = store.Lease{Owner: b.owner, Until: req.Now.Add(req.Lease)}
 			}
-			b.ownLease(&cur)
+			cur.OwnLease(b.owner)
 			w.writeDelivery(c.key, &old, &cur, c.exp, nil)
 			rec.Delivery = cur
 			out = append(out, rec)

@@ -137,21 +137,13 @@ func (b *Badger) GetTask(ctx context.Context, key store.Key) (*store.Task, error
 func (b *Badger) UpdateTask(ctx context.Context, key store.Key, fn func(*store.Task) error) (*store.Task, error) {
 	var result *store.Task
 	o := &op{size: 1024, apply: func(w *batch) error {
-		result = nil
-		old, err := w.task(key)
+		old, cur, err := store.ApplyUpdate(func() (*store.Task, error) { return w.task(key) }, fn, store.CheckAccount)
+		result = old // what a failed update answers
 		if err != nil {
 			return err
 		}
-		result = old
-		cur := *old
-		if err := fn(&cur); err != nil {
-			return err
-		}
-		if err := store.CheckAccount(&cur); err != nil {
-			return err
-		}
-		result = &cur
-		return w.writeTask(old, &cur)
+		result = cur
+		return w.writeTask(old, cur)
 	}}
 	err := b.submit(ctx, o)
 	return result, err

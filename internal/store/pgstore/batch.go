@@ -447,7 +447,7 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 			op.err = err
 			continue
 		}
-		p.ownLease(&next)
+		next.OwnLease(p.owner)
 		op.in.result = next
 		cur[k] = next
 		changed[k] = true

@@ -547,19 +547,6 @@ func nullString(s string) any {
 	return s
 }
 
-// ownLease keeps the lease invariant of d: set (to this handle, if no
-// owner is named) while forwarding, empty otherwise.
-func (p *Postgres) ownLease(d *store.Delivery) {
-	if d.State != store.StateForwarding {
-		d.Lease = store.Lease{}
-		return
-	}
-	if d.Lease.Owner == "" {
-		d.Lease.Owner = p.owner
-	}
-	d.DueAt = time.Time{}
-}
-
 // Insert implements Store: group-committed with the inserts waiting at
 // the same time (insertBatch): under a transaction-level advisory lock on
 // the key (shared with AddTask, so a task and its result never miss each
@@ -644,18 +631,11 @@ func (p *Postgres) UpdateRecord(ctx context.Context, key store.Key, fn func(*sto
 	var result *store.Record
 	err := p.readModifyWriteLocked(ctx, &key, `SELECT `+pgRecordCols+` FROM records WHERE provider = $1 AND id = $2 FOR UPDATE`,
 		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
-			result = nil
-			old, err := scanRecord(row)
+			old, cur, err := store.ApplyUpdate(func() (*store.Record, error) { return scanRecord(row) }, fn, store.KeepRecord(key, p.owner))
+			result = old // what a failed update answers
 			if err != nil {
 				return err
 			}
-			result = old
-			cur := *old
-			if err := fn(&cur); err != nil {
-				return err
-			}
-			cur.Provider, cur.ID = key.Provider, key.ID
-			p.ownLease(&cur.Delivery)
 			req, err := json.Marshal(&cur.Request)
 			if err != nil {
 				return fmt.Errorf("encoding request: %w", err)
@@ -685,7 +665,7 @@ func (p *Postgres) UpdateRecord(ctx context.Context, key store.Key, fn func(*sto
 					WHERE provider = $1 AND id = $2 AND state = 'pending' AND coalesce(submitted_at, 0) <= $3`,
 					key.Provider, key.ID, cur.ReceivedAt.UnixNano())
 			}
-			result = &cur
+			result = cur
 			return nil
 		})
 	return result, err
@@ -796,7 +776,7 @@ func (p *Postgres) Claim(ctx context.Context, req store.ClaimRequest) ([]*store.
 			if cur.State == store.StateForwarding {
 				cur.Lease = store.Lease{Owner: p.owner, Until: now.Add(req.Lease)}
 			}
-			p.ownLease(&cur)
+			cur.OwnLease(p.owner)
 			queueDelivery(b, rec.Key(), &cur)
 			rec.Delivery = cur
 			out = append(out, rec)

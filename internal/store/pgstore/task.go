@@ -126,20 +126,12 @@ func (p *Postgres) UpdateTask(ctx context.Context, key store.Key, fn func(*store
 	var result *store.Task
 	err := p.readModifyWrite(ctx, `SELECT `+pgTaskCols+` FROM tasks WHERE provider = $1 AND id = $2 FOR UPDATE`,
 		[]any{key.Provider, key.ID}, func(row pgx.Row, b *pgx.Batch) error {
-			result = nil
-			old, err := scanTask(row)
+			old, cur, err := store.ApplyUpdate(func() (*store.Task, error) { return scanTask(row) }, fn, store.CheckAccount)
+			result = old // what a failed update answers
 			if err != nil {
 				return err
 			}
-			result = old
-			cur := *old
-			if err := fn(&cur); err != nil {
-				return err
-			}
-			if err := store.CheckAccount(&cur); err != nil {
-				return err
-			}
-			result = &cur
+			result = cur
 			b.Queue(`UPDATE tasks SET method = $3, submitted_at = $4, pingback_url = $5, server = $6, state = $7,
 				next_poll_at = $8, polls = $9, last_error = $10, updated_at = $11, expires_at = $12,
 				api = $13, app_polls = $14, app_polled_at = $15, result_at = $16, token = $17, account = $18
