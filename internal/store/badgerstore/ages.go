@@ -106,7 +106,7 @@ func sourceReceived(v []byte) (store.Source, time.Time, error) {
 	}
 	d := dec{b: v[1:]}
 	var x store.Delivery
-	d.delivery(&x)
+	deliveryLayout(decFields{&d}, &x)
 	for range 3 { // provider id code
 		d.raw()
 	}

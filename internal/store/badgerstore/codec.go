@@ -116,35 +116,9 @@ func encodeRecord(r *store.Record) ([]byte, error) {
 	if !binaryRecord {
 		return json.Marshal(r)
 	}
-	var e enc
-	e.b = make([]byte, 0, 256+len(r.Request.Body)+len(r.Answer)+64*len(r.Request.Header))
+	e := enc{b: make([]byte, 0, 256+len(r.Request.Body)+len(r.Answer)+64*len(r.Request.Header))}
 	e.b = append(e.b, tagRecord1)
-	e.delivery(&r.Delivery) // first: decodeRecordDelivery reads only it
-	e.str(r.Provider)
-	e.str(r.ID)
-	e.str(r.Code)
-	e.str(string(r.Source))
-	e.time(r.ReceivedAt)
-	e.time(r.SubmittedAt)
-	e.str(r.Server)
-	q := &r.Request
-	e.str(q.Method)
-	e.str(q.URI)
-	e.str(q.Host)
-	e.str(q.Proto)
-	e.str(q.RemoteAddr)
-	e.str(q.LocalAddr)
-	e.bool(q.TLS)
-	e.header(q.Header)
-	e.bytes(q.Body)
-	e.time(r.ExpiresAt)
-	e.bytes(r.Answer)
-	e.history(r.History)
-	e.str(r.Verified)
-	e.bool(r.Tracked)
-	e.str(r.Quarantine)
-	e.str(r.OtherCode)
-	e.bool(r.Correction)
+	recordLayout(encFields{&e}, r)
 	return e.b, nil
 }
 
@@ -154,39 +128,46 @@ func decodeRecord(v []byte, r *store.Record) error {
 		return json.Unmarshal(v, r)
 	}
 	d := dec{b: v[1:]}
-	d.delivery(&r.Delivery)
-	r.Provider = d.str()
-	r.ID = d.str()
-	r.Code = d.str()
-	r.Source = store.Source(d.str())
-	r.ReceivedAt = d.time()
-	r.SubmittedAt = d.time()
-	r.Server = d.str()
-	q := &r.Request
-	q.Method = d.str()
-	q.URI = d.str()
-	q.Host = d.str()
-	q.Proto = d.str()
-	q.RemoteAddr = d.str()
-	q.LocalAddr = d.str()
-	q.TLS = d.bool()
-	q.Header = d.header()
-	q.Body = d.bytes()
-	r.ExpiresAt = d.time()
-	if d.more() { // appended after format 3's first fields
-		r.Answer = d.bytes()
-	}
-	if d.more() { // appended after Answer
-		r.History = d.history()
-	}
-	if d.more() { // verification, appended after history
-		r.Verified = d.str()
-		r.Tracked = d.bool()
-		r.Quarantine = d.str()
-		r.OtherCode = d.str()
-		r.Correction = d.bool()
-	}
+	recordLayout(decFields{&d}, r)
 	return d.end()
+}
+
+// recordLayout is the layout of a record after its tag: its delivery
+// first (decodeRecordDelivery reads only it), then the fields appended
+// since in the order they were added.
+func recordLayout(f fields, r *store.Record) {
+	deliveryLayout(f, &r.Delivery)
+	f.str(&r.Provider)
+	f.str(&r.ID)
+	f.str(&r.Code)
+	f.str((*string)(&r.Source))
+	f.time(&r.ReceivedAt)
+	f.time(&r.SubmittedAt)
+	f.str(&r.Server)
+	q := &r.Request
+	f.str(&q.Method)
+	f.str(&q.URI)
+	f.str(&q.Host)
+	f.str(&q.Proto)
+	f.str(&q.RemoteAddr)
+	f.str(&q.LocalAddr)
+	f.bool(&q.TLS)
+	f.header(&q.Header)
+	f.bytes(&q.Body)
+	f.time(&r.ExpiresAt)
+	if f.more() { // appended after format 3's first fields
+		f.bytes(&r.Answer)
+	}
+	if f.more() { // appended after Answer
+		f.history(&r.History)
+	}
+	if f.more() { // verification, appended after history
+		f.str(&r.Verified)
+		f.bool(&r.Tracked)
+		f.str(&r.Quarantine)
+		f.str(&r.OtherCode)
+		f.bool(&r.Correction)
+	}
 }
 
 // decodeRecordDelivery decodes only the delivery state of an r/ value.
@@ -200,7 +181,7 @@ func decodeRecordDelivery(v []byte, x *store.Delivery) error {
 		return nil
 	}
 	d := dec{b: v[1:]}
-	d.delivery(x)
+	deliveryLayout(decFields{&d}, x)
 	// The history is at the end: step over the rest without copying it.
 	for range 4 { // provider id code source
 		d.raw()
@@ -231,8 +212,7 @@ func encodeDelivery(d *store.Delivery) []byte {
 	}
 	e := enc{b: make([]byte, 0, 64+len(d.LastError)+len(d.Lease.Owner))}
 	e.b = append(e.b, tagDelivery1)
-	e.delivery(d)
-	e.history(d.History)
+	deliveryAloneLayout(encFields{&e}, d)
 	return e.b
 }
 
@@ -242,11 +222,32 @@ func decodeDelivery(v []byte, d *store.Delivery) error {
 		return json.Unmarshal(v, d)
 	}
 	x := dec{b: v[1:]}
-	x.delivery(d)
-	if x.more() { // appended after UpdatedAt
-		d.History = x.history()
-	}
+	deliveryAloneLayout(decFields{&x}, d)
 	return x.end()
+}
+
+// deliveryAloneLayout is the layout of a stand-alone delivery after its tag:
+// its fields, then its history (appended after UpdatedAt).
+func deliveryAloneLayout(f fields, d *store.Delivery) {
+	deliveryLayout(f, d)
+	if f.more() {
+		f.history(&d.History)
+	}
+}
+
+// deliveryLayout is the layout of a delivery's fields but its history,
+// alone or inside a record.
+func deliveryLayout(f fields, d *store.Delivery) {
+	f.str((*string)(&d.State))
+	f.int(&d.Attempts)
+	f.int(&d.Failures)
+	f.int(&d.Interrupts)
+	f.time(&d.DueAt)
+	f.str(&d.Lease.Owner)
+	f.time(&d.Lease.Until)
+	f.int(&d.LastStatus)
+	f.str(&d.LastError)
+	f.time(&d.UpdatedAt)
 }
 
 // encodeTask encodes t for a t/ value.
@@ -256,24 +257,7 @@ func encodeTask(t *store.Task) ([]byte, error) {
 	}
 	e := enc{b: make([]byte, 0, 128+len(t.PingbackURL)+len(t.LastError))}
 	e.b = append(e.b, tagTask1)
-	e.str(t.Provider)
-	e.str(t.ID)
-	e.str(t.Method)
-	e.time(t.SubmittedAt)
-	e.str(t.PingbackURL)
-	e.str(string(t.State))
-	e.time(t.NextPollAt)
-	e.int(t.Polls)
-	e.str(t.LastError)
-	e.time(t.UpdatedAt)
-	e.time(t.ExpiresAt)
-	e.str(t.API)
-	e.str(t.Server)
-	e.int(t.AppPolls)
-	e.time(t.AppPolledAt)
-	e.time(t.ResultAt)
-	e.str(t.Token)
-	e.str(t.Account)
+	taskLayout(encFields{&e}, t)
 	return e.b, nil
 }
 
@@ -283,34 +267,92 @@ func decodeTask(v []byte, t *store.Task) error {
 		return json.Unmarshal(v, t)
 	}
 	d := dec{b: v[1:]}
-	t.Provider = d.str()
-	t.ID = d.str()
-	t.Method = d.str()
-	t.SubmittedAt = d.time()
-	t.PingbackURL = d.str()
-	t.State = store.TaskState(d.str())
-	t.NextPollAt = d.time()
-	t.Polls = d.int()
-	t.LastError = d.str()
-	t.UpdatedAt = d.time()
-	t.ExpiresAt = d.time()
-	if d.more() { // appended after format 3's first fields
-		t.API = d.str()
-		t.Server = d.str()
-		t.AppPolls = d.int()
-		t.AppPolledAt = d.time()
-	}
-	if d.more() { // appended after API, Server, AppPolls, AppPolledAt
-		t.ResultAt = d.time()
-	}
-	if d.more() { // appended after result_at
-		t.Token = d.str()
-	}
-	if d.more() { // appended after token (format 7)
-		t.Account = d.str()
-	}
+	taskLayout(decFields{&d}, t)
 	return d.end()
 }
+
+// taskLayout is the layout of a task after its tag.
+func taskLayout(f fields, t *store.Task) {
+	f.str(&t.Provider)
+	f.str(&t.ID)
+	f.str(&t.Method)
+	f.time(&t.SubmittedAt)
+	f.str(&t.PingbackURL)
+	f.str((*string)(&t.State))
+	f.time(&t.NextPollAt)
+	f.int(&t.Polls)
+	f.str(&t.LastError)
+	f.time(&t.UpdatedAt)
+	f.time(&t.ExpiresAt)
+	if f.more() { // appended after format 3's first fields
+		f.str(&t.API)
+		f.str(&t.Server)
+		f.int(&t.AppPolls)
+		f.time(&t.AppPolledAt)
+	}
+	if f.more() { // appended after API, Server, AppPolls, AppPolledAt
+		f.time(&t.ResultAt)
+	}
+	if f.more() { // appended after result_at
+		f.str(&t.Token)
+	}
+	if f.more() { // appended after token (format 7)
+		f.str(&t.Account)
+	}
+}
+
+// attemptLayout is the layout of one attempt of a history.
+func attemptLayout(f fields, a *store.Attempt) {
+	f.int(&a.Attempt)
+	f.str((*string)(&a.Source))
+	f.time(&a.StartedAt)
+	f.time(&a.EndedAt)
+	f.int(&a.Status)
+	f.str(&a.Outcome)
+	f.str(&a.Error)
+}
+
+// fields is one side of the binary encoding, a field at a time: encFields
+// writes each field's value, decFields reads the value into the field. Each
+// type's layout (recordLayout, deliveryLayout, taskLayout, attemptLayout) is
+// written once and serves both sides, so that they cannot disagree.
+type fields interface {
+	str(p *string)
+	bytes(p *[]byte)
+	int(p *int)
+	bool(p *bool)
+	time(p *time.Time)
+	header(p *http.Header)
+	history(p *[]store.Attempt)
+	// more reports whether the fields appended to a layout later follow:
+	// always when encoding (every field is written); when decoding,
+	// whether the value goes on (dec.more).
+	more() bool
+}
+
+// encFields writes fields with e.
+type encFields struct{ e *enc }
+
+func (f encFields) str(p *string)              { f.e.str(*p) }
+func (f encFields) bytes(p *[]byte)            { f.e.bytes(*p) }
+func (f encFields) int(p *int)                 { f.e.int(*p) }
+func (f encFields) bool(p *bool)               { f.e.bool(*p) }
+func (f encFields) time(p *time.Time)          { f.e.time(*p) }
+func (f encFields) header(p *http.Header)      { f.e.header(*p) }
+func (f encFields) history(p *[]store.Attempt) { f.e.history(*p) }
+func (f encFields) more() bool                 { return true }
+
+// decFields reads fields with d.
+type decFields struct{ d *dec }
+
+func (f decFields) str(p *string)              { *p = f.d.str() }
+func (f decFields) bytes(p *[]byte)            { *p = f.d.bytes() }
+func (f decFields) int(p *int)                 { *p = f.d.int() }
+func (f decFields) bool(p *bool)               { *p = f.d.bool() }
+func (f decFields) time(p *time.Time)          { *p = f.d.time() }
+func (f decFields) header(p *http.Header)      { *p = f.d.header() }
+func (f decFields) history(p *[]store.Attempt) { *p = f.d.history() }
+func (f decFields) more() bool                 { return f.d.more() }
 
 // enc appends the binary encoding.
 type enc struct{ b []byte }
@@ -362,30 +404,10 @@ func (e *enc) header(h http.Header) {
 	}
 }
 
-func (e *enc) delivery(d *store.Delivery) {
-	e.str(string(d.State))
-	e.int(d.Attempts)
-	e.int(d.Failures)
-	e.int(d.Interrupts)
-	e.time(d.DueAt)
-	e.str(d.Lease.Owner)
-	e.time(d.Lease.Until)
-	e.int(d.LastStatus)
-	e.str(d.LastError)
-	e.time(d.UpdatedAt)
-}
-
 func (e *enc) history(h []store.Attempt) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(h)))
 	for i := range h {
-		a := &h[i]
-		e.int(a.Attempt)
-		e.str(string(a.Source))
-		e.time(a.StartedAt)
-		e.time(a.EndedAt)
-		e.int(a.Status)
-		e.str(a.Outcome)
-		e.str(a.Error)
+		attemptLayout(encFields{e}, &h[i])
 	}
 }
 
@@ -501,19 +523,6 @@ func (d *dec) header() http.Header {
 	return h
 }
 
-func (d *dec) delivery(x *store.Delivery) {
-	x.State = store.State(d.str())
-	x.Attempts = d.int()
-	x.Failures = d.int()
-	x.Interrupts = d.int()
-	x.DueAt = d.time()
-	x.Lease.Owner = d.str()
-	x.Lease.Until = d.time()
-	x.LastStatus = d.int()
-	x.LastError = d.str()
-	x.UpdatedAt = d.time()
-}
-
 func (d *dec) history() []store.Attempt {
 	n := d.uvarint()
 	if n > uint64(len(d.b)) {
@@ -524,14 +533,7 @@ func (d *dec) history() []store.Attempt {
 	}
 	h := make([]store.Attempt, n)
 	for i := range h {
-		a := &h[i]
-		a.Attempt = d.int()
-		a.Source = store.Source(d.str())
-		a.StartedAt = d.time()
-		a.EndedAt = d.time()
-		a.Status = d.int()
-		a.Outcome = d.str()
-		a.Error = d.str()
+		attemptLayout(decFields{d}, &h[i])
 	}
 	if d.err != nil {
 		return nil
