@@ -361,7 +361,7 @@ func testPurge(t *testing.T, h Harness) {
 	if err := s.Renew(ctx, key("F1"), 1, t0.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("Renew of a purged forward: %v, want ErrLeaseLost", err)
 	}
-	if recs := claimKeys(t, s, t0.Add(time.Hour), "F1"); len(recs) != 0 {
+	if recs := h.claimKeys(t, s, t0.Add(time.Hour), "F1"); len(recs) != 0 {
 		t.Errorf("Claim of a purged record: %v", ids(recs))
 	}
 	wantPurged(s, "F1")
