@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
 	"go.uber.org/zap"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
+	"github.com/caddy-pingback/pingback/internal/store/storetest"
 	"github.com/dgraph-io/badger/v4"
 )
 
@@ -97,13 +97,8 @@ func mustGet(t *testing.T, b *Badger, k store.Key) *store.Record {
 	return r
 }
 
-func forward(d *store.Delivery, lapsed bool) {
-	if lapsed {
-		d.Interrupts++
-	}
-	d.State = store.StateForwarding
-	d.Attempts++
-}
+// forward is the conformance suite's usual Decide.
+var forward = storetest.Forward
 
 func claimAt(t *testing.T, b *Badger, now time.Time, limit int, keys ...store.Key) []*store.Record {
 	t.Helper()

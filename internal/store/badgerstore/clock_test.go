@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/caddy-pingback/pingback/internal/testfs"

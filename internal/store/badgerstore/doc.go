@@ -17,9 +17,10 @@
 // about Badger v4 that the journal's checkpoint depends on, since DB.Sync
 // syncs only the active memtable's log and the value log: Badger's memtable
 // logs and value logs end in .mem and .vlog, and a table is synced before
-// the log it was flushed from is deleted. The journal (Badger's durability
-// apart from Badger's own) is [journal] and the checkpoint's walk of Badger's
-// files; both facts are pinned by tests.
+// the log it was flushed from is deleted. Both facts are pinned by tests.
+// The journal (the store's durable point, apart from Badger's own files)
+// and its checkpoint live apart from the rest of the store: the journal
+// type and the syncBadgerFiles walk.
 //
 // The store's state (its counters, see [Counters]; its caches; its loops)
 // belongs to the [Badger] value: two stores in one process share nothing.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/dgraph-io/badger/v4"
 )
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/caddy-pingback/pingback/internal/testfs"

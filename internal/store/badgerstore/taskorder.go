@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/dgraph-io/badger/v4"
 )
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"

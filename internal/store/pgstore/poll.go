@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/jackc/pgx/v5"
 )
 

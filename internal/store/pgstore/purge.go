@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/jackc/pgx/v5"
 )
 

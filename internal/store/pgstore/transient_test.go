@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
