@@ -27,16 +27,7 @@ import (
 // succeeds and the store reports itself unavailable; with the setting
 // back, it recovers by itself.
 func TestPostgresEveryConnectionDurable(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	adminDSN := pgtest.AdminDSN(t) // CREATE ROLE, ALTER ROLE, other roles' backends
-	schema := pgtest.Schema(t, dsn)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
+	dsn, adminDSN, schema, ctx, admin := adminSetup(t) // admin: CREATE ROLE, ALTER ROLE, other roles' backends
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	role := "r_" + hex.EncodeToString(b[:])
@@ -141,16 +132,7 @@ func TestPostgresEveryConnectionDurable(t *testing.T) {
 // the store says at error level, when it connects, that acknowledged
 // pingbacks can then be lost.
 func TestPostgresFsyncOffLogged(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	adminDSN := pgtest.AdminDSN(t) // ALTER SYSTEM
-	schema := pgtest.Schema(t, dsn)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
+	dsn, adminDSN, schema, ctx, admin := adminSetup(t) // admin: ALTER SYSTEM
 	setFsync := func(q string) {
 		t.Helper()
 		for _, q := range []string{q, "SELECT pg_reload_conf()"} {
@@ -202,4 +184,21 @@ func TestPostgresFsyncOffLogged(t *testing.T) {
 	if n := logs.FilterMessageSnippet("fsync off").Len(); n != 1 {
 		t.Errorf("%d error lines about fsync off, want 1 (logs: %v)", n, logs.All())
 	}
+}
+
+// adminSetup gives a durability test the store's DSN, the admin DSN, a
+// schema of its own, a context of a minute and a connection as the
+// admin, all released at the test's end.
+func adminSetup(t *testing.T) (dsn, adminDSN, schema string, ctx context.Context, admin *pgx.Conn) {
+	t.Helper()
+	dsn, adminDSN = pgtest.DSN(t), pgtest.AdminDSN(t)
+	schema = pgtest.Schema(t, dsn)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	admin, err := pgx.Connect(ctx, adminDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	return dsn, adminDSN, schema, ctx, admin
 }

@@ -345,6 +345,26 @@ func differ[T comparable](d *diffs, field string, g, w T) {
 	}
 }
 
+// addInState stores tk in state (a task no longer pending has no next
+// poll) and returns it.
+func addInState(t *testing.T, s store.Store, tk *store.Task, state store.TaskState) *store.Task {
+	t.Helper()
+	if tk.State = state; tk.State != store.TaskPending {
+		tk.NextPollAt = time.Time{}
+	}
+	if _, err := s.AddTask(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+// sortTasks sorts ts in task-page order (store.CompareTaskPosition).
+func sortTasks(ts []*store.Task) {
+	slices.SortFunc(ts, func(a, b *store.Task) int {
+		return store.CompareTaskPosition(store.TaskPositionOf(a), store.TaskPositionOf(b))
+	})
+}
+
 func taskIDs(ts []*store.Task) []string {
 	out := make([]string, 0, len(ts))
 	for _, t := range ts {
