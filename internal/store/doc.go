@@ -6,8 +6,9 @@
 // node, Badger in the process) and pgstore (PostgreSQL, shared by several
 // Caddy instances); storetest is the conformance suite both pass.
 //
-// The package holds no mutable state of its own: every counter, cache and
-// lock belongs to a driver's store value.
+// The package holds no mutable state of its own (every counter, cache and
+// lock belongs to a driver's store value, each Committer to the store that
+// runs it) and relies on the standard library alone.
 //
 // The Store interface is the contract every backend meets (and that a
 // store shared by several Caddy instances can meet too): a write returns
