@@ -11,6 +11,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 // Status is the overview GET /pingback/status answers (counts from
@@ -66,7 +67,7 @@ func (a *App) Status(ctx context.Context) (adminapi.StatusAnswer, error) {
 	}
 	ans.Store = adminapi.StoreStatus{Kind: kind, Location: a.name, Available: st.Available()}
 	if _, ok := a.storeMod.(*BadgerStore); ok {
-		if free, err := store.FreeBytes(a.dir); err == nil {
+		if free, err := badgerstore.FreeBytes(a.dir); err == nil {
 			ans.Store.FreeBytes = &free
 		}
 	}

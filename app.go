@@ -18,12 +18,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/admin"
-	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 func init() {
@@ -67,7 +67,7 @@ type App struct {
 	// (they are then forwarded without durability: the provider gets 200
 	// only if the app accepted, else 503) until space returns; this keeps
 	// a full disk from crashing Caddy. Storing resumes by itself within a
-	// second of space coming back. Default: store.DefaultMinFreeSpace (256 MiB).
+	// second of space coming back. Default: badgerstore.DefaultMinFreeSpace (256 MiB).
 	MinFreeSpace int64 `json:"min_free_space,omitempty"`
 
 	// How failed forwards are replayed.
@@ -223,7 +223,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		r.ForwardTimeout = caddy.Duration(DefaultForwardTimeout)
 	}
 	if a.MinFreeSpace == 0 {
-		a.MinFreeSpace = store.DefaultMinFreeSpace
+		a.MinFreeSpace = badgerstore.DefaultMinFreeSpace
 	}
 	if r.Concurrency == 0 {
 		r.Concurrency = DefaultConcurrency

@@ -11,7 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/pgtest"
-	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/pgstore"
 )
 
 // TestObserveDelayBounded: with the PostgreSQL store and a database that
@@ -24,7 +24,7 @@ func TestObserveDelayBounded(t *testing.T) {
 	const n = 2000
 	dsn := pgtest.DSN(t)
 	schema := pgtest.Schema(t, dsn)
-	p, err := store.OpenPostgres(store.PostgresOptions{DSN: dsn, Schema: schema})
+	p, err := pgstore.Open(pgstore.Options{DSN: dsn, Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testfs"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
@@ -332,7 +333,7 @@ func TestAbortingRouteDoesNotCrash(t *testing.T) {
 func TestSlowCommitAnswers503InTime(t *testing.T) {
 	release := make(chan struct{})
 	var held atomic.Bool
-	commitFaults := func(o *store.BadgerOptions) {
+	commitFaults := func(o *badgerstore.Options) {
 		o.BeforeCommit = func(uint64) error {
 			if held.Load() {
 				<-release
@@ -376,7 +377,7 @@ func TestSlowCommitAnswers503InTime(t *testing.T) {
 // app took the result, else 503, and nothing is stored.
 func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 	var failing atomic.Bool
-	commitFaults := func(o *store.BadgerOptions) {
+	commitFaults := func(o *badgerstore.Options) {
 		o.BeforeCommit = func(uint64) error {
 			if failing.Load() {
 				return errors.New("injected commit failure")
@@ -414,7 +415,7 @@ func TestCommitFailureIsNeverAcknowledged(t *testing.T) {
 // never forward the same record at the same time.
 func TestLeaseRenewal(t *testing.T) {
 	const term = 300 * time.Millisecond
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: t.TempDir(), LeaseTerm: term})
+	st, err := badgerstore.Open(badgerstore.Options{Dir: t.TempDir(), LeaseTerm: term})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
@@ -160,7 +161,7 @@ func getWith(client *http.Client, url string) (int, string, error) {
 // closes it.
 func withStore(t *testing.T, dir string, fn func(store.Store)) {
 	t.Helper()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
+	st, err := badgerstore.Open(badgerstore.Options{Dir: dir})
 	if err != nil {
 		t.Fatalf("opening the store in %s: %v", dir, err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
@@ -561,7 +562,7 @@ func TestCommitFailure(t *testing.T) {
 
 	// Nothing reached the disk: reopen the database once Caddy let go of it.
 	unloadCaddy(t)
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: dir})
+	st, err := badgerstore.Open(badgerstore.Options{Dir: dir})
 	if err != nil {
 		t.Fatalf("reopening the store: %v", err)
 	}
@@ -744,7 +745,7 @@ func TestAckTimeoutDefaults(t *testing.T) {
 func TestAckTimeoutCountsFromBodyEnd(t *testing.T) {
 	const ack = 400 * time.Millisecond
 	var gate atomic.Pointer[chan struct{}] // when set, commits wait until it is closed
-	commitFaults := func(o *store.BadgerOptions) {
+	commitFaults := func(o *badgerstore.Options) {
 		o.BeforeCommit = func(uint64) error {
 			if g := gate.Load(); g != nil {
 				<-*g

@@ -167,14 +167,6 @@ func pingbackSite(provider, handlerLines string, app *testkit.App) string {
 `, testHTTPPort, provider, handlerLines, app.HostPort())
 }
 
-// TestMain turns on the store's self-checks (store.SelfCheck) for every
-// test of the package: each answer of the Badger committer's in-memory
-// shortcuts is compared with what Badger holds.
-func TestMain(m *testing.M) {
-	store.SelfCheck = true
-	os.Exit(m.Run())
-}
-
 // Child Caddy processes (built from ./cmd/caddy) listen on their own ports,
 // apart from the in-process Caddy's: admin 2998 and HTTP 9081 unless
 // PINGBACK_TEST_CHILD_ADMIN_PORT and PINGBACK_TEST_CHILD_HTTP_PORT say

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 // metrics are the plugin's Prometheus collectors. They are created once per
@@ -46,11 +47,14 @@ type metrics struct {
 	// storeAvailable is 1 while the store accepts writes, 0 while it
 	// refuses them (free space below min_free_space, or closed).
 	storeAvailable prometheus.Gauge
-	// storeWrites are the durable write path's counters (store.Stats):
+	// storeWrites are the durable write path's counters (badgerstore.Stats):
 	// group commits, the operations they carried, journal syncs and
 	// checkpoints. Every acknowledged pingback was covered by one of the
 	// syncs; operations per commit is the group commit's batch size.
-	storeWrites []prometheus.Collector
+	// storeCounters are what they read: every Badger store this process
+	// opens counts into them (badgerstore.Options.Counters).
+	storeWrites   []prometheus.Collector
+	storeCounters *badgerstore.Counters
 	// loopLastRun is the Unix time (seconds) each loop (replay, poll)
 	// last ran a round; both run at least every second while this process
 	// owns the store's loops.
@@ -119,7 +123,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 				Namespace: "caddy", Subsystem: "pingback", Name: "store_available",
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
-			storeWrites: storeWriteCounters(),
+			storeCounters: new(badgerstore.Counters),
 			loopLastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "loop_last_run_timestamp_seconds",
 				Help: "Unix time each loop (replay, poll) last ran a round; both run at least every second, idle or not.",
@@ -132,6 +136,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 			routeSeries: map[serverProvider]bool{},
 		}
 		theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil = newRouteGauges()
+		theMetrics.storeWrites = storeWriteCounters(theMetrics.storeCounters)
 	})
 	if reg == nil {
 		return theMetrics, nil
@@ -220,38 +225,42 @@ func (m *metrics) setRouteGauges(routes []routeGauge, replayConcurrency int, now
 	}
 }
 
-// storeWriteCounters exports store.ProcessStats.
-func storeWriteCounters() []prometheus.Collector {
-	counter := func(name, help string, v func(store.Stats) uint64) prometheus.Collector {
+// storeWriteCounters exports c, the counters of the process's Badger stores.
+func storeWriteCounters(c *badgerstore.Counters) []prometheus.Collector {
+	counter := func(name, help string, v func(badgerstore.Stats) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "caddy", Subsystem: "pingback", Name: name, Help: help,
-		}, func() float64 { return float64(v(store.ProcessStats())) })
+		}, func() float64 { return float64(v(c.Stats())) })
 	}
 	return []prometheus.Collector{
-		counter("store_commits_total", "Group commits of the pingback store.", func(s store.Stats) uint64 { return s.Commits }),
-		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s store.Stats) uint64 { return s.Ops }),
-		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s store.Stats) uint64 { return s.Syncs }),
-		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s store.Stats) uint64 { return s.Checkpoints }),
-		counter("store_checkpoint_failures_total", "Failed checkpoints of the store's journal (each logged; the store is unavailable until one succeeds).", func(s store.Stats) uint64 { return s.CheckpointFailures }),
-		syncHistogram{prometheus.NewDesc("caddy_pingback_store_sync_seconds",
+		counter("store_commits_total", "Group commits of the pingback store.", func(s badgerstore.Stats) uint64 { return s.Commits }),
+		counter("store_operations_total", "Operations the group commits carried (per commit: the batch size).", func(s badgerstore.Stats) uint64 { return s.Ops }),
+		counter("store_syncs_total", "Completed fdatasyncs of the store's journal; every acknowledged write was covered by one before its answer.", func(s badgerstore.Stats) uint64 { return s.Syncs }),
+		counter("store_checkpoints_total", "Completed checkpoints of the store's journal into Badger.", func(s badgerstore.Stats) uint64 { return s.Checkpoints }),
+		counter("store_checkpoint_failures_total", "Failed checkpoints of the store's journal (each logged; the store is unavailable until one succeeds).", func(s badgerstore.Stats) uint64 { return s.CheckpointFailures }),
+		syncHistogram{c, prometheus.NewDesc("caddy_pingback_store_sync_seconds",
 			"Time of the journal's write and fdatasync of each group commit (the durable point before pingbacks are answered).", nil, nil)},
 	}
 }
 
-// syncHistogram exports store.Stats' sync durations as a histogram.
-type syncHistogram struct{ desc *prometheus.Desc }
+// syncHistogram exports badgerstore.Stats' sync durations as a histogram.
+type syncHistogram struct {
+	c    *badgerstore.Counters
+	desc *prometheus.Desc
+}
 
 func (h syncHistogram) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
 
 func (h syncHistogram) Collect(ch chan<- prometheus.Metric) {
-	s := store.ProcessStats()
-	buckets := make(map[float64]uint64, len(store.SyncBuckets))
+	s := h.c.Stats()
+	bounds := badgerstore.SyncBuckets()
+	buckets := make(map[float64]uint64, len(bounds))
 	var n uint64
-	for i, le := range store.SyncBuckets {
+	for i, le := range bounds {
 		n += s.SyncSeconds[i]
 		buckets[le] = n
 	}
-	n += s.SyncSeconds[len(store.SyncBuckets)]
+	n += s.SyncSeconds[len(bounds)]
 	ch <- prometheus.MustNewConstHistogram(h.desc, n, s.SyncSum, buckets)
 }
 
@@ -405,7 +414,7 @@ type agesCache struct {
 // reloads); false if the store could not answer.
 func (a *App) currentAges(ctx context.Context, st store.Store) (store.Ages, bool) {
 	h := a.readyHandle()
-	if _, inMemory := st.(*store.Badger); inMemory || h == nil || h.store != st {
+	if _, inMemory := st.(*badgerstore.Badger); inMemory || h == nil || h.store != st {
 		ages, err := st.Ages(ctx)
 		return ages, err == nil
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 func init() {
@@ -29,7 +30,7 @@ type storeFaults struct {
 	beforeOpen func(caddy.Context)
 	// options adjusts the store's Badger options: commit faults and
 	// delays.
-	options func(*store.BadgerOptions)
+	options func(*badgerstore.Options)
 	// wrap wraps the open store: the app uses what it returns, from the
 	// start, on every path (handlers and loops alike).
 	wrap func(store.Store) store.Store
@@ -89,11 +90,12 @@ func (f *faultyStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccount
 	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", f.Dir, err)
 	}
-	opts := store.BadgerOptions{Dir: f.Dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts}
+	m, _ := registerMetrics(nil)
+	opts := badgerstore.Options{Dir: f.Dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts, Counters: m.storeCounters, SelfCheck: true}
 	if f.faults.options != nil {
 		f.faults.options(&opts)
 	}
-	st, err := store.OpenBadger(opts)
+	st, err := badgerstore.Open(opts)
 	if err != nil || f.faults.wrap == nil {
 		return st, err
 	}
@@ -138,7 +140,7 @@ func startCaddyFaults(t *testing.T, f *storeFaults, pingbackGlobal, sites string
 
 // startCaddyWith is startCaddy with the store opened with Badger options
 // adjusted by fn.
-func startCaddyWith(t *testing.T, fn func(*store.BadgerOptions), pingbackGlobal, sites string) string {
+func startCaddyWith(t *testing.T, fn func(*badgerstore.Options), pingbackGlobal, sites string) string {
 	t.Helper()
 	return startCaddyFaults(t, &storeFaults{options: fn}, pingbackGlobal, sites)
 }

@@ -14,6 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
+	"github.com/caddy-pingback/pingback/internal/store/pgstore"
 )
 
 func init() {
@@ -34,7 +36,7 @@ type StoreModule interface {
 	StoreName() string
 	// OpenStore opens the store. legacyAccounts maps a provider to the
 	// account id given to the tasks stored before tasks had accounts
-	// (store.BadgerOptions.LegacyAccounts, store.PostgresOptions.
+	// (badgerstore.Options.LegacyAccounts, pgstore.Options.
 	// LegacyAccounts).
 	OpenStore(logger *zap.Logger, minFreeSpace int64, legacyAccounts map[string]string) (store.Store, error)
 }
@@ -85,7 +87,9 @@ func (b *BadgerStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccount
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating storage_dir %s: %w", b.dir, err)
 	}
-	return store.OpenBadger(store.BadgerOptions{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts})
+	m, _ := registerMetrics(nil) // the process's metrics, whose counters every Badger store counts into
+	opts := badgerstore.Options{Dir: b.dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts, Counters: m.storeCounters}
+	return badgerstore.Open(opts)
 }
 
 // UnmarshalCaddyfile parses `store badger { dir <path> }`.
@@ -143,13 +147,13 @@ func (p *PostgresStore) Provision(caddy.Context) error {
 	if p.dsn == "" {
 		return fmt.Errorf("store postgres: dsn is required (it resolved to nothing from %q)", p.DSN)
 	}
-	loc, err := store.PostgresLocation(p.dsn)
+	loc, err := pgstore.Location(p.dsn)
 	if err != nil {
 		return fmt.Errorf("store postgres: %w", err)
 	}
 	p.location = loc
 	if p.Schema == "" {
-		p.Schema = store.DefaultPostgresSchema
+		p.Schema = pgstore.DefaultSchema
 	}
 	return nil
 }
@@ -173,7 +177,7 @@ func (p *PostgresStore) StoreName() string { return p.location }
 // OpenStore implements StoreModule: the database is retried for 10 s
 // while unreachable; the error then names host and port.
 func (p *PostgresStore) OpenStore(logger *zap.Logger, _ int64, legacyAccounts map[string]string) (store.Store, error) {
-	return store.OpenPostgres(store.PostgresOptions{
+	return pgstore.Open(pgstore.Options{
 		DSN:            p.dsn,
 		Schema:         p.Schema,
 		LeaseTerm:      time.Duration(p.LeaseTerm),

@@ -25,6 +25,7 @@ import (
 	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testfs"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
@@ -448,7 +449,7 @@ func ackedDeliveredOnce(t *testing.T, app *testkit.App, acked map[string]bool) {
 // without a restart, and the result stored before is intact. (Needs root to
 // mount the filesystem; skipped otherwise. CI runs as root.)
 func TestFullDiskIsAStorageOutage(t *testing.T) {
-	fs := testfs.Small(t, store.DefaultMinFreeSpace+64<<20)
+	fs := testfs.Small(t, badgerstore.DefaultMinFreeSpace+64<<20)
 	dir := filepath.Join(fs, "pingback")
 	app := newAppStub(t)
 	startCaddy(t, "storage_dir "+dir+"\nreplay {\n\tbackoff 20ms 40ms\n}", pingbackSite("captchaai", "ack_timeout 500ms", app))
@@ -472,7 +473,7 @@ func TestFullDiskIsAStorageOutage(t *testing.T) {
 	}
 	waitForState(t, 5*time.Second, "captchaai", "37001", store.StateDelivered)
 
-	free := testfs.Fill(t, fs, store.DefaultMinFreeSpace-16<<20)
+	free := testfs.Fill(t, fs, badgerstore.DefaultMinFreeSpace-16<<20)
 	testkit.WaitFor(t, 5*time.Second, "the store to report itself unavailable", func() bool { return !a.handle.store.Available() })
 	testkit.WaitFor(t, 5*time.Second, "the gauge to say 0", func() bool { return gauge() == 0 })
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
@@ -645,7 +646,7 @@ func TestVerifyReplayStripsToken(t *testing.T) {
 // verdict on record.
 func TestVerifyUnstoredNeverForwarded(t *testing.T) {
 	var fail atomic.Bool
-	commitFaults := func(o *store.BadgerOptions) {
+	commitFaults := func(o *badgerstore.Options) {
 		o.BeforeCommit = func(uint64) error {
 			if fail.Load() {
 				return errors.New("injected commit failure")

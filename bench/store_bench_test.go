@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 // BenchmarkStore measures what one live callback costs the Badger store
@@ -38,7 +39,7 @@ func BenchmarkStore(b *testing.B) {
 		{"syncwrites/insert+outcome", true, -1},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			st, err := store.OpenBadger(store.BadgerOptions{Dir: b.TempDir(), JournalSize: bc.journal})
+			st, err := badgerstore.Open(badgerstore.Options{Dir: b.TempDir(), JournalSize: bc.journal})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 )
 
 func main() {
@@ -48,7 +49,7 @@ func main() {
 	}
 	ctx := context.Background()
 	t := time.Now()
-	st, err := store.OpenBadger(store.BadgerOptions{Dir: *dir})
+	st, err := badgerstore.Open(badgerstore.Options{Dir: *dir})
 	if err != nil {
 		fail(err)
 	}
@@ -103,7 +104,7 @@ func main() {
 	}
 
 	t0 := time.Now()
-	st, err = store.OpenBadger(store.BadgerOptions{Dir: *dir})
+	st, err = badgerstore.Open(badgerstore.Options{Dir: *dir})
 	if err != nil {
 		fail(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -23,7 +24,7 @@ type Position struct {
 
 // ComparePosition orders positions as ListPage does.
 func ComparePosition(a, b Position) int {
-	return cmp.Or(cmp.Compare(unixNano(a.ReceivedAt), unixNano(b.ReceivedAt)),
+	return cmp.Or(cmp.Compare(UnixNano(a.ReceivedAt), UnixNano(b.ReceivedAt)),
 		strings.Compare(a.Key.Provider, b.Key.Provider), strings.Compare(a.Key.ID, b.Key.ID))
 }
 
@@ -73,7 +74,7 @@ type TaskPosition struct {
 
 // CompareTaskPosition orders task positions as ListTaskPage does.
 func CompareTaskPosition(a, b TaskPosition) int {
-	return cmp.Or(cmp.Compare(unixNano(a.SubmittedAt), unixNano(b.SubmittedAt)),
+	return cmp.Or(cmp.Compare(UnixNano(a.SubmittedAt), UnixNano(b.SubmittedAt)),
 		strings.Compare(a.Key.Provider, b.Key.Provider), strings.Compare(a.Key.ID, b.Key.ID))
 }
 
@@ -135,9 +136,9 @@ type Purger interface {
 	Purge(ctx context.Context, q PurgeQuery) (int, error)
 }
 
-// pageFrom keeps a page of limit out of recs, which hold up to limit+1
+// PageFrom keeps a page of limit out of recs, which hold up to limit+1
 // records in order: Next is set when there was one more.
-func pageFrom(recs []*Record, limit int) Page {
+func PageFrom(recs []*Record, limit int) Page {
 	if len(recs) <= limit {
 		return Page{Records: recs}
 	}
@@ -146,8 +147,8 @@ func pageFrom(recs []*Record, limit int) Page {
 	return Page{Records: recs, Next: &next}
 }
 
-// taskPageFrom keeps a page of limit out of up to limit+1 tasks in order.
-func taskPageFrom(ts []*Task, limit int) TaskPage {
+// TaskPageFrom keeps a page of limit out of up to limit+1 tasks in order.
+func TaskPageFrom(ts []*Task, limit int) TaskPage {
 	if len(ts) <= limit {
 		return TaskPage{Tasks: ts}
 	}
@@ -156,22 +157,23 @@ func taskPageFrom(ts []*Task, limit int) TaskPage {
 	return TaskPage{Tasks: ts, Next: &next}
 }
 
-// matches reports whether a record at pos is on a page of q: its
-// provider, the received-time range and the cursor (not the state).
-func (q *ListQuery) matches(pos Position) bool {
-	switch {
-	case q.Provider != "" && pos.Key.Provider != q.Provider,
-		!q.ReceivedAfter.IsZero() && unixNano(pos.ReceivedAt) < unixNano(q.ReceivedAfter),
-		!q.ReceivedBefore.IsZero() && unixNano(pos.ReceivedAt) >= unixNano(q.ReceivedBefore),
-		q.After != nil && ComparePosition(pos, *q.After) <= 0:
-		return false
-	}
-	return true
-}
-
-func checkLimit(n int) error {
+// CheckLimit refuses a page query without a positive limit.
+func CheckLimit(n int) error {
 	if n < 1 {
 		return fmt.Errorf("list: limit %d, need at least 1", n)
 	}
 	return nil
+}
+
+// UnixNano is t in Unix nanoseconds, 0 for the zero time or any time
+// before 1970, the largest int64 for any time after 2262 (where UnixNano
+// would wrap).
+func UnixNano(t time.Time) uint64 {
+	if t.IsZero() || t.Before(time.Unix(0, 0)) {
+		return 0
+	}
+	if t.After(time.Unix(0, math.MaxInt64)) {
+		return math.MaxInt64
+	}
+	return uint64(t.UnixNano())
 }

@@ -8,11 +8,11 @@ import (
 // purgeChunk is how many keys one purge transaction takes.
 const purgeChunk = 256
 
-// purgeBy runs a Purge of q on a store, one transaction per chunk of keys
+// PurgeBy runs a Purge of q on a store, one transaction per chunk of keys
 // (purgeKeys; state, if set, is checked again in the transaction, since a
 // record listed may have moved on): q.Keys, or the records ListPage finds
 // for q's filter.
-func purgeBy(ctx context.Context, l Lister, q PurgeQuery, purgeKeys func(keys []Key, state State) (int, error)) (int, error) {
+func PurgeBy(ctx context.Context, l Lister, q PurgeQuery, purgeKeys func(keys []Key, state State) (int, error)) (int, error) {
 	if len(q.Keys) == 0 && !q.Filtered() {
 		return 0, errors.New("purge: no keys and no filter")
 	}

@@ -1,49 +1,7 @@
-// Package store defines the durable storage behind the pingback plugin and
-// its two implementations: Badger (one node) and PostgreSQL (shared by
-// several Caddy instances).
-//
-// The Store interface is the contract every backend meets (and that a
-// store shared by several Caddy instances can meet too): a write returns
-// success only after it is durably committed; an answer ("stored",
-// "duplicate", the record after an update) is given only if what it speaks
-// of is committed; deduplication is atomic with the write of the record;
-// and the indexes the loops scan (due retries, leases, poll times, expiry
-// watch) change in the same transaction as the records they point to.
-//
-// Ownership of a delivery is a lease: a record in state forwarding names
-// the store handle (the owner) whose process forwards it and until when.
-// While the lease holds, nothing else starts a delivery of the record.
-// A lease lapses at its Until, or at once when its owner is gone (on
-// Badger: every handle that opened the store before this one), and the
-// record is then claimable.
-//
-// Accounts. A tracked task remembers the account it was submitted with
-// (Task.Account: an account id the root package derives from the API key;
-// the store never sees a key). The poller's reads are per account
-// (DueTasks answers the due tasks of the accounts it is given and reads
-// no other's), as are the pending counts (Counts.TasksPendingByAccount)
-// and, on a shared store, the poll budget and rate limit (SharedPolling).
-// Tasks stored before accounts (Badger format 6, PostgreSQL schema 8) are
-// stamped once, when the store is upgraded, with the account the app
-// names for their provider (BadgerOptions.LegacyAccounts,
-// PostgresOptions.LegacyAccounts).
-//
-// Transient faults. PostgreSQL retries an insert, a delivery update and a
-// claim once, on a newly dialled connection, after a connection-level
-// error (SQLSTATE class 08, 57P01, 57P02, 57P03, 57P05, EOF, a reset or
-// closed connection; an insert only within its context's deadline); a
-// connection lost after COMMIT counts as committed if the database says
-// the transaction did (postgres_transient.go). Badger has no transient
-// error in that sense, so it retries nothing: it runs in the process,
-// conflict detection is off and one committer writes (no ErrConflict),
-// ErrTxnTooBig splits the batch, the DropPrefix that blocks writes runs in
-// the committer (no ErrBlockedWrites), and a failed write or fsync of the
-// journal or value log (ENOSPC, EIO) must not be retried: after a failed
-// fsync the kernel may have dropped the dirty pages, so a second fsync
-// that succeeds proves nothing.
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -65,6 +23,13 @@ var (
 	// ErrTooLarge means a record is larger than MaxRecordSize; nothing
 	// was written.
 	ErrTooLarge = errors.New("record too large to store")
+	// ErrUnavailable is returned by a write while the store refuses
+	// writes (Available reports false): on Badger, while the filesystem
+	// of the storage directory has less free space than min_free_space.
+	// The write was refused before anything was queued: nothing of it is
+	// stored. Reads still work, and writes succeed again, without a
+	// restart, as soon as space is freed.
+	ErrUnavailable = errors.New("storage unavailable: free space below min_free_space")
 )
 
 // MaxRecordSize is the largest record, in bytes of its stored encoding
@@ -89,6 +54,13 @@ type Key struct {
 
 // String returns the idempotency key form "<provider>:<id>".
 func (k Key) String() string { return k.Provider + ":" + k.ID }
+
+// CompareKeys orders keys by provider, then id: the order in which
+// PostgreSQL batches take row locks (so that two batches never wait for each
+// other in a cycle) and Badger sorts the keys it lists.
+func CompareKeys(a, b Key) int {
+	return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.ID, b.ID))
+}
 
 // State is where a record stands in its delivery to the app.
 type State string
@@ -355,20 +327,27 @@ const FewFailures = 2
 // claim skips in each of its passes (lapsed leases, fair, by due time).
 const ClaimSkipBudget = 256
 
-// valid reports whether req can be claimed: a positive limit and a
+// Valid reports whether req can be claimed: a positive limit and a
 // decide function.
-func (req *ClaimRequest) valid() bool {
+func (req *ClaimRequest) Valid() bool {
 	return req.Limit >= 1 && (req.Decide != nil || req.DecideRecord != nil)
 }
 
-// decide applies req's decide function to d, the delivery of rec.
-func (req *ClaimRequest) decide(rec *Record, d *Delivery, lapsed bool) {
+// Apply applies req's decide function to d, the delivery of rec.
+func (req *ClaimRequest) Apply(rec *Record, d *Delivery, lapsed bool) {
 	if req.DecideRecord != nil {
 		req.DecideRecord(rec, d, lapsed)
 		return
 	}
 	req.Decide(d, lapsed)
 }
+
+// Reasons a lease lapsed, as Delivery.LastError of the claim that took
+// the record over.
+const (
+	LapseRestart = "interrupted by restart"
+	LapseExpired = "interrupted: lease expired before the forward reported"
+)
 
 // Expired is a result whose retention ended before it was delivered.
 type Expired struct {

@@ -103,16 +103,16 @@ type DueQuery struct {
 	Accounts []Account
 }
 
-// check refuses a query without a positive limit.
-func (q *DueQuery) check() error {
+// Check refuses a query without a positive limit.
+func (q *DueQuery) Check() error {
 	if q.Limit < 1 {
 		return fmt.Errorf("due tasks: limit %d, need at least 1", q.Limit)
 	}
 	return nil
 }
 
-// accounts is q.Accounts without repeats, in their order.
-func (q *DueQuery) accounts() []Account {
+// UniqueAccounts is q.Accounts without repeats, in their order.
+func (q *DueQuery) UniqueAccounts() []Account {
 	out := make([]Account, 0, len(q.Accounts))
 	for _, a := range q.Accounts {
 		if !slices.Contains(out, a) {
@@ -122,8 +122,8 @@ func (q *DueQuery) accounts() []Account {
 	return out
 }
 
-// checkAccount refuses an account id the stores cannot key by.
-func checkAccount(t *Task) error {
+// CheckAccount refuses an account id the stores cannot key by.
+func CheckAccount(t *Task) error {
 	if strings.Contains(t.Account, "/") {
 		return fmt.Errorf("task %s: account id %q contains '/'", t.Key(), t.Account)
 	}

@@ -156,17 +156,9 @@ func testListTaskPageAccount(t *testing.T, h Harness) {
 	for i := range 48 {
 		ac := accts[i%len(accts)]
 		tk := accountTask(ac.p, ac.id, fmt.Sprintf("T%02d", 47-i), t0.Add(time.Duration(i/3)*time.Second), t0.Add(time.Hour))
-		if tk.State = states[(i/4)%len(states)]; tk.State != store.TaskPending {
-			tk.NextPollAt = time.Time{}
-		}
-		if _, err := s.AddTask(ctx, tk); err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, tk)
+		all = append(all, addInState(t, s, tk, states[(i/4)%len(states)]))
 	}
-	slices.SortFunc(all, func(a, b *store.Task) int {
-		return store.CompareTaskPosition(store.TaskPositionOf(a), store.TaskPositionOf(b))
-	})
+	sortTasks(all)
 	var queries []store.TaskQuery
 	for _, acct := range []string{acctA, acctB, acctC, "0000000000000404"} {
 		queries = append(queries, store.TaskQuery{Account: acct}, store.TaskQuery{Account: acct, Provider: prov},

@@ -84,7 +84,7 @@ func testAges(t *testing.T, h Harness) {
 	step("the live one rejected", t0.Add(-9*time.Minute), none, t0.Add(-2*time.Minute))
 	// The polled one is claimed: forwarding, in the backlog by its
 	// received time.
-	wantIDs(t, "claim", claim(t, s, t0, 10), "p1")
+	wantIDs(t, "claim", h.claim(t, s, t0, 10), "p1")
 	step("the polled one claimed", t0.Add(-9*time.Minute), t0.Add(-time.Minute), t0.Add(-2*time.Minute))
 	update(t, s, "p1", func(d *store.Delivery) { d.State, d.Lease, d.DueAt = store.StateFailed, store.Lease{}, t0 })
 	step("the polled one failed", t0.Add(-9*time.Minute), t0.Add(-time.Minute), t0.Add(-2*time.Minute))
@@ -141,7 +141,7 @@ func testHistory(t *testing.T, h Harness) {
 	if want.History[0].Outcome != store.OutcomeFailed || want.History[0].EndedAt.IsZero() {
 		t.Fatalf("EndAttempt did not end the attempt: %+v", want.History)
 	}
-	recs, err := claimAt(s, store.ClaimRequest{Now: t0, Limit: 1, Keys: []store.Key{key("h1")}, Lease: leaseLen,
+	recs, err := h.claimAt(s, store.ClaimRequest{Now: t0, Limit: 1, Keys: []store.Key{key("h1")}, Lease: leaseLen,
 		Decide: func(d *store.Delivery, lapsed bool) {
 			d.State, d.Attempts = store.StateForwarding, d.Attempts+1
 			d.StartAttempt(store.SourceManual, t0.Add(2*time.Second))

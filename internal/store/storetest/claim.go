@@ -32,9 +32,9 @@ func testClaimDueEarliestFirst(t *testing.T, h Harness) {
 
 	now := t0.Add(3 * time.Second)
 	var seen []string
-	recs := claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, Decide: func(d *store.Delivery, lapsed bool) {
+	recs := h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, Decide: func(d *store.Delivery, lapsed bool) {
 		seen = append(seen, fmt.Sprintf("%s/%v", d.State, lapsed))
-		forward(d, lapsed)
+		Forward(d, lapsed)
 	}})
 	wantIDs(t, "claim of due records", recs, "f1", "q2", "q3")
 	for _, x := range seen {
@@ -57,9 +57,9 @@ func testClaimDueEarliestFirst(t *testing.T, h Harness) {
 			t.Errorf("claimed %s: failures %d last status %d changed", r.ID, r.Failures, r.LastStatus)
 		}
 	}
-	wantIDs(t, "second claim at the same time", claim(t, s, now, 10))
-	wantIDs(t, "claim when the last record is due", claim(t, s, t0.Add(9*time.Second), 10), "q9")
-	wantIDs(t, "claim with every record leased or settled", claim(t, s, t0.Add(30*time.Second), 10))
+	wantIDs(t, "second claim at the same time", h.claim(t, s, now, 10))
+	wantIDs(t, "claim when the last record is due", h.claim(t, s, t0.Add(9*time.Second), 10), "q9")
+	wantIDs(t, "claim with every record leased or settled", h.claim(t, s, t0.Add(30*time.Second), 10))
 }
 
 func testClaimLimit(t *testing.T, h Harness) {
@@ -69,10 +69,10 @@ func testClaimLimit(t *testing.T, h Harness) {
 		insert(t, s, queued(fmt.Sprint(i), t0, t0.Add(time.Duration(5-i)*time.Second)))
 	}
 	now := t0.Add(10 * time.Second)
-	wantIDs(t, "first claim of 2", claim(t, s, now, 2), "4", "3")
-	wantIDs(t, "second claim of 2", claim(t, s, now, 2), "2", "1")
-	wantIDs(t, "third claim of 2", claim(t, s, now, 2), "0")
-	wantIDs(t, "fourth claim of 2", claim(t, s, now, 2))
+	wantIDs(t, "first claim of 2", h.claim(t, s, now, 2), "4", "3")
+	wantIDs(t, "second claim of 2", h.claim(t, s, now, 2), "2", "1")
+	wantIDs(t, "third claim of 2", h.claim(t, s, now, 2), "0")
+	wantIDs(t, "fourth claim of 2", h.claim(t, s, now, 2))
 }
 
 func testClaimDecideParks(t *testing.T, h Harness) {
@@ -86,10 +86,10 @@ func testClaimDecideParks(t *testing.T, h Harness) {
 			d.State, d.DueAt, d.LastError = store.StateParked, time.Time{}, "parked: too many attempts"
 			return
 		}
-		forward(d, lapsed)
+		Forward(d, lapsed)
 	}
 	now := t0.Add(time.Second)
-	recs := claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, Decide: decide})
+	recs := h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, Decide: decide})
 	wantIDs(t, "claim that parks one record", recs, "tired", "fresh")
 	if len(recs) == 2 {
 		p := recs[0]
@@ -101,9 +101,9 @@ func testClaimDecideParks(t *testing.T, h Harness) {
 	if got := get(t, s, "tired"); got.State != store.StateParked || got.Lease != (store.Lease{}) || got.LastError != "parked: too many attempts" {
 		t.Errorf("stored parked record: %s lease %+v error %q", got.State, got.Lease, got.LastError)
 	}
-	wantIDs(t, "claim after parking", claim(t, s, now.Add(30*time.Second), 10))
+	wantIDs(t, "claim after parking", h.claim(t, s, now.Add(30*time.Second), 10))
 	// A parked record is still claimed by key (a replay by hand).
-	recs = claimKeys(t, s, now.Add(30*time.Second), "tired")
+	recs = h.claimKeys(t, s, now.Add(30*time.Second), "tired")
 	wantIDs(t, "claim of the parked record by key", recs, "tired")
 	for _, r := range recs {
 		checkLeased(t, s, r, now.Add(30*time.Second), leaseLen)
@@ -131,7 +131,7 @@ func testClaimKeys(t *testing.T, h Harness) {
 	}
 	now := t0.Add(time.Second)
 	for _, tc := range tests {
-		recs := claimKeys(t, s, now, tc.rec.ID)
+		recs := h.claimKeys(t, s, now, tc.rec.ID)
 		if !tc.want {
 			wantIDs(t, "claim by key of a record under a live lease", recs)
 			continue
@@ -144,14 +144,14 @@ func testClaimKeys(t *testing.T, h Harness) {
 			}
 		}
 		// Now leased: a second claim by key does not take it.
-		wantIDs(t, "second claim by key of "+tc.rec.ID, claimKeys(t, s, now, tc.rec.ID))
+		wantIDs(t, "second claim by key of "+tc.rec.ID, h.claimKeys(t, s, now, tc.rec.ID))
 	}
-	wantIDs(t, "claim by an unknown key", claimKeys(t, s, now, "404"))
-	wantIDs(t, "plain claim after the claims by key", claim(t, s, now.Add(time.Second), 10))
+	wantIDs(t, "claim by an unknown key", h.claimKeys(t, s, now, "404"))
+	wantIDs(t, "plain claim after the claims by key", h.claim(t, s, now.Add(time.Second), 10))
 
 	// One claim names the same record twice: it is returned once.
 	insert(t, s, inState("twice", t0, store.StateParked))
-	wantIDs(t, "claim naming a record twice", claimKeys(t, s, now, "twice", "twice"), "twice")
+	wantIDs(t, "claim naming a record twice", h.claimKeys(t, s, now, "twice", "twice"), "twice")
 	if got := get(t, s, "twice"); got.Attempts != 6 {
 		t.Errorf("record named twice in one claim: attempts %d, want one more (6)", got.Attempts)
 	}
@@ -175,7 +175,7 @@ func testClaimConcurrent(t *testing.T, h Harness) {
 		wg.Go(func() {
 			<-start
 			for {
-				recs, err := claimAt(s, store.ClaimRequest{Now: now, Limit: 4, Lease: leaseLen, Decide: forward})
+				recs, err := h.claimAt(s, store.ClaimRequest{Now: now, Limit: 4, Lease: leaseLen, Decide: Forward})
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
@@ -196,7 +196,7 @@ func testClaimConcurrent(t *testing.T, h Harness) {
 	for range claimers {
 		wg.Go(func() {
 			<-start
-			recs, err := claimAt(s, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("one")}, Lease: leaseLen, Decide: forward})
+			recs, err := h.claimAt(s, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("one")}, Lease: leaseLen, Decide: Forward})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -259,7 +259,7 @@ func testRestart(t *testing.T, h Harness) {
 	live := inState("live", t0, store.StateForwarding) // a live forward cut by the restart
 	live.Attempts, live.Lease.Until, live.LastStatus, live.LastError = 2, t0.Add(time.Hour), 503, "app answered 503"
 	insert(t, s, live, queued("claimed", t0, t0), queued("wait", t0, t0.Add(30*time.Second)), inState("done", t0, store.StateDelivered))
-	wantIDs(t, "claim before the restart", claim(t, s, t0, 10), "claimed")
+	wantIDs(t, "claim before the restart", h.claim(t, s, t0, 10), "claimed")
 	if _, err := s.AddTask(ctx, newTask("task", t0, t0.Add(time.Minute))); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func testRestart(t *testing.T, h Harness) {
 	// Both leases lapsed with their owner: the next claim takes them at
 	// once, long before their Until.
 	now := t0.Add(time.Second)
-	recs := claim(t, s, now, 10)
+	recs := h.claim(t, s, now, 10)
 	got := ids(recs)
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"claimed", "live"}) {
@@ -307,12 +307,12 @@ func testRestart(t *testing.T, h Harness) {
 				r.ID, r.LastStatus, r.Interrupts, r.Attempts, b.Interrupts+1, b.Attempts+1)
 		}
 	}
-	wantIDs(t, "second claim after the restart", claim(t, s, now, 10))
-	wantIDs(t, "claim when the waiting record is due", claim(t, s, t0.Add(30*time.Second), 10), "wait")
+	wantIDs(t, "second claim after the restart", h.claim(t, s, now, 10))
+	wantIDs(t, "claim when the waiting record is due", h.claim(t, s, t0.Add(30*time.Second), 10), "wait")
 
 	// Every restart ends every lease of the handle before it.
 	s = h.Reopen(t, s)
-	recs = claim(t, s, t0.Add(40*time.Second), 10)
+	recs = h.claim(t, s, t0.Add(40*time.Second), 10)
 	got = ids(recs)
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"claimed", "live", "wait"}) {
@@ -349,14 +349,14 @@ func testLeaseLapse(t *testing.T, h Harness, s store.Store, term time.Duration) 
 		}
 		return r
 	}
-	recs := claimReq(t, s, req(t0))
+	recs := h.claimReq(t, s, req(t0))
 	wantIDs(t, "first claim", recs, "a")
 	for _, r := range recs {
 		checkLeased(t, s, r, t0, term)
 	}
 	justBefore := t0.Add(term - time.Nanosecond)
-	wantIDs(t, "claim just before the lease runs out", claimReq(t, s, req(justBefore)))
-	wantIDs(t, "claim by key just before the lease runs out", claimReq(t, s, req(justBefore, "a")))
+	wantIDs(t, "claim just before the lease runs out", h.claimReq(t, s, req(justBefore)))
+	wantIDs(t, "claim by key just before the lease runs out", h.claimReq(t, s, req(justBefore, "a")))
 
 	// Renewed, the lease holds past its first term.
 	if err := s.Renew(ctx, key("a"), 99, t0.Add(2*term)); !errors.Is(err, store.ErrLeaseLost) {
@@ -368,12 +368,12 @@ func testLeaseLapse(t *testing.T, h Harness, s store.Store, term time.Duration) 
 	if got := get(t, s, "a"); got.Lease.Owner != s.Owner() || !got.Lease.Until.Equal(t0.Add(2*term)) || got.State != store.StateForwarding {
 		t.Errorf("after Renew: %s lease %+v; want forwarding until %s", got.State, got.Lease, fmtTime(t0.Add(2*term)))
 	}
-	wantIDs(t, "claim at the first term's end, after a renewal", claimReq(t, s, req(t0.Add(term))))
-	wantIDs(t, "claim just before the renewed lease runs out", claimReq(t, s, req(t0.Add(2*term-time.Nanosecond))))
+	wantIDs(t, "claim at the first term's end, after a renewal", h.claimReq(t, s, req(t0.Add(term))))
+	wantIDs(t, "claim just before the renewed lease runs out", h.claimReq(t, s, req(t0.Add(2*term-time.Nanosecond))))
 
 	// Run out: claimable, as lapsed.
 	now := t0.Add(2 * term)
-	recs = claimReq(t, s, req(now))
+	recs = h.claimReq(t, s, req(now))
 	wantIDs(t, "claim when the renewed lease ran out", recs, "a")
 	for _, r := range recs {
 		checkLeased(t, s, r, now, term)
@@ -406,8 +406,8 @@ func testLeaseLapse(t *testing.T, h Harness, s store.Store, term time.Duration) 
 	live := inState("live", t0, store.StateForwarding)
 	live.Lease.Until, live.LastStatus = t0.Add(term), 503
 	insert(t, s, live)
-	wantIDs(t, "claim by key of a live insert's lease", claimReq(t, s, req(justBefore, "live")))
-	recs = claimReq(t, s, req(t0.Add(term), "live"))
+	wantIDs(t, "claim by key of a live insert's lease", h.claimReq(t, s, req(justBefore, "live")))
+	recs = h.claimReq(t, s, req(t0.Add(term), "live"))
 	wantIDs(t, "claim by key of a lapsed insert's lease", recs, "live")
 	for _, r := range recs {
 		checkLeased(t, s, r, t0.Add(term), term)
@@ -439,11 +439,11 @@ func testClaimDecideRecord(t *testing.T, h Harness) {
 	seen := map[string]string{}
 	decide := func(rec *store.Record, d *store.Delivery, lapsed bool) {
 		seen[rec.ID] = fmt.Sprintf("%s %s %v %d", rec.Source, rec.Code, rec.Correction, d.Attempts)
-		forward(d, lapsed)
+		Forward(d, lapsed)
 		d.LastError = "decided for " + rec.ID
 	}
 	now := t0.Add(time.Second)
-	recs := claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, DecideRecord: decide})
+	recs := h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: 10, DecideRecord: decide})
 	wantIDs(t, "claim with DecideRecord", recs, "polled", "corrected")
 	want := map[string]string{"polled": "poll CODE-polled false 0", "corrected": "callback REAL true 0"}
 	for id, w := range want {
@@ -458,7 +458,7 @@ func testClaimDecideRecord(t *testing.T, h Harness) {
 	parked := inState("parked", t0, store.StateParked)
 	parked.Source = store.SourcePoll
 	insert(t, s, parked)
-	recs = claimReq(t, s, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("parked")}, DecideRecord: decide})
+	recs = h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: 1, Keys: []store.Key{key("parked")}, DecideRecord: decide})
 	wantIDs(t, "claim by key with DecideRecord", recs, "parked")
 	if seen["parked"] != "poll CODE-parked false "+fmt.Sprint(parked.Attempts) {
 		t.Errorf("DecideRecord by key saw %q", seen["parked"])

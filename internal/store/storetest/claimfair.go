@@ -64,7 +64,7 @@ func testClaimFair(t *testing.T, h Harness) {
 				insert(t, s, lapsedAt("cut", t0, t0.Add(time.Second)))
 			}
 			now := t0.Add(3 * time.Second)
-			recs := claimReq(t, s, store.ClaimRequest{Now: now, Limit: tc.limit, Reserved: tc.reserved})
+			recs := h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: tc.limit, Reserved: tc.reserved})
 			wantIDs(t, "claim", recs, tc.want...)
 			for _, r := range recs {
 				checkLeased(t, s, r, now, leaseLen)
@@ -74,7 +74,7 @@ func testClaimFair(t *testing.T, h Harness) {
 			for _, r := range recs {
 				taken[r.ID] = true
 			}
-			for _, r := range claim(t, s, now, 100) {
+			for _, r := range h.claim(t, s, now, 100) {
 				if taken[r.ID] {
 					t.Errorf("%s claimed twice", r.ID)
 				}
@@ -159,9 +159,9 @@ func testClaimRoom(t *testing.T, h Harness) {
 			}
 			now := t0.Add(time.Second)
 			var decided int
-			recs := claimReq(t, s, store.ClaimRequest{
+			recs := h.claimReq(t, s, store.ClaimRequest{
 				Now: now, Limit: 10, Reserved: tc.reserved, Route: byHost, Room: tc.room,
-				Decide: func(d *store.Delivery, lapsed bool) { decided++; forward(d, lapsed) },
+				Decide: func(d *store.Delivery, lapsed bool) { decided++; Forward(d, lapsed) },
 			})
 			wantIDs(t, "claim", recs, tc.want...)
 			if decided != len(recs) {
@@ -183,7 +183,7 @@ func testClaimRoom(t *testing.T, h Harness) {
 				}
 			}
 			// Skipped records are claimable later, in their order.
-			wantIDs(t, "claim after the limited one", claim(t, s, now, 10), left...)
+			wantIDs(t, "claim after the limited one", h.claim(t, s, now, 10), left...)
 		})
 	}
 }
@@ -211,7 +211,7 @@ func testClaimSkipBudget(t *testing.T, h Harness) {
 			})
 			insert(t, s, onRoute("free", "free", t0, t0.Add(time.Hour)))
 			now := t0.Add(2 * time.Hour)
-			recs := claimReq(t, s, store.ClaimRequest{Now: now, Limit: limit, Route: byHost, Room: map[string]int{"full": 0}})
+			recs := h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: limit, Route: byHost, Room: map[string]int{"full": 0}})
 			if tc.found {
 				wantIDs(t, fmt.Sprintf("claim behind %d records without room", tc.ahead), recs, "free")
 			} else {
@@ -221,7 +221,7 @@ func testClaimSkipBudget(t *testing.T, h Harness) {
 				t.Errorf("a skipped record became %s with %d attempts", got.State, got.Attempts)
 			}
 			// Without the room limit, the oldest come first.
-			wantIDs(t, "claim without room limits", claim(t, s, now, 1), "full000")
+			wantIDs(t, "claim without room limits", h.claim(t, s, now, 1), "full000")
 		})
 	}
 }

@@ -68,7 +68,7 @@ func testCounts(t *testing.T, h Harness) {
 	update(t, s, "t1", func(d *store.Delivery) { d.State, d.Lease = store.StateDelivered, store.Lease{} })
 	update(t, s, "p1", func(d *store.Delivery) { d.LastError = "still parked" })
 	step("delivered, and an update within a state", map[store.State]int64{store.StateDelivered: 1, store.StateQueued: 1, store.StateParked: 1, store.StateRejected: 1}, 2)
-	wantIDs(t, "claim", claim(t, s, t0, 10), "q1")
+	wantIDs(t, "claim", h.claim(t, s, t0, 10), "q1")
 	step("a claim", map[store.State]int64{store.StateDelivered: 1, store.StateForwarding: 1, store.StateParked: 1, store.StateRejected: 1}, 2)
 	if _, err := s.UpdateTask(ctx, key("t2"), func(tk *store.Task) error {
 		tk.State, tk.NextPollAt = store.TaskExpired, time.Time{}

@@ -76,7 +76,7 @@ func testExpire(t *testing.T, h Harness) {
 	for _, id := range []string{"failed", "parked", "rejected", "queued"} {
 		wantNotFound(t, s, id)
 	}
-	wantIDs(t, "claim by key of an expired record", claimKeys(t, s, end, "queued", "failed"))
+	wantIDs(t, "claim by key of an expired record", h.claimKeys(t, s, end, "queued", "failed"))
 	if recs, err := s.List(ctx, store.Filter{State: store.StateParked}, 10); err != nil || len(recs) != 0 {
 		t.Errorf("List(parked) after Expire = %v, %v; want none", ids(recs), err)
 	}

@@ -134,10 +134,11 @@ func update(t *testing.T, s store.Store, id string, fn func(d *store.Delivery)) 
 	return d
 }
 
-// forward is the suite's usual Decide: claim every record for one more
-// attempt, counting a lapsed lease as an interrupt (so that the claimed
-// record shows whether Decide was told it lapsed).
-func forward(d *store.Delivery, lapsed bool) {
+// Forward is the suite's usual Decide (store.ClaimRequest.Decide): claim
+// every record for one more attempt, counting a lapsed lease as an
+// interrupt (so that the claimed record shows whether Decide was told it
+// lapsed). A driver's own tests may claim with it too.
+func Forward(d *store.Delivery, lapsed bool) {
 	if lapsed {
 		d.Interrupts++
 	}
@@ -145,15 +146,15 @@ func forward(d *store.Delivery, lapsed bool) {
 	d.Attempts++
 }
 
-func claimReq(t *testing.T, s store.Store, req store.ClaimRequest) []*store.Record {
+func (h Harness) claimReq(t *testing.T, s store.Store, req store.ClaimRequest) []*store.Record {
 	t.Helper()
 	if req.Decide == nil && req.DecideRecord == nil {
-		req.Decide = forward
+		req.Decide = Forward
 	}
 	if req.Lease == 0 {
 		req.Lease = leaseLen
 	}
-	recs, err := claimAt(s, req)
+	recs, err := h.claimAt(s, req)
 	if err != nil {
 		t.Fatalf("Claim(now %s, limit %d, keys %v): %v", req.Now.Format(time.RFC3339Nano), req.Limit, req.Keys, err)
 	}
@@ -162,19 +163,19 @@ func claimReq(t *testing.T, s store.Store, req store.ClaimRequest) []*store.Reco
 
 // claim claims up to limit due records at now with forward and a lease
 // of leaseLen.
-func claim(t *testing.T, s store.Store, now time.Time, limit int) []*store.Record {
+func (h Harness) claim(t *testing.T, s store.Store, now time.Time, limit int) []*store.Record {
 	t.Helper()
-	return claimReq(t, s, store.ClaimRequest{Now: now, Limit: limit})
+	return h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: limit})
 }
 
 // claimKeys claims the records of ids at now with forward.
-func claimKeys(t *testing.T, s store.Store, now time.Time, ids ...string) []*store.Record {
+func (h Harness) claimKeys(t *testing.T, s store.Store, now time.Time, ids ...string) []*store.Record {
 	t.Helper()
 	keys := make([]store.Key, 0, len(ids))
 	for _, id := range ids {
 		keys = append(keys, key(id))
 	}
-	return claimReq(t, s, store.ClaimRequest{Now: now, Limit: len(ids), Keys: keys})
+	return h.claimReq(t, s, store.ClaimRequest{Now: now, Limit: len(ids), Keys: keys})
 }
 
 func ids(recs []*store.Record) []string {
@@ -217,39 +218,24 @@ func fmtTime(t time.Time) string {
 
 // diffDelivery lists how got differs from want.
 func diffDelivery(got, want store.Delivery) string {
-	var d []string
-	add := func(field string, g, w any) { d = append(d, fmt.Sprintf("%s %v, want %v", field, g, w)) }
-	if got.State != want.State {
-		add("state", got.State, want.State)
-	}
-	if got.Attempts != want.Attempts {
-		add("attempts", got.Attempts, want.Attempts)
-	}
-	if got.Failures != want.Failures {
-		add("failures", got.Failures, want.Failures)
-	}
-	if got.Interrupts != want.Interrupts {
-		add("interrupts", got.Interrupts, want.Interrupts)
-	}
-	if !got.DueAt.Equal(want.DueAt) {
-		add("due_at", fmtTime(got.DueAt), fmtTime(want.DueAt))
-	}
+	var d diffs
+	differ(&d, "state", got.State, want.State)
+	differ(&d, "attempts", got.Attempts, want.Attempts)
+	differ(&d, "failures", got.Failures, want.Failures)
+	differ(&d, "interrupts", got.Interrupts, want.Interrupts)
+	d.time("due_at", got.DueAt, want.DueAt)
 	if got.Lease.Owner != want.Lease.Owner || !got.Lease.Until.Equal(want.Lease.Until) {
-		add("lease", got.Lease.Owner+" "+fmtTime(got.Lease.Until), want.Lease.Owner+" "+fmtTime(want.Lease.Until))
+		d.add("lease", got.Lease.Owner+" "+fmtTime(got.Lease.Until), want.Lease.Owner+" "+fmtTime(want.Lease.Until))
 	}
-	if got.LastStatus != want.LastStatus {
-		add("last_status", got.LastStatus, want.LastStatus)
-	}
+	differ(&d, "last_status", got.LastStatus, want.LastStatus)
 	if got.LastError != want.LastError {
-		add("last_error", fmt.Sprintf("%q", got.LastError), fmt.Sprintf("%q", want.LastError))
+		d.add("last_error", fmt.Sprintf("%q", got.LastError), fmt.Sprintf("%q", want.LastError))
 	}
-	if !got.UpdatedAt.Equal(want.UpdatedAt) {
-		add("updated_at", fmtTime(got.UpdatedAt), fmtTime(want.UpdatedAt))
-	}
+	d.time("updated_at", got.UpdatedAt, want.UpdatedAt)
 	if h := diffHistory(got.History, want.History); h != "" {
-		add("history", h, "")
+		d.add("history", h, "")
 	}
-	return strings.Join(d, "; ")
+	return d.String()
 }
 
 // diffHistory says how the history got differs from want ("" if not):
@@ -271,53 +257,35 @@ func diffHistory(got, want []store.Attempt) string {
 // diffRecord lists how got differs from want, field by field (times by
 // instant, headers and body by value).
 func diffRecord(got, want *store.Record) string {
-	var d []string
-	add := func(field string, g, w any) { d = append(d, fmt.Sprintf("%s %v, want %v", field, g, w)) }
-	if got.Provider != want.Provider || got.ID != want.ID {
-		add("key", got.Key(), want.Key())
-	}
-	if got.Code != want.Code {
-		add("code", got.Code, want.Code)
-	}
-	if got.Source != want.Source {
-		add("source", got.Source, want.Source)
-	}
-	if got.Server != want.Server {
-		add("server", got.Server, want.Server)
-	}
+	var d diffs
+	differ(&d, "key", got.Key(), want.Key())
+	differ(&d, "code", got.Code, want.Code)
+	differ(&d, "source", got.Source, want.Source)
+	differ(&d, "server", got.Server, want.Server)
 	if got.Verified != want.Verified || got.Tracked != want.Tracked || got.Quarantine != want.Quarantine ||
 		got.OtherCode != want.OtherCode || got.Correction != want.Correction {
-		add("verification", fmt.Sprintf("verified %q tracked %v quarantine %q other %q correction %v", got.Verified, got.Tracked, got.Quarantine, got.OtherCode, got.Correction),
+		d.add("verification", fmt.Sprintf("verified %q tracked %v quarantine %q other %q correction %v", got.Verified, got.Tracked, got.Quarantine, got.OtherCode, got.Correction),
 			fmt.Sprintf("verified %q tracked %v quarantine %q other %q correction %v", want.Verified, want.Tracked, want.Quarantine, want.OtherCode, want.Correction))
 	}
-	for _, x := range []struct {
-		name string
-		g, w time.Time
-	}{
-		{"received_at", got.ReceivedAt, want.ReceivedAt},
-		{"submitted_at", got.SubmittedAt, want.SubmittedAt},
-		{"expires_at", got.ExpiresAt, want.ExpiresAt},
-	} {
-		if !x.g.Equal(x.w) {
-			add(x.name, fmtTime(x.g), fmtTime(x.w))
-		}
-	}
+	d.time("received_at", got.ReceivedAt, want.ReceivedAt)
+	d.time("submitted_at", got.SubmittedAt, want.SubmittedAt)
+	d.time("expires_at", got.ExpiresAt, want.ExpiresAt)
 	gr, wr := got.Request, want.Request
 	if gr.Method != wr.Method || gr.URI != wr.URI || gr.Host != wr.Host || gr.Proto != wr.Proto ||
 		gr.RemoteAddr != wr.RemoteAddr || gr.LocalAddr != wr.LocalAddr || gr.TLS != wr.TLS {
-		add("request", fmt.Sprintf("%s %s host %s %s from %s to %s tls %v", gr.Method, gr.URI, gr.Host, gr.Proto, gr.RemoteAddr, gr.LocalAddr, gr.TLS),
+		d.add("request", fmt.Sprintf("%s %s host %s %s from %s to %s tls %v", gr.Method, gr.URI, gr.Host, gr.Proto, gr.RemoteAddr, gr.LocalAddr, gr.TLS),
 			fmt.Sprintf("%s %s host %s %s from %s to %s tls %v", wr.Method, wr.URI, wr.Host, wr.Proto, wr.RemoteAddr, wr.LocalAddr, wr.TLS))
 	}
 	if !(len(gr.Header) == 0 && len(wr.Header) == 0) && !maps.EqualFunc(gr.Header, wr.Header, slices.Equal) {
-		add("header", gr.Header, wr.Header)
+		d.add("header", gr.Header, wr.Header)
 	}
 	if !bytes.Equal(gr.Body, wr.Body) {
-		add("body", fmt.Sprintf("%q", gr.Body), fmt.Sprintf("%q", wr.Body))
+		d.add("body", fmt.Sprintf("%q", gr.Body), fmt.Sprintf("%q", wr.Body))
 	}
 	if dd := diffDelivery(got.Delivery, want.Delivery); dd != "" {
 		d = append(d, dd)
 	}
-	return strings.Join(d, "; ")
+	return d.String()
 }
 
 func newTask(id string, t0, next time.Time) *store.Task {
@@ -336,47 +304,65 @@ func newTask(id string, t0, next time.Time) *store.Task {
 
 // diffTask lists how got differs from want.
 func diffTask(got, want *store.Task) string {
-	var d []string
-	add := func(field string, g, w any) { d = append(d, fmt.Sprintf("%s %v, want %v", field, g, w)) }
-	if got.Provider != want.Provider || got.ID != want.ID {
-		add("key", got.Key(), want.Key())
+	var d diffs
+	differ(&d, "key", got.Key(), want.Key())
+	differ(&d, "method", got.Method, want.Method)
+	differ(&d, "pingback_url", got.PingbackURL, want.PingbackURL)
+	differ(&d, "state", got.State, want.State)
+	differ(&d, "polls", got.Polls, want.Polls)
+	differ(&d, "last_error", got.LastError, want.LastError)
+	differ(&d, "token", got.Token, want.Token)
+	differ(&d, "account", got.Account, want.Account)
+	d.time("submitted_at", got.SubmittedAt, want.SubmittedAt)
+	d.time("next_poll_at", got.NextPollAt, want.NextPollAt)
+	d.time("updated_at", got.UpdatedAt, want.UpdatedAt)
+	d.time("expires_at", got.ExpiresAt, want.ExpiresAt)
+	d.time("result_at", got.ResultAt, want.ResultAt)
+	return d.String()
+}
+
+// diffs are the differences diffRecord, diffDelivery and diffTask list,
+// one "field got, want want" each.
+type diffs []string
+
+func (d *diffs) add(field string, g, w any) {
+	*d = append(*d, fmt.Sprintf("%s %v, want %v", field, g, w))
+}
+
+// time adds field if g and w are different instants.
+func (d *diffs) time(field string, g, w time.Time) {
+	if !g.Equal(w) {
+		d.add(field, fmtTime(g), fmtTime(w))
 	}
-	if got.Method != want.Method {
-		add("method", got.Method, want.Method)
+}
+
+func (d diffs) String() string { return strings.Join(d, "; ") }
+
+// differ adds field to d if g and w differ.
+func differ[T comparable](d *diffs, field string, g, w T) {
+	if g != w {
+		d.add(field, g, w)
 	}
-	if got.PingbackURL != want.PingbackURL {
-		add("pingback_url", got.PingbackURL, want.PingbackURL)
+}
+
+// addInState stores tk in state (a task no longer pending has no next
+// poll) and returns it.
+func addInState(t *testing.T, s store.Store, tk *store.Task, state store.TaskState) *store.Task {
+	t.Helper()
+	if tk.State = state; tk.State != store.TaskPending {
+		tk.NextPollAt = time.Time{}
 	}
-	if got.State != want.State {
-		add("state", got.State, want.State)
+	if _, err := s.AddTask(ctx, tk); err != nil {
+		t.Fatal(err)
 	}
-	if got.Polls != want.Polls {
-		add("polls", got.Polls, want.Polls)
-	}
-	if got.LastError != want.LastError {
-		add("last_error", got.LastError, want.LastError)
-	}
-	if got.Token != want.Token {
-		add("token", got.Token, want.Token)
-	}
-	if got.Account != want.Account {
-		add("account", got.Account, want.Account)
-	}
-	for _, x := range []struct {
-		name string
-		g, w time.Time
-	}{
-		{"submitted_at", got.SubmittedAt, want.SubmittedAt},
-		{"next_poll_at", got.NextPollAt, want.NextPollAt},
-		{"updated_at", got.UpdatedAt, want.UpdatedAt},
-		{"expires_at", got.ExpiresAt, want.ExpiresAt},
-		{"result_at", got.ResultAt, want.ResultAt},
-	} {
-		if !x.g.Equal(x.w) {
-			add(x.name, fmtTime(x.g), fmtTime(x.w))
-		}
-	}
-	return strings.Join(d, "; ")
+	return tk
+}
+
+// sortTasks sorts ts in task-page order (store.CompareTaskPosition).
+func sortTasks(ts []*store.Task) {
+	slices.SortFunc(ts, func(a, b *store.Task) int {
+		return store.CompareTaskPosition(store.TaskPositionOf(a), store.TaskPositionOf(b))
+	})
 }
 
 func taskIDs(ts []*store.Task) []string {

@@ -179,17 +179,9 @@ func testListTaskPage(t *testing.T, h Harness) {
 		if i%3 == 0 {
 			tk.Provider = prov2
 		}
-		if tk.State = states[i%len(states)]; tk.State != store.TaskPending {
-			tk.NextPollAt = time.Time{}
-		}
-		if _, err := s.AddTask(ctx, tk); err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, tk)
+		all = append(all, addInState(t, s, tk, states[i%len(states)]))
 	}
-	slices.SortFunc(all, func(a, b *store.Task) int {
-		return store.CompareTaskPosition(store.TaskPositionOf(a), store.TaskPositionOf(b))
-	})
+	sortTasks(all)
 	check := func(when string) {
 		t.Helper()
 		queries := []store.TaskQuery{{}, {Provider: prov}, {Provider: prov2}, {Provider: "nobody"}}
@@ -361,7 +353,7 @@ func testPurge(t *testing.T, h Harness) {
 	if err := s.Renew(ctx, key("F1"), 1, t0.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("Renew of a purged forward: %v, want ErrLeaseLost", err)
 	}
-	if recs := claimKeys(t, s, t0.Add(time.Hour), "F1"); len(recs) != 0 {
+	if recs := h.claimKeys(t, s, t0.Add(time.Hour), "F1"); len(recs) != 0 {
 		t.Errorf("Claim of a purged record: %v", ids(recs))
 	}
 	wantPurged(s, "F1")

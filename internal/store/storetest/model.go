@@ -252,7 +252,7 @@ func (m *model) claim() {
 			due = append(due, id)
 		}
 	}
-	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: limit, Lease: m.lease, Decide: m.decide})
+	recs, err := m.h.claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: limit, Lease: m.lease, Decide: m.decide})
 	if err != nil {
 		m.fatalf("Claim: %v", err)
 	}
@@ -298,7 +298,7 @@ func (m *model) claimKeys() {
 	if m.rnd.IntN(4) == 0 {
 		keys = append(keys, key("absent"))
 	}
-	recs, err := claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: len(keys), Keys: keys, Lease: m.lease, Decide: m.decide})
+	recs, err := m.h.claimAt(m.s, store.ClaimRequest{Now: m.now, Limit: len(keys), Keys: keys, Lease: m.lease, Decide: m.decide})
 	if err != nil {
 		m.fatalf("Claim(keys %v): %v", keys, err)
 	}

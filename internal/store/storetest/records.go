@@ -87,7 +87,7 @@ func testInsertDuplicate(t *testing.T, h Harness) {
 		t.Errorf("Get after a duplicate Insert (it must write nothing): %s", d)
 	}
 	// The duplicate's earlier due time was not indexed either.
-	wantIDs(t, "claim at the duplicate's due time", claim(t, s, t0.Add(30*time.Minute), 10))
+	wantIDs(t, "claim at the duplicate's due time", h.claim(t, s, t0.Add(30*time.Minute), 10))
 
 	// Existing carries the current delivery state, not the one inserted.
 	update(t, s, "7", func(d *store.Delivery) {
@@ -101,7 +101,7 @@ func testInsertDuplicate(t *testing.T, h Harness) {
 		t.Errorf("duplicate Insert after an update: Existing is %s/%d code %q; want the current state (failed, 503) of the first record",
 			res.Existing.State, res.Existing.LastStatus, res.Existing.Code)
 	}
-	wantIDs(t, "claim at the failed record's due time", claim(t, s, t0.Add(2*time.Hour), 10), "7")
+	wantIDs(t, "claim at the failed record's due time", h.claim(t, s, t0.Add(2*time.Hour), 10), "7")
 }
 
 func testInsertForwarding(t *testing.T, h Harness) {
@@ -123,8 +123,8 @@ func testInsertForwarding(t *testing.T, h Harness) {
 		t.Errorf("stored forwarding record: state %s lease %+v; want the lease {%s %s}", got.State, got.Lease, s.Owner(), fmtTime(t0.Add(time.Hour)))
 	}
 	// Its lease holds: neither a claim nor a claim by key takes it.
-	wantIDs(t, "claim of a record under a live lease", claim(t, s, t0.Add(time.Minute), 10))
-	wantIDs(t, "claim by key of a record under a live lease", claimKeys(t, s, t0.Add(time.Minute), "1"))
+	wantIDs(t, "claim of a record under a live lease", h.claim(t, s, t0.Add(time.Minute), 10))
+	wantIDs(t, "claim by key of a record under a live lease", h.claimKeys(t, s, t0.Add(time.Minute), "1"))
 
 	// Any other state is stored without a lease, whatever the caller says.
 	other := inState("2", t0, store.StateQueued)
@@ -202,7 +202,7 @@ func testInsertTooLarge(t *testing.T, h Harness) {
 	if d := diffRecord(get(t, s, "max"), largest); d != "" {
 		t.Errorf("Get of a record with a MaxBodySize body: %s", d)
 	}
-	recs := claim(t, s, t0, 1)
+	recs := h.claim(t, s, t0, 1)
 	wantIDs(t, "claim of the large record", recs, "max")
 	if len(recs) == 1 && !bytes.Equal(recs[0].Request.Body, largest.Request.Body) {
 		t.Errorf("claimed large record has a body of %d bytes, want the stored %d", len(recs[0].Request.Body), len(largest.Request.Body))
@@ -237,7 +237,7 @@ func testUpdateDelivery(t *testing.T, h Harness) {
 		t.Errorf("Get after UpdateDelivery (the request is kept): %s", dd)
 	}
 	// The due index moved: not due at the old time, due at the new one.
-	wantIDs(t, "claim between the old and the new due time", claim(t, s, later.Add(-time.Nanosecond), 10))
+	wantIDs(t, "claim between the old and the new due time", h.claim(t, s, later.Add(-time.Nanosecond), 10))
 	if recs, err := s.List(ctx, store.Filter{State: store.StateFailed}, 10); err != nil || len(recs) != 1 || recs[0].LastStatus != 503 {
 		t.Errorf("List(failed) = %v, %v; want the updated record", ids(recs), err)
 	}
@@ -245,7 +245,7 @@ func testUpdateDelivery(t *testing.T, h Harness) {
 	update(t, s, "20", func(d *store.Delivery) {
 		d.State, d.DueAt, d.LastStatus, d.LastError = store.StateDelivered, time.Time{}, 200, ""
 	})
-	wantIDs(t, "claim of a delivered record", claim(t, s, later.Add(time.Hour), 10))
+	wantIDs(t, "claim of a delivered record", h.claim(t, s, later.Add(time.Hour), 10))
 
 	called := false
 	if _, err := s.UpdateDelivery(ctx, key("404"), func(*store.Delivery) error { called = true; return nil }); !errors.Is(err, store.ErrNotFound) {
@@ -276,8 +276,8 @@ func testUpdateDeliveryFnError(t *testing.T, h Harness) {
 			if dd := diffRecord(get(t, s, "5"), rec); dd != "" {
 				t.Errorf("record changed: %s", dd)
 			}
-			wantIDs(t, "claim at fn's due time", claim(t, s, t0.Add(time.Second), 10))
-			wantIDs(t, "claim at the stored due time", claim(t, s, t0.Add(time.Minute), 10), "5")
+			wantIDs(t, "claim at fn's due time", h.claim(t, s, t0.Add(time.Second), 10))
+			wantIDs(t, "claim at the stored due time", h.claim(t, s, t0.Add(time.Minute), 10), "5")
 		})
 	}
 }
@@ -399,7 +399,7 @@ func testClose(t *testing.T, h Harness) {
 			return err
 		},
 		"Claim": func() error {
-			_, err := claimAt(s, store.ClaimRequest{Now: t0, Limit: 1, Lease: time.Minute, Decide: forward})
+			_, err := h.claimAt(s, store.ClaimRequest{Now: t0, Limit: 1, Lease: time.Minute, Decide: Forward})
 			return err
 		},
 		"Renew":   func() error { return s.Renew(ctx, key("1"), 1, t0) },

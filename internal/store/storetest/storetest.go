@@ -72,7 +72,6 @@ func Run(t *testing.T, h Harness) {
 	if h.Open == nil {
 		t.Fatal("storetest: Harness.Open is required")
 	}
-	clocks = h.SetClock
 	if h.Check != nil {
 		h.Open = checked(h.Open, h.Check)
 		if h.Reopen != nil {
@@ -141,15 +140,11 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
-// clocks is the running suite's Harness.SetClock (the suite's tests do
-// not run in parallel).
-var clocks func(s store.Store, now time.Time)
-
 // claimAt makes the claim req on s, first setting the store's clock to
 // req.Now if the harness keeps one.
-func claimAt(s store.Store, req store.ClaimRequest) ([]*store.Record, error) {
-	if clocks != nil {
-		clocks(s, req.Now)
+func (h Harness) claimAt(s store.Store, req store.ClaimRequest) ([]*store.Record, error) {
+	if h.SetClock != nil {
+		h.SetClock(s, req.Now)
 	}
 	return s.Claim(ctx, req)
 }

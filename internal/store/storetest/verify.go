@@ -92,7 +92,7 @@ func testQuarantinedKeepsTaskPending(t *testing.T, h Harness) {
 		t.Errorf("task added after its quarantined result: %s, want pending", gt.State)
 	}
 	// Nothing claims a quarantined record.
-	if got := claim(t, s, t0.Add(time.Hour), 10); len(got) != 0 {
+	if got := h.claim(t, s, t0.Add(time.Hour), 10); len(got) != 0 {
 		t.Errorf("Claim took quarantined records: %v", ids(got))
 	}
 }
@@ -168,10 +168,10 @@ func testUpdateRecord(t *testing.T, h Harness) {
 	}
 	wantNotFound(t, s, "other")
 	// The indexes follow: due at t1, not before.
-	if c := claim(t, s, t0, 10); len(c) != 0 {
+	if c := h.claim(t, s, t0, 10); len(c) != 0 {
 		t.Errorf("claimed before its new due time: %v", ids(c))
 	}
-	wantIDs(t, "Claim at the new due time", claim(t, s, t1, 10), "77")
+	wantIDs(t, "Claim at the new due time", h.claim(t, s, t1, 10), "77")
 }
 
 func testUpdateRecordReleases(t *testing.T, h Harness) {
