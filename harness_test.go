@@ -336,8 +336,8 @@ func (c *childCaddy) stop() {
 	resp.Body.Close()
 	select {
 	case <-c.exited:
-	case <-time.After(20 * time.Second):
-		c.t.Fatal("child caddy did not exit within 20s of /stop")
+	case <-time.After(testkit.Slowdown * 20 * time.Second):
+		c.t.Fatalf("child caddy did not exit within %s of /stop", testkit.Slowdown*20*time.Second)
 	}
 	if !c.state.Success() {
 		c.t.Fatalf("child caddy exited with %v after /stop", c.state)
