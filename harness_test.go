@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,21 +19,27 @@ import (
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
 
-// Tests in this package run a real Caddy in-process on fixed ports (admin
-// 2999, HTTP 9080), so packages must run serially (go test -p 1) and tests
-// here must not use t.Parallel. PINGBACK_TEST_ADMIN_PORT and
-// PINGBACK_TEST_HTTP_PORT move them, for running two test binaries at once.
+// Tests in this package run a real Caddy in-process. Caddy's config is
+// process-wide (one running config, one admin endpoint), so tests here
+// run one at a time and must not use t.Parallel. Its ports are free ones
+// picked once per test process (testkit.ProcessPort), so this package's
+// test binary runs beside other packages' and other checkouts' (go test
+// ./... runs packages at once).
 var (
-	testAdmin    = "localhost:" + envPort("PINGBACK_TEST_ADMIN_PORT", 2999)
-	testHTTPPort = envPort("PINGBACK_TEST_HTTP_PORT", 9080)
-	testBase     = "http://localhost:" + testHTTPPort
+	testAdmin     = "localhost:" + processPort()
+	testHTTPPort  = processPort()
+	testHTTPSPort = processPort()
+	testBase      = "http://localhost:" + testHTTPPort
 )
 
-func envPort(name string, def int) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// processPort is testkit.ProcessPort for a package variable's initializer:
+// a test process without its ports cannot run at all.
+func processPort() string {
+	port, err := testkit.ProcessPort()
+	if err != nil {
+		panic(err)
 	}
-	return strconv.Itoa(def)
+	return port
 }
 
 // startCaddy loads a Caddyfile made of the test globals, the given lines of
@@ -60,13 +65,13 @@ func caddyfileFor(pingbackGlobal, sites string) string {
 }
 
 // testGlobals is the global options block of the in-process Caddy: the
-// test ports, https_port 9443, grace_period 1ns and the lines of the
+// test ports (HTTP, HTTPS, admin), grace_period 1ns and the lines of the
 // global pingback block.
 func testGlobals(pingbackGlobal string) testkit.Globals {
 	return testkit.Globals{
 		Admin:       testAdmin,
 		HTTPPort:    testHTTPPort,
-		HTTPSPort:   "9443",
+		HTTPSPort:   testHTTPSPort,
 		GracePeriod: "1ns",
 		Pingback:    pingbackGlobal,
 	}
@@ -168,12 +173,12 @@ func pingbackSite(provider, handlerLines string, app *testkit.App) string {
 }
 
 // Child Caddy processes (built from ./cmd/caddy) listen on their own ports,
-// apart from the in-process Caddy's: admin 2998 and HTTP 9081 unless
-// PINGBACK_TEST_CHILD_ADMIN_PORT and PINGBACK_TEST_CHILD_HTTP_PORT say
-// otherwise. At most one child runs at a time.
+// apart from the in-process Caddy's, picked like those. At most one child
+// runs on them at a time; a second child beside it takes
+// testkit.UnusedLoopbackPort ports.
 var (
-	childAdmin    = "localhost:" + envPort("PINGBACK_TEST_CHILD_ADMIN_PORT", 2998)
-	childHTTPPort = envPort("PINGBACK_TEST_CHILD_HTTP_PORT", 9081)
+	childAdmin    = "localhost:" + processPort()
+	childHTTPPort = processPort()
 	childBase     = "http://localhost:" + childHTTPPort
 )
 
@@ -323,8 +328,8 @@ func (c *childCaddy) stop() {
 	resp.Body.Close()
 	select {
 	case <-c.exited:
-	case <-time.After(20 * time.Second):
-		c.t.Fatal("child caddy did not exit within 20s of /stop")
+	case <-time.After(testkit.Slowdown * 20 * time.Second):
+		c.t.Fatalf("child caddy did not exit within %s of /stop", testkit.Slowdown*20*time.Second)
 	}
 	if !c.state.Success() {
 		c.t.Fatalf("child caddy exited with %v after /stop", c.state)

@@ -293,8 +293,9 @@ func TestCapSolverSynchronousAnswer(t *testing.T) {
 const npmClientsDir = "testdata/npmclients"
 
 // npmHTTPSPort is the HTTPS port of the test's Caddy, which serves the
-// clients' API host names with certificates from its local CA.
-var npmHTTPSPort = envPort("PINGBACK_TEST_NPM_HTTPS_PORT", 9303)
+// clients' API host names with certificates from its local CA; a free
+// port picked once per test process, like the harness's.
+var npmHTTPSPort = processPort()
 
 // TestOfficialNPMClients runs the official, unchanged JSON-API clients
 // (npm @antiadmin/anticaptchaofficial and @zennolab_com/capmonstercloud-client)

@@ -62,9 +62,16 @@ func StartCluster(t testing.TB) *Cluster {
 		// Errors are expected when the test left it stopped.
 		_, _ = c.r.command(c.dir, filepath.Join(c.bin, "pg_ctl"), "-D", c.data(), "-m", "immediate", "-w", "stop").CombinedOutput()
 	})
-	// A port taken between its choice and the server's bind is retried.
+	// A port taken between its choice and the server's bind is retried. It
+	// lies below the ephemeral range (testkit.ProcessPort): the cluster
+	// binds it again after Stop or Restart, and meanwhile no listener on
+	// :0 or outgoing connection of another test process can take it.
 	for try := 1; ; try++ {
-		c.port, _ = strconv.Atoi(testkit.UnusedLoopbackPort(t))
+		port, err := testkit.ProcessPort()
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		c.port, _ = strconv.Atoi(port)
 		if err := c.pgctl("start"); err == nil {
 			break
 		} else if try == 3 {

@@ -25,10 +25,13 @@ var caddyBinary struct {
 
 // CaddyBinary builds the module's ./cmd/caddy on its first call in a test
 // binary and returns the binary's path; a failed build fails t (and every
-// later call). The binary lives in the user's cache directory (the system
-// temp directory if there is none), one per checkout (named after a hash
-// of the module's directory), and is replaced atomically, so test runs of
-// other checkouts or of other packages never see a half-written file.
+// later call). Under the race detector (RaceEnabled) the binary is built
+// with -race too, so the child processes a test starts are checked as well.
+// The binary lives in the user's cache directory (the system temp
+// directory if there is none), one per checkout and race mode (named after
+// a hash of the module's directory, with a -race suffix), and is replaced
+// atomically, so test runs of other checkouts or of other packages never
+// see a half-written file.
 func CaddyBinary(t testing.TB) string {
 	t.Helper()
 	caddyBinary.once.Do(func() {
@@ -65,12 +68,20 @@ func buildCaddy() (string, error) {
 	}
 	_ = tmp.Close()
 	defer os.Remove(tmp.Name()) // a no-op once renamed
-	cmd := exec.Command("go", "build", "-o", tmp.Name(), caddyPackage)
+	args := []string{"build", "-o", tmp.Name()}
+	if RaceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, caddyPackage)...)
 	cmd.Dir = module
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/caddy: %v\n%s", err, out)
 	}
-	final := filepath.Join(dir, fmt.Sprintf("caddy-%x", sha256.Sum256([]byte(module)))[:len("caddy-")+16])
+	name := fmt.Sprintf("caddy-%x", sha256.Sum256([]byte(module)))[:len("caddy-")+16]
+	if RaceEnabled {
+		name += "-race"
+	}
+	final := filepath.Join(dir, name)
 	if err := os.Rename(tmp.Name(), final); err != nil {
 		return "", err
 	}

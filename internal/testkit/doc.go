@@ -5,8 +5,10 @@
 // endpoint (Admin), a builder for the
 // global options block of a test Caddyfile (Globals), a multipart body
 // builder, waits on a condition (WaitFor, HoldsFor), plain HTTP calls, a
-// loopback port where nothing listens, a buffer safe for a writer and
-// readers, and the build of ./cmd/caddy once per test binary.
+// loopback port where nothing listens and a free port for a whole test
+// process (ProcessPort), a buffer safe for a writer and readers, the build
+// of ./cmd/caddy once per test binary, and what the race detector changes
+// (RaceEnabled, Slowdown).
 //
 // It is a normal package that only tests import; it imports no package of
 // this module, so any package's tests can use it. Helpers that need the
@@ -14,5 +16,6 @@
 // store) stay in the root package's tests (its startCaddy and friends).
 //
 // Every helper that can fail takes a testing.TB and fails the test, from
-// the caller's line (t.Helper), rather than returning an error.
+// the caller's line (t.Helper), rather than returning an error; only
+// ProcessPort, for a package variable's initializer, returns one.
 package testkit

@@ -9,9 +9,12 @@ import (
 const pollEvery = 10 * time.Millisecond
 
 // WaitFor checks cond every 10ms until it holds, and fails t if it still
-// does not after timeout; what names the awaited condition in the failure.
+// does not after timeout (times Slowdown: 10 times longer under the race
+// detector, so that a wait on a condition holds under its slowdown); what
+// names the awaited condition in the failure.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout *= Slowdown
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
