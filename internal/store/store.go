@@ -100,7 +100,7 @@ var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, 
 // Source says how a result reached the plugin (Record.Source: callback or
 // poll) and how a forward reaches the app (the X-Pingback-Source header:
 // callback, replay or poll); an attempt's Source in the history also
-// tells manual and bulk replays apart (see history.go).
+// tells manual and bulk replays apart (see [SourceManual] and [SourceBulk]).
 type Source string
 
 // The sources.

@@ -42,7 +42,7 @@ type Options struct {
 	LeaseTerm time.Duration
 	// MinFreeSpace is the free space, in bytes, that the filesystem of
 	// Dir must keep: below it every write fails with ErrUnavailable (see
-	// freespace.go). 0 means DefaultMinFreeSpace; negative disables the
+	// [spaceGuard]). 0 means DefaultMinFreeSpace; negative disables the
 	// check (tests only: Badger then dies of SIGBUS on a full disk).
 	MinFreeSpace int64
 	// BeforeCommit, if set, runs before each group commit with the
@@ -50,7 +50,7 @@ type Options struct {
 	// if Badger had refused it. For fault-injection tests.
 	BeforeCommit func(n uint64) error
 	// JournalSize is the size in bytes of each of the journal's two
-	// preallocated files (see badger_journal.go), at least 4 MiB.
+	// preallocated files (see [journal]), at least 4 MiB.
 	// 0 means DefaultJournalSize; negative opens Badger with SyncWrites
 	// and no journal (two msyncs per commit: the design before the
 	// journal, kept for comparison). A store opened without the journal
@@ -93,7 +93,7 @@ type Options struct {
 // group-committed: one committer goroutine gathers every waiting operation
 // into one transaction, appends its writes to the store's journal and
 // fdatasyncs it (the durable point), commits the transaction to Badger
-// (unsynced; checkpointed later, see badger_journal.go) and then releases
+// (unsynced; checkpointed later, see [journal.checkpoint]) and then releases
 // all their callers with the commit's result. No caller is answered before
 // the sync that covers its writes has completed.
 //
@@ -140,14 +140,14 @@ type Badger struct {
 	counted   []countDelta  // the committer's: the count changes of the batch being committed
 	aged      []ageDelta    // the committer's: the age changes of the batch being committed
 	scratch   batch         // the committer's: the view each operation of a batch applies through
-	counts    *memCounts    // records by provider and state, pending tasks: see badger_counts.go
+	counts    *memCounts    // records by provider and state, pending tasks: see [countPrefix]
 	cs        countState    // the committer's: the persisted counts' changes of the batch being committed
 	swept     uint64        // the committer's: the second up to which expiry buckets have been swept
 	sweepDone chan struct{} // closed when the sweep loop exits
-	ages      *memAges      // the times behind the age gauges: see badger_ages.go
-	has       *presence     // the committer's: key kinds the store holds (badger_presence.go)
-	fresh     *fresh        // the committer's: unchanged live forwards' states (badger_fresh.go)
-	scrubMu   sync.Mutex    // one scrub at a time (badger_purge.go)
+	ages      *memAges      // the times behind the age gauges: see [Badger.Ages]
+	has       *presence     // the committer's: key kinds the store holds ([presence])
+	fresh     *fresh        // the committer's: unchanged live forwards' states ([fresh])
+	scrubMu   sync.Mutex    // one scrub at a time ([Badger.scrub])
 }
 
 // op is one unit of work for the committer. apply reads through the batch
@@ -191,7 +191,7 @@ const lazyWait = 3 * time.Millisecond
 
 // Open opens (or creates) the database in opts.Dir with memory-lean
 // options, in Badger's managed mode with the store's own timestamps (see
-// badger_clock.go; a store written in Badger's own mode opens as it is),
+// [clock]; a store written in Badger's own mode opens as it is),
 // upgrades its stored format if it was written by an earlier version,
 // takes a new lease epoch and starts the committer. A directory locked by
 // another process is retried for opts.LockWait, then reported with
@@ -470,7 +470,7 @@ func (b *Badger) Insert(ctx context.Context, rec *store.Record) (store.InsertRes
 		return store.InsertResult{}, fmt.Errorf("%w: %d bytes encoded, at most %d", store.ErrTooLarge, len(encoded), store.MaxRecordSize)
 	}
 	// A live forward's state as a read of it would decode it, for the
-	// committer's fresh states (badger_fresh.go); decoded here, outside
+	// committer's fresh states ([fresh]); decoded here, outside
 	// the serial section.
 	var stored store.Delivery
 	if c.State == store.StateForwarding {
@@ -642,8 +642,8 @@ func (b *Badger) UpdateDelivery(ctx context.Context, key store.Key, fn func(*sto
 	return result, err
 }
 
-// Claim implements Store. Its candidates are gathered by claimable
-// (badger_claim.go): lapsed leases, fair claims, due records.
+// Claim implements Store. Its candidates are gathered by
+// [Badger.claimable]: lapsed leases, fair claims, due records.
 func (b *Badger) Claim(ctx context.Context, req store.ClaimRequest) ([]*store.Record, error) {
 	if !req.Valid() {
 		return nil, errors.New("claim: need a positive limit and a decide function")

@@ -18,7 +18,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-// The conformance suite (storetest, run by badger_conformance_test.go)
+// The conformance suite (storetest, run by [TestBadgerConformance])
 // covers the Store contract; the tests here cover what is Badger's own:
 // group commit, the answers of a batch whose commit fails, the commit's
 // retry paths, epochs and the stored format.

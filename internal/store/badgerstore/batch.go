@@ -24,10 +24,10 @@ import (
 //	l/<epoch><Lease.Until><provider>/<id>     → empty; forwarding records by lease
 //	x/<ExpiresAt><provider>/<id>              → empty; the expiry watch of records ever left undelivered
 //	v/<state>/<provider>/<id>                 → empty; queued, failed, rejected and parked records by state (List)
-//	i/<provider>/<ReceivedAt><id>             → empty; every record by received time (ListPage; badger_list.go)
-//	g/<provider>/<id>                         → empty; the tombstone of a purged record (badger_purge.go)
-//	m/count/<provider>/<state>                → record count (badger_counts.go)
-//	e/<second><provider>/<state>              → count of the records in state expiring then (badger_sweep.go)
+//	i/<provider>/<ReceivedAt><id>             → empty; every record by received time (ListPage; [receivedPrefix])
+//	g/<provider>/<id>                         → empty; the tombstone of a purged record ([purgedPrefix])
+//	m/count/<provider>/<state>                → record count ([countPrefix])
+//	e/<second><provider>/<state>              → count of the records in state expiring then ([bucketPrefix])
 //
 // r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
@@ -59,22 +59,22 @@ type batch struct {
 	// counted are the count changes of the operation's writes, applied
 	// to the store's counts once the batch is committed.
 	counted []countDelta
-	// aged are the changes of the ages (badger_ages.go), applied with
+	// aged are the changes of the ages ([Badger.Ages]), applied with
 	// counted; recvKey and recvAt are the received time of the record
 	// the operation read or wrote last, liveAt that of the live pingback
 	// it stored (zero if none).
 	aged           []ageDelta
 	recvKey        store.Key
 	recvAt, liveAt time.Time
-	// has and fresh are the committer's shortcuts (badger_presence.go,
-	// badger_fresh.go); nil in a read-only view. added is the fresh state
+	// has and fresh are the committer's shortcuts ([presence],
+	// [fresh]); nil in a read-only view. added is the fresh state
 	// the operation's insert wrote, if any (freshKey).
 	has      *presence
 	fresh    *fresh
 	added    *freshState
 	freshKey store.Key
 	// cs is the commit's account of the persisted counts
-	// (badger_sweep.go); nil in a read-only view or an upgrade.
+	// (see [countState]); nil in a read-only view or an upgrade.
 	cs *countState
 	// selfCheck is the store's Options.SelfCheck, in the committer's
 	// batch only.

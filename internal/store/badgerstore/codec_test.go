@@ -80,8 +80,9 @@ func filled[T any](t *testing.T) *T {
 
 // Every field of Record, Delivery and Task survives the binary encoding,
 // and the JSON of format 2 still decodes. A field added to one of these
-// structs and not to badger_codec.go fails here (and, until it is added,
-// the store writes that type as JSON, so the field is kept).
+// structs and not to the binary encoding (its layouts and field lists,
+// such as [recordLayout] and [recordFields]) fails here (and, until it
+// is added, the store writes that type as JSON, so the field is kept).
 func TestCodecRoundTrip(t *testing.T) {
 	for _, c := range []struct {
 		typ    reflect.Type

@@ -25,7 +25,7 @@ const countPrefix = "m/count/"
 // committed batch by the state changes its operations wrote, which the
 // batch persists as well. A record whose retention ends leaves Badger by
 // its TTL, without a transaction of its own: each record with an expiry is
-// also counted under its expiry second and state (badger_sweep.go), and
+// also counted under its expiry second and state ([bucketPrefix]), and
 // leaves its state's count within about a second of that moment, by a
 // sweep, whatever its state (Expire then only reports and forgets what is
 // left of the undelivered ones). Pending tasks are counted when the store

@@ -135,7 +135,7 @@ func checkIndexes(txn *badger.Txn) error {
 			bad("missing index entry %q", k)
 		}
 	}
-	// The expiry buckets of the records (badger_sweep.go), one second
+	// The expiry buckets of the records ([bucketPrefix]), one second
 	// past now and later: earlier ones may be the sweep's to take.
 	buckets := map[bucketKey]int64{}
 	if _, err := countKeys(&batch{txn: txn}, buckets); err != nil {

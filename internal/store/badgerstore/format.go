@@ -18,29 +18,30 @@ import (
 //	  forwarding record sat in q/ at the time it would count as stuck.
 //	2: failures and interrupts counted apart from attempts, leases in l/
 //	  by owner epoch, queued state, expiry watch x/, s/ outliving r/.
-//	3: the journal (badger_journal.go) in front of Badger, which code of
+//	3: the journal ([journal]) in front of Badger, which code of
 //	  format 2 would ignore; values of r/, s/ and t/ written in the binary
-//	  encoding of badger_codec.go (JSON values of format 2 stay readable,
-//	  so a store of format 2 needs no rewrite).
-//	4: the received-time index i/ (badger_list.go) and the tombstones g/
-//	  of purged records (badger_purge.go); opening a store of an earlier
+//	  encoding of [encodeRecord], [encodeDelivery] and [encodeTask] (JSON
+//	  values of format 2 stay readable, so a store of format 2 needs no
+//	  rewrite).
+//	4: the received-time index i/ ([receivedPrefix]) and the tombstones g/
+//	  of purged records ([purgedPrefix]); opening a store of an earlier
 //	  format writes the i/ entries of its records.
-//	5: the task order index o/ (badger_taskorder.go), by state, provider
+//	5: the task order index o/ ([taskOrderPrefix]), by state, provider
 //	  and submission time; opening a store of an earlier format writes
 //	  the o/ entries of its tasks.
-//	6: the fair claims index f/ (badger_claim.go), the due records of q/
+//	6: the fair claims index f/ ([fairPrefix]), the due records of q/
 //	  with at most FewFailures failures; opening a store of an earlier
 //	  format writes the f/ entries of its due records.
 //	7: tasks have accounts (Task.Account, appended to the t/ value); the
 //	  poll index p/ and the task order o/ are keyed by account (runs per
-//	  provider and account, badger_task.go). Opening a store of an
-//	  earlier format stamps its tasks with Options.LegacyAccounts
-//	  and rewrites every p/ and o/ entry in the new layout
-//	  (upgradeTaskIndexes; it also writes the o/ entries formats 1 to 4
-//	  lacked).
-//	8: the record counts are persisted (m/count/, badger_counts.go) and
+//	  provider and account: [pollRunPrefix], [taskOrderRun]). Opening a
+//	  store of an earlier format stamps its tasks with
+//	  Options.LegacyAccounts and rewrites every p/ and o/ entry in the
+//	  new layout (upgradeTaskIndexes; it also writes the o/ entries
+//	  formats 1 to 4 lacked).
+//	8: the record counts are persisted (m/count/, [countPrefix]) and
 //	  records are counted by expiry second and state (e/,
-//	  badger_sweep.go), so that an open reads the counts instead of
+//	  [bucketPrefix]), so that an open reads the counts instead of
 //	  every record key. Opening a store of an earlier format counts its
 //	  record keys once and writes both (persistCounts).
 const formatVersion = 8

@@ -296,7 +296,8 @@ func TestDefaultStatfs(t *testing.T) {
 }
 
 // DefaultMinFreeSpace is derived for the options Open really uses:
-// if they change, the derivation in freespace.go must be redone.
+// if they change, the derivation (the comment of [DefaultMinFreeSpace],
+// and [growthBound]) must be redone.
 func TestDefaultMinFreeSpaceMatchesOptions(t *testing.T) {
 	b := openTestBadger(t, Options{Dir: t.TempDir()})
 	o := b.db.Opts()

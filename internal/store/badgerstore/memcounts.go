@@ -18,7 +18,7 @@ type countDelta struct {
 	n        int64
 	// exp is, on Badger, the record's expiry (Unix seconds): the
 	// change moves that second's expiry bucket of the state too
-	// (badger_sweep.go). 0 for none.
+	// ([bucketPrefix]). 0 for none.
 	exp uint64
 }
 

@@ -8,10 +8,10 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// The committer's shortcuts (badger_presence.go, badger_fresh.go) spare
+// The committer's shortcuts ([presence], [fresh]) spare
 // reads; these tests check the answers stay Badger's where they could go
 // wrong: a failed commit, a reopen, a change of state by something other
-// than the outcome. SelfCheck (main_test.go) compares every shortcut taken
+// than the outcome. SelfCheck ([openChecked]) compares every shortcut taken
 // in every test of the package with a read.
 
 func TestFreshStateServesTheOutcome(t *testing.T) {

@@ -16,9 +16,9 @@ import (
 
 // Task keys (format 7):
 //
-//	t/<provider>/<id>                                        → Task (badger_codec.go)
+//	t/<provider>/<id>                                        → Task ([encodeTask])
 //	p/<provider>/<account>/<8-byte NextPollAt unix ns><id>   → empty; the poll index
-//	o/<state>/<provider>/<account>/<8-byte SubmittedAt unix ns><id> → empty; the task order (badger_taskorder.go)
+//	o/<state>/<provider>/<account>/<8-byte SubmittedAt unix ns><id> → empty; the task order ([taskOrderPrefix])
 //
 // The poll index holds one entry per pending task with a poll time, in
 // one run per account (provider, account id; "" for a task without
@@ -242,7 +242,7 @@ func (w *batch) task(k store.Key) (*store.Task, error) {
 }
 
 // writeTask stores t, moves its poll index entry from old's (poll time
-// or account) and its task order entry (badger_taskorder.go) from old's,
+// or account) and its task order entry ([batch.writeTaskOrder]) from old's,
 // and counts it out of old's pending count and into t's.
 func (w *batch) writeTask(old, t *store.Task) error {
 	val, err := encodeTask(t)

@@ -20,7 +20,7 @@ import (
 // server). A failed commit fails every operation of its batch; nothing of
 // it is stored. A batch that fails on a transient fault is retried once
 // where it is committed, so every waiting operation gets the retry's
-// result (postgres_transient.go).
+// result ([Postgres.retryTransient], [Postgres.afterFailure]).
 
 // Batching limits.
 const (
