@@ -84,7 +84,10 @@ func (a *App) replayDue() {
 	now := a.now().UTC()
 	a.setRouteGauges(a.handle, now)
 	free := cap(a.inflight) - len(a.inflight)
-	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 || a.isStopping() {
+	if a.isStopping() {
+		return // the config is stopping: a forward started now would only be cut
+	}
+	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 {
 		return // outcomes waiting for the store are recorded first
 	}
 	room := a.handle.flows.room(now)
