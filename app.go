@@ -107,6 +107,10 @@ type App struct {
 	cutCtx    context.Context
 	cutCancel context.CancelFunc
 	cutOnce   *sync.Once
+	// stopping is closed when the countdown to the cut begins (the
+	// config's "stopping" event, or Stop): the replay loop starts no
+	// forward after it, since each would only be cut.
+	stopping chan struct{}
 	// inflight bounds the forwards the replay loop has in flight (replays
 	// and polled results together) to Replay.Concurrency.
 	inflight chan struct{}
@@ -192,6 +196,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.stop = make(chan struct{})
 	a.cutCtx, a.cutCancel = context.WithCancel(context.Background())
 	a.cutOnce = new(sync.Once)
+	a.stopping = make(chan struct{})
 	a.probes = new(sync.Map)
 	a.trackersMu = new(sync.Mutex)
 	if a.httpClient == nil {
@@ -406,10 +411,23 @@ func (a *App) watchStopping(ctx caddy.Context) {
 	}
 }
 
-// beginCut starts the countdown to cutting this config's forwards; later
-// calls do nothing.
+// beginCut starts the countdown to cutting this config's forwards and
+// stops the replay loop from starting new ones; later calls do nothing.
 func (a *App) beginCut() {
-	a.cutOnce.Do(func() { time.AfterFunc(cutAfter, a.cutCancel) })
+	a.cutOnce.Do(func() {
+		close(a.stopping)
+		time.AfterFunc(cutAfter, a.cutCancel)
+	})
+}
+
+// isStopping reports whether the countdown to the cut has begun.
+func (a *App) isStopping() bool {
+	select {
+	case <-a.stopping:
+		return true
+	default:
+		return false
+	}
 }
 
 // stoppingHandler receives the "stopping" event.

@@ -75,7 +75,8 @@ func (a *App) recovering(what string, round func()) {
 // backlog of records that failed many times cannot starve one that failed
 // once (a live pingback the app refused during a drain). A route that
 // asked for less traffic gets only the replays its flow control allows
-// ([routeFlows]).
+// ([routeFlows]). Once the config is stopping ([App.beginCut]) it claims
+// nothing: a forward started then would only be cut, burning an attempt.
 func (a *App) replayDue() {
 	st := a.handle.store
 	a.slotMu.Lock() // no bulk replay takes a slot between the count and the claim's
@@ -83,6 +84,9 @@ func (a *App) replayDue() {
 	now := a.now().UTC()
 	a.setRouteGauges(a.handle, now)
 	free := cap(a.inflight) - len(a.inflight)
+	if a.isStopping() {
+		return // the config is stopping: a forward started now would only be cut
+	}
 	if free <= 0 || !st.Available() || a.handle.outcomesWaiting.Load() > 0 {
 		return // outcomes waiting for the store are recorded first
 	}

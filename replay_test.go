@@ -172,6 +172,35 @@ func TestReplayParksAfterMaxAttempts(t *testing.T) {
 	})
 }
 
+// TestReplayStartsNothingOnceStopping checks that once a config begins to
+// stop (its "stopping" event starts the countdown to the cut), the replay
+// loop claims no due record: a forward started then would only be cut,
+// burning an attempt and writing an interrupted attempt into the history.
+// The record stays due for the next config.
+func TestReplayStartsNothingOnceStopping(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, fastReplay, pingbackSite("captchaai", "", app))
+	a := runningApp(t)
+	a.beginCut()
+	insertRecord(t, storedCallback(t, "12501", store.StateFailed, 1, time.Now().Add(-time.Second)))
+	inserted := a.now()
+	a.handle.wake()
+	// Two rounds of the loop ended after the insert: the second began
+	// after the record was due.
+	var first time.Time
+	testkit.WaitFor(t, 5*time.Second, "two replay rounds after the insert", func() bool {
+		ran := a.handle.loops.get("replay")
+		if first.IsZero() && ran.After(inserted) {
+			first = ran
+		}
+		return !first.IsZero() && ran.After(first)
+	})
+	rec := getRecord(t, "captchaai", "12501")
+	if rec.State != store.StateFailed || rec.Attempts != 1 || len(app.Requests()) != 0 {
+		t.Errorf("after the stopping event: %s, attempts %d, %d forwards; want failed, 1, 0", rec.State, rec.Attempts, len(app.Requests()))
+	}
+}
+
 // TestReplaySkipsRejected checks that a result the app rejected (4xx) stays
 // in the dead-letter queue and is never retried automatically.
 func TestReplaySkipsRejected(t *testing.T) {
