@@ -36,8 +36,8 @@ import (
 // withStoreFaults, startHeld). These keep the production module
 // pingback.stores.badger and run without self-checks:
 //   - tests that assert what that module shows (TestStatusAndCountGauges:
-//     kind "badger" and free_bytes), through startCaddyBadger or
-//     loadCaddyfileBadger;
+//     kind "badger" and free_bytes; TestCLI: "store: badger"), through
+//     startCaddyBadger;
 //   - the store module tests (the Caddyfile and JSON store tables, the
 //     PostgreSQL store), which load configs with a store module of their
 //     own or assert on the adapted JSON;
