@@ -28,7 +28,7 @@ func adminStatus(t *testing.T) adminapi.StatusAnswer {
 // are stored, delivered and parked and as tasks are tracked and complete.
 func TestStatusAndCountGauges(t *testing.T) {
 	app := newAppStub(t)
-	startCaddy(t, trkGlobal+"\n\t\treplay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
+	startCaddyBadger(t, trkGlobal+"\n\t\treplay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
 	gauge := func(state string) float64 {
 		v, _ := scrapeMetric(t, `caddy_pingback_records{provider="2captcha",state="`+state+`"}`)
 		return v

@@ -150,9 +150,11 @@ func adaptCaddyfile(t *testing.T, caddyfile string) []byte {
 }
 
 // postLoad loads a config the way `caddy reload` does: POST /load on the
-// admin endpoint, which answers once the new config runs.
+// admin endpoint, which answers once the new config runs. The store of
+// its storage_dir is opened self-checked (selfChecked).
 func postLoad(t *testing.T, cfg []byte) {
 	t.Helper()
+	cfg = selfChecked(t, cfg)
 	if status, body := adminDo(t, http.MethodPost, "/load", string(cfg)); status != http.StatusOK {
 		t.Fatalf("POST /load: %d %s", status, body)
 	}

@@ -35,7 +35,7 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 // an in-process Caddy, with good and bad input.
 func TestCLI(t *testing.T) {
 	app := newAppStub(t)
-	startCaddy(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
+	startCaddyBadger(t, "replay {\n\t\t\tbackoff 20ms 40ms\n\t\t\tmax_attempts 2\n\t\t}", pingbackSite("2captcha", "", app))
 	if code, _ := testkit.PostForm(t, testBase+"/cb", "id=501&code=A"); code != http.StatusOK {
 		t.Fatal("pingback refused")
 	}

@@ -25,6 +25,29 @@ import (
 // picked once per test process (testkit.ProcessPort), so this package's
 // test binary runs beside other packages' and other checkouts' (go test
 // ./... runs packages at once).
+//
+// Self-checks. Every in-process config that a test loads through
+// startCaddy, loadCaddyfile or postLoad opens its storage_dir through the
+// test-only store module pingback.stores.test_faults with no faults
+// (selfChecked): the production Badger store with its self-checks on
+// (badgerstore.Options.SelfCheck: the committer's checks, the counts
+// compared with a recount at each open), as do the fault-injecting
+// helpers (startCaddyFaults, startCaddyWith, startCaddyWrapped,
+// withStoreFaults, startHeld). These keep the production module
+// pingback.stores.badger and run without self-checks:
+//   - tests that assert what that module shows (TestStatusAndCountGauges:
+//     kind "badger" and free_bytes; TestCLI: "store: badger"), through
+//     startCaddyBadger;
+//   - the store module tests (the Caddyfile and JSON store tables, the
+//     PostgreSQL store), which load configs with a store module of their
+//     own or assert on the adapted JSON;
+//   - tests that load a JSON config with caddy.Load directly: those that
+//     want the load to fail (TestConfigErrorsAtStart,
+//     TestStorageDirThatCannotBeOpened, TestStorageDirLockedByAnotherProcess,
+//     TestStartRefusesSharedStorageDir), whose stores never open, and
+//     TestDocJSONExampleServes, which loads the documented JSON as it is;
+//   - child Caddy processes (testkit.CaddyBinary), which have only the
+//     production modules.
 var (
 	testAdmin     = "localhost:" + processPort()
 	testHTTPPort  = processPort()
@@ -44,16 +67,31 @@ func processPort() string {
 
 // startCaddy loads a Caddyfile made of the test globals, the given lines of
 // the global pingback block (storage_dir is added: a fresh temp dir unless
-// the lines name one) and the site blocks, as a real config load. It returns
-// the storage directory. At test end an empty config is loaded, which closes
-// the store before the temp dir is removed.
+// the lines name one) and the site blocks, as a real config load, with the
+// store self-checked (loadCaddyfile). It returns the storage directory. At
+// test end an empty config is loaded, which closes the store before the
+// temp dir is removed.
 func startCaddy(t *testing.T, pingbackGlobal, sites string) string {
+	t.Helper()
+	return startCaddyLoading(t, loadCaddyfile, pingbackGlobal, sites)
+}
+
+// startCaddyBadger is startCaddy with the store opened through the
+// production module pingback.stores.badger (no self-checks), for tests
+// that assert what that module shows.
+func startCaddyBadger(t *testing.T, pingbackGlobal, sites string) string {
+	t.Helper()
+	return startCaddyLoading(t, loadCaddyfileBadger, pingbackGlobal, sites)
+}
+
+// startCaddyLoading is startCaddy with the Caddyfile loaded by load.
+func startCaddyLoading(t *testing.T, load func(*testing.T, string), pingbackGlobal, sites string) string {
 	t.Helper()
 	dir := t.TempDir() // registered first: removed after the unload below
 	if !strings.Contains(pingbackGlobal, "storage_dir") {
 		pingbackGlobal = "storage_dir " + dir + "\n" + pingbackGlobal
 	}
-	loadCaddyfile(t, caddyfileFor(pingbackGlobal, sites))
+	load(t, caddyfileFor(pingbackGlobal, sites))
 	t.Cleanup(func() { unloadCaddy(t) })
 	return dir
 }
@@ -77,8 +115,22 @@ func testGlobals(pingbackGlobal string) testkit.Globals {
 	}
 }
 
-// loadCaddyfile adapts and loads a Caddyfile in-process.
+// loadCaddyfile adapts and loads a Caddyfile in-process, with the store of
+// its storage_dir opened self-checked (selfChecked).
 func loadCaddyfile(t *testing.T, caddyfile string) {
+	t.Helper()
+	loadAdapted(t, selfChecked(t, adaptWarned(t, caddyfile)))
+}
+
+// loadCaddyfileBadger is loadCaddyfile with the store of its storage_dir
+// opened through the production module pingback.stores.badger.
+func loadCaddyfileBadger(t *testing.T, caddyfile string) {
+	t.Helper()
+	loadAdapted(t, adaptWarned(t, caddyfile))
+}
+
+// adaptWarned adapts a Caddyfile, logging the adapter's warnings.
+func adaptWarned(t *testing.T, caddyfile string) []byte {
 	t.Helper()
 	cfg, warn, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
 	if err != nil {
@@ -87,6 +139,12 @@ func loadCaddyfile(t *testing.T, caddyfile string) {
 	for _, w := range warn {
 		t.Logf("adapt warning: %s", w.Message)
 	}
+	return cfg
+}
+
+// loadAdapted loads a JSON config in-process.
+func loadAdapted(t *testing.T, cfg []byte) {
+	t.Helper()
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatalf("loading config: %v", err)
 	}

@@ -52,12 +52,16 @@ func registerFaults(t *testing.T, f *storeFaults) string {
 }
 
 // faultyStore is the test-only store module pingback.stores.test_faults:
-// the Badger store in Dir, opened with the faults registered under Name.
+// the Badger store in Dir (resolved as BadgerStore resolves it, so the
+// two modules name one directory alike and share its open store across a
+// reload), opened with its self-checks on (badgerstore.Options.SelfCheck)
+// and the faults registered under Name (none if Name is empty).
 type faultyStore struct {
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 	Dir  string `json:"dir"`
 
 	ctx    caddy.Context
+	badger BadgerStore // the directory, resolved
 	faults *storeFaults
 }
 
@@ -66,32 +70,42 @@ func (faultyStore) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "pingback.stores.test_faults", New: func() caddy.Module { return new(faultyStore) }}
 }
 
-// Provision finds the faults registered under Name.
+// Provision resolves Dir and finds the faults registered under Name.
 func (f *faultyStore) Provision(ctx caddy.Context) error {
+	f.ctx, f.faults = ctx, &storeFaults{}
+	f.badger = BadgerStore{Dir: f.Dir}
+	if err := f.badger.Provision(ctx); err != nil {
+		return fmt.Errorf("storage_dir: %w", err)
+	}
+	if f.Name == "" {
+		return nil
+	}
 	v, ok := testFaults.Load(f.Name)
 	if !ok {
 		return fmt.Errorf("no store faults registered as %q", f.Name)
 	}
-	f.ctx, f.faults = ctx, v.(*storeFaults)
+	f.faults = v.(*storeFaults)
 	return nil
 }
 
 // StoreLocation implements StoreModule.
-func (f *faultyStore) StoreLocation() string { return f.Dir }
+func (f *faultyStore) StoreLocation() string { return f.badger.StoreLocation() }
 
 // StoreName implements StoreModule.
-func (f *faultyStore) StoreName() string { return f.Dir }
+func (f *faultyStore) StoreName() string { return f.badger.StoreName() }
 
-// OpenStore implements StoreModule: BadgerStore.OpenStore with the faults.
+// OpenStore implements StoreModule: BadgerStore.OpenStore with the
+// self-checks on and the faults.
 func (f *faultyStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccounts map[string]string) (store.Store, error) {
 	if f.faults.beforeOpen != nil {
 		f.faults.beforeOpen(f.ctx)
 	}
-	if err := os.MkdirAll(f.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating storage_dir %s: %w", f.Dir, err)
+	dir := f.StoreLocation()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating storage_dir %s: %w", dir, err)
 	}
 	m, _ := registerMetrics(nil)
-	opts := badgerstore.Options{Dir: f.Dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts, Counters: m.storeCounters, SelfCheck: true}
+	opts := badgerstore.Options{Dir: dir, Logger: logger.Named("badger"), MinFreeSpace: minFree, LegacyAccounts: legacyAccounts, Counters: m.storeCounters, SelfCheck: true}
 	if f.faults.options != nil {
 		f.faults.options(&opts)
 	}
@@ -107,6 +121,32 @@ func (f *faultyStore) OpenStore(logger *zap.Logger, minFree int64, legacyAccount
 // pingback.stores.test_faults with f.
 func withStoreFaults(t *testing.T, cfg []byte, f *storeFaults) []byte {
 	t.Helper()
+	out, ok := swapStore(t, cfg, registerFaults(t, f))
+	if !ok {
+		t.Fatalf("the config has no pingback storage_dir to open with faults: %s", cfg)
+	}
+	return out
+}
+
+// selfChecked returns cfg, a JSON config, with its pingback app's
+// storage_dir opened through pingback.stores.test_faults with no faults:
+// the production Badger store with its self-checks on. A config without
+// a pingback app, without a storage_dir or with a store module is
+// returned as it is.
+func selfChecked(t *testing.T, cfg []byte) []byte {
+	t.Helper()
+	if out, ok := swapStore(t, cfg, ""); ok {
+		return out
+	}
+	return cfg
+}
+
+// swapStore returns cfg with its pingback app's storage_dir replaced by
+// the store module pingback.stores.test_faults on that directory with the
+// faults registered as name, and whether cfg had a storage_dir to replace
+// (and no store module beside it).
+func swapStore(t *testing.T, cfg []byte, name string) ([]byte, bool) {
+	t.Helper()
 	var whole map[string]any
 	if err := json.Unmarshal(cfg, &whole); err != nil {
 		t.Fatal(err)
@@ -114,16 +154,16 @@ func withStoreFaults(t *testing.T, cfg []byte, f *storeFaults) []byte {
 	apps, _ := whole["apps"].(map[string]any)
 	app, _ := apps["pingback"].(map[string]any)
 	dir, _ := app["storage_dir"].(string)
-	if dir == "" {
-		t.Fatalf("the config has no pingback storage_dir to open with faults: %s", cfg)
+	if _, set := app["store"]; dir == "" || set {
+		return cfg, false
 	}
 	delete(app, "storage_dir")
-	app["store"] = map[string]any{"module": "test_faults", "name": registerFaults(t, f), "dir": dir}
+	app["store"] = map[string]any{"module": "test_faults", "name": name, "dir": dir}
 	out, err := json.Marshal(whole)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return out, true
 }
 
 // startCaddyFaults is startCaddy with the store opened with f.
