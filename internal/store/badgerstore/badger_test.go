@@ -129,16 +129,7 @@ func snapshot(t *testing.T, b *Badger) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := b.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			out[string(it.Item().KeyCopy(nil))] = fmt.Sprintf("%s ttl %d", v, it.Item().ExpiresAt())
-		}
-		return nil
+		return eachEntry(txn, func(k, v []byte, expiresAt uint64) { out[string(k)] = fmt.Sprintf("%s ttl %d", v, expiresAt) })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -880,16 +871,7 @@ func TestBadgerReadsSnappyTables(t *testing.T) {
 		}
 		var all []kv
 		if err := db.View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
-			defer it.Close()
-			for it.Rewind(); it.Valid(); it.Next() {
-				v, err := it.Item().ValueCopy(nil)
-				if err != nil {
-					return err
-				}
-				all = append(all, kv{it.Item().KeyCopy(nil), v, it.Item().ExpiresAt()})
-			}
-			return nil
+			return eachEntry(txn, func(k, v []byte, expiresAt uint64) { all = append(all, kv{k, v, expiresAt}) })
 		}); err != nil {
 			return err
 		}
