@@ -570,10 +570,7 @@ func TestBadgerApplyFailsHalfWay(t *testing.T) {
 			t.Errorf("insert batched with the failed claim: %v", insertErr)
 		}
 		after := snapshot(t, b)
-		delete(after, string(recordKey(key("c"))))
-		delete(after, string(deliveryKey(key("c"))))
-		delete(after, string(receivedIndexKey(key("c"), t0)))
-		deleteCountsOf(after, c)
+		deleteInserted(after, c)
 		sameSnapshot(t, "after the failed claim", after, before)
 		if got := mustGet(t, b, key("a")); got.State != store.StateQueued || got.Attempts != 0 {
 			t.Errorf("a after the failed claim: %s attempts %d, want queued, 0", got.State, got.Attempts)
@@ -602,19 +599,19 @@ func TestBadgerApplyFailsHalfWay(t *testing.T) {
 			t.Errorf("update = %v, insert = %v; want fn's error and success", updErr, insertErr)
 		}
 		after := snapshot(t, b)
-		delete(after, string(recordKey(key("c"))))
-		delete(after, string(deliveryKey(key("c"))))
-		delete(after, string(receivedIndexKey(key("c"), t0)))
-		deleteCountsOf(after, c)
+		deleteInserted(after, c)
 		sameSnapshot(t, "after the failed update", after, before)
 		checkIndexesOK(t, b)
 	})
 }
 
-// deleteCountsOf drops from a snapshot the persisted counts that storing
-// rec, the only delivered record, wrote: its delivered count and its
-// expiry bucket.
-func deleteCountsOf(snap map[string]string, rec *store.Record) {
+// deleteInserted drops from a snapshot what inserting rec, the only
+// delivered record, wrote: its record, delivery and received-index
+// entries, its delivered count and its expiry bucket.
+func deleteInserted(snap map[string]string, rec *store.Record) {
+	delete(snap, string(recordKey(rec.Key())))
+	delete(snap, string(deliveryKey(rec.Key())))
+	delete(snap, string(receivedIndexKey(rec.Key(), rec.ReceivedAt)))
 	delete(snap, string(countKey(rec.Provider, store.StateDelivered)))
 	delete(snap, string(bucketKey{sec: expiry(rec.ExpiresAt), provider: rec.Provider, state: store.StateDelivered}.key()))
 }
