@@ -57,6 +57,22 @@ func vfySite(handlerLines, trackLines, upstream string, app *testkit.App) string
 `, testHTTPPort, handlerLines, app.HostPort(), trackLines, upstream)
 }
 
+// startVfy starts Caddy with vfyGlobal and vfySite, whose pingback_track
+// adds the tokenised pingback URL, in front of a new recording provider p
+// and app; wrap, when not nil, wraps the app's store.
+func startVfy(t *testing.T, wrap func(store.Store) store.Store) (app *testkit.App, p *trkProvider) {
+	t.Helper()
+	app = newAppStub(t)
+	p = newTrkProvider(t)
+	site := vfySite("", "pingback_url "+trkCallbackURL, p.URL, app)
+	if wrap == nil {
+		startCaddy(t, vfyGlobal(p), site)
+	} else {
+		startCaddyWrapped(t, wrap, vfyGlobal(p), site)
+	}
+	return app, p
+}
+
 // vfySubmit submits a task as an app would (POST form, no pingback: the
 // configured one is added) and returns the pingback URL the provider was
 // given (with its token) and the task id.
@@ -134,9 +150,7 @@ func wantDelivery(t *testing.T, app *testkit.App, key, code, uri, verified, trac
 // X-Pingback-Verified: token and X-Pingback-Tracked: true, and the forged
 // code is kept beside the real one.
 func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, nil)
 	pb, id := vfySubmit(t, p)
 	tok, n := protocol.QueryToken(strings.TrimPrefix(pb, trkCallbackURL+"?"))
 	if !strings.HasPrefix(pb, trkCallbackURL+"?") || n != 1 || !protocol.ValidToken(tok) {
@@ -404,9 +418,7 @@ func TestVerifyLeadingZeros(t *testing.T) {
 // the admin API and through `caddy pingback release`; a replay refuses it,
 // and a result that is not quarantined cannot be released.
 func TestVerifyRelease(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, _ := startVfy(t, nil)
 	vfyPingback(t, "/cb", "801", "A")
 	vfyPingback(t, "/cb", "802", "B")
 	admin := "/pingback/records/2captcha/"
@@ -742,11 +754,8 @@ func (s *gatedInsert) Insert(ctx context.Context, r *store.Record) (store.Insert
 // The handler re-checks after its insert, so the pingback is delivered,
 // verified by its token, instead of staying quarantined for good.
 func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
 	gate := &gatedInsert{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	startCaddyWrapped(t, func(st store.Store) store.Store { gate.Store = st; return gate },
-		vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, _ := startVfy(t, func(st store.Store) store.Store { gate.Store = st; return gate })
 	a := runningApp(t)
 	tok := protocol.NewToken()
 	id := "71000000009"
