@@ -38,7 +38,7 @@ func (s *gatedList) List(ctx context.Context, f store.Filter, limit int) ([]*sto
 // background, once.
 func TestQuarantineBytesNotReadInRequest(t *testing.T) {
 	gate := &gatedList{entered: make(chan struct{}, 8), release: make(chan struct{})}
-	startVfy(t, func(st store.Store) store.Store { gate.Store = st; return gate })
+	startVfy(t, "", func(st store.Store) store.Store { gate.Store = st; return gate })
 	vfyPingback(t, "/cb", "811", "A") // the bytes are read (inline, once) and known
 	admin := "/pingback/records/2captcha/"
 	if code, body := adminDo(t, http.MethodPost, admin+"811/release", ""); code != http.StatusOK {
@@ -84,9 +84,7 @@ func TestQuarantineBytesNotReadInRequest(t *testing.T) {
 // TestQuarantineBytesAfterPurge: a byte cap filled by forgeries takes
 // pingbacks again as soon as they are purged.
 func TestQuarantineBytesAfterPurge(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("max_quarantine 100 2KiB", "pingback_url "+trkCallbackURL, p.URL, app))
+	startVfy(t, "max_quarantine 100 2KiB", nil)
 	full := func() float64 {
 		return testutil.ToFloat64(runningApp(t).metrics.callbacks.WithLabelValues("2captcha", "quarantine_full"))
 	}
