@@ -51,6 +51,17 @@ func (as *accountState) ok() {
 	as.mu.Unlock()
 }
 
+// setOnce sets flag, one of as's flags (stopped, budgetLogged), and
+// reports whether it was unset: true only the first time, for what
+// happens once (a log line).
+func (as *accountState) setOnce(flag *bool) bool {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	first := !*flag
+	*flag = true
+	return first
+}
+
 // overBudget reports whether the account's in-process res.php budget,
 // shared by the poller and the confirmations, is spent.
 func (as *accountState) overBudget() bool {

@@ -537,9 +537,7 @@ func TestUntrackedConflictAsksEachKey(t *testing.T) {
 // be verified (the provider cannot be asked): it is quarantined as
 // unverified, never delivered unverified, and the provider is not asked.
 func TestVerifyResPHPUnknownKeyNoToken(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "verify res_php", nil)
 	st := runningApp(t).store(time.Second)
 	now := time.Now().UTC()
 	id := "72000000004"

@@ -92,29 +92,34 @@ func pingbackHandlersIn(t *testing.T, httpApp json.RawMessage) []Handler {
 		t.Fatal(err)
 	}
 	var out []Handler
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if v["handler"] == "pingback" {
-				raw, _ := json.Marshal(v)
-				var h Handler
-				if err := json.Unmarshal(raw, &h); err != nil {
-					t.Fatalf("handler JSON %s: %v", raw, err)
-				}
-				out = append(out, h)
-			}
-			for _, x := range v {
-				walk(x)
-			}
-		case []any:
-			for _, x := range v {
-				walk(x)
-			}
+	eachJSONObject(tree, func(v map[string]any) {
+		if v["handler"] != "pingback" {
+			return
+		}
+		raw, _ := json.Marshal(v)
+		var h Handler
+		if err := json.Unmarshal(raw, &h); err != nil {
+			t.Fatalf("handler JSON %s: %v", raw, err)
+		}
+		out = append(out, h)
+	})
+	return out
+}
+
+// eachJSONObject calls fn on every object in the decoded JSON v, at any
+// depth, each before its members are visited.
+func eachJSONObject(v any, fn func(map[string]any)) {
+	switch x := v.(type) {
+	case map[string]any:
+		fn(x)
+		for _, e := range x {
+			eachJSONObject(e, fn)
+		}
+	case []any:
+		for _, e := range x {
+			eachJSONObject(e, fn)
 		}
 	}
-	walk(tree)
-	return out
 }
 
 // TestAdaptedJSONRoundTrip decodes the JSON adapted from the README-style

@@ -107,14 +107,7 @@ func TestCLIPurgeAndPaging(t *testing.T) {
 			t.Fatal("pingback refused")
 		}
 	}
-	app.SetStatus(http.StatusServiceUnavailable)
-	for _, id := range []string{"801", "802"} {
-		if code, _ := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code=P"); code != http.StatusOK {
-			t.Fatal("pingback refused")
-		}
-		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
-	}
-	app.SetStatus(http.StatusOK)
+	parkWhileAppDown(t, app, "P", "801", "802")
 	waitForState(t, 5*time.Second, "2captcha", "711", store.StateDelivered)
 	addr := "--address=" + testAdmin
 	runCLICases(t, []cliCase{

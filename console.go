@@ -2,7 +2,6 @@ package pingback
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -65,11 +64,11 @@ func (Console) CaddyModule() caddy.ModuleInfo {
 // Provision loads the pingback app, so that a config with only the
 // console still runs the store the console shows.
 func (c *Console) Provision(ctx caddy.Context) error {
-	app, err := ctx.App("pingback")
+	app, err := loadApp(ctx)
 	if err != nil {
-		return fmt.Errorf("loading pingback app: %w", err)
+		return err
 	}
-	c.app = app.(*App)
+	c.app = app
 	c.console = admin.NewConsole(c.app, newAdminRoutes(), admin.ConsoleOptions{Original: originalRequest})
 	return nil
 }

@@ -531,14 +531,7 @@ func TestAttemptHistory(t *testing.T) {
 	app.SetStatus(http.StatusOK)
 	waitForState(t, 5*time.Second, "2captcha", "601", store.StateDelivered)
 	// 602 and 603: parked after two failures.
-	app.SetStatus(http.StatusServiceUnavailable)
-	for _, id := range []string{"602", "603"} {
-		if code, _ := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code=B"); code != http.StatusOK {
-			t.Fatal("pingback refused")
-		}
-		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
-	}
-	app.SetStatus(http.StatusOK)
+	parkWhileAppDown(t, app, "B", "602", "603")
 	// 602 replayed by hand; then 603 by a bulk job (602 is delivered by
 	// then, so the job matches 603 alone).
 	if code, body := adminDo(t, http.MethodPost, "/pingback/records/2captcha/602/replay", ""); code != http.StatusOK {
@@ -759,4 +752,19 @@ func TestApplyOutcomeRetryAfter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parkWhileAppDown makes app answer 503, sends a 2captcha pingback with
+// code for each id, waits until each is parked (the test's replay config
+// gives up quickly), and makes app answer 200 again.
+func parkWhileAppDown(t *testing.T, app *testkit.App, code string, ids ...string) {
+	t.Helper()
+	app.SetStatus(http.StatusServiceUnavailable)
+	for _, id := range ids {
+		if status, _ := testkit.PostForm(t, testBase+"/cb", "id="+id+"&code="+code); status != http.StatusOK {
+			t.Fatal("pingback refused")
+		}
+		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
+	}
+	app.SetStatus(http.StatusOK)
 }

@@ -449,21 +449,14 @@ func servableConfig(t *testing.T, cfg map[string]any, port int, app *testkit.App
 	return out
 }
 
+// replaceDials sets every upstream's dial address in the decoded JSON v
+// to dial.
 func replaceDials(v any, dial string) {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			if k == "dial" {
-				x[k] = dial
-				continue
-			}
-			replaceDials(e, dial)
+	eachJSONObject(v, func(x map[string]any) {
+		if _, ok := x["dial"]; ok {
+			x["dial"] = dial
 		}
-	case []any:
-		for _, e := range x {
-			replaceDials(e, dial)
-		}
-	}
+	})
 }
 
 // withoutHostMatchers returns a copy of cfg whose matcher sets have no
@@ -472,21 +465,7 @@ func withoutHostMatchers(cfg map[string]any) map[string]any {
 	var c map[string]any
 	b, _ := json.Marshal(cfg)
 	_ = json.Unmarshal(b, &c)
-	var walk func(v any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			delete(x, "host")
-			for _, e := range x {
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	walk(c)
+	eachJSONObject(c, func(x map[string]any) { delete(x, "host") })
 	return c
 }
 

@@ -598,11 +598,21 @@ func provisionProvider(ctx caddy.Context, name string) (provider, *App, error) {
 	if err != nil {
 		return provider{}, nil, err
 	}
+	app, err := loadApp(ctx)
+	if err != nil {
+		return provider{}, nil, err
+	}
+	return p, app, nil
+}
+
+// loadApp returns the config's pingback app for a handler's Provision
+// (with the defaults when the config has no global pingback option).
+func loadApp(ctx caddy.Context) (*App, error) {
 	app, err := ctx.App("pingback")
 	if err != nil {
-		return provider{}, nil, fmt.Errorf("loading pingback app: %w", err)
+		return nil, fmt.Errorf("loading pingback app: %w", err)
 	}
-	return p, app.(*App), nil
+	return app.(*App), nil
 }
 
 // reply answers the provider exactly once, within ack_timeout counted from

@@ -17,9 +17,7 @@ import (
 // the task's JSON (one task, the list, a registration of a tracked task);
 // the app is sent the URL without it, as before.
 func TestAdminAnswersHideToken(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "", nil)
 	pb, id := vfySubmit(t, p)
 	tok, n := protocol.QueryToken(strings.TrimPrefix(pb, trkCallbackURL+"?"))
 	if n != 1 || !protocol.ValidToken(tok) {

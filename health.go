@@ -1,7 +1,6 @@
 package pingback
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/caddyserver/caddy/v2"
@@ -33,12 +32,9 @@ func (Health) CaddyModule() caddy.ModuleInfo {
 
 // Provision finds the pingback app.
 func (h *Health) Provision(ctx caddy.Context) error {
-	app, err := ctx.App("pingback")
-	if err != nil {
-		return fmt.Errorf("loading pingback app: %w", err)
-	}
-	h.app = app.(*App)
-	return nil
+	app, err := loadApp(ctx)
+	h.app = app
+	return err
 }
 
 // ServeHTTP answers the health check.

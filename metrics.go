@@ -91,43 +91,27 @@ var (
 func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 	metricsOnce.Do(func() {
 		theMetrics = &metrics{
-			callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "callbacks_total",
-				Help: "Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error, quarantined, quarantine_full, unknown_id, corrected) and polled results too (poll_stored, poll_duplicate).",
-			}, []string{"provider", "result"}),
-			forwards: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "forwards_total",
-				Help: "Forwards to the app, by provider, source (callback, replay, poll) and outcome (delivered, failed, timeout, rejected, interrupted).",
-			}, []string{"provider", "source", "outcome"}),
-			tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_total",
-				Help: "Tracked tasks, by provider and event (tracked, recovered, expired).",
-			}, []string{"provider", "event"}),
-			unpollable: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "tasks_unpollable_total",
-				Help: "Tracked tasks that became unpollable, by provider: submitted with an API key not in the provider's api_key (or left pending by a reload that removed it); their results can only arrive by pingback.",
-			}, []string{"provider"}),
-			parked: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "parked_total",
-				Help: "Results parked after max_attempts (kept, not retried; list them with GET /pingback/records?state=parked).",
-			}, []string{"provider"}),
-			resphp: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "resphp_requests_total",
-				Help: "Requests the poller sent to res.php, by provider and result (ok, error, bulk_mismatch).",
-			}, []string{"provider", "result"}),
-			expiredUndelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "expired_undelivered_total",
-				Help: "Results whose retention ended before they were delivered, by provider and state (queued, failed, rejected, parked).",
-			}, []string{"provider", "state"}),
+			callbacks: newCounterVec("callbacks_total", []string{"provider", "result"},
+				"Results received, by provider and result: pingbacks (stored, duplicate, conflict, invalid, not_result, store_error, quarantined, quarantine_full, unknown_id, corrected) and polled results too (poll_stored, poll_duplicate)."),
+			forwards: newCounterVec("forwards_total", []string{"provider", "source", "outcome"},
+				"Forwards to the app, by provider, source (callback, replay, poll) and outcome (delivered, failed, timeout, rejected, interrupted)."),
+			tasks: newCounterVec("tasks_total", []string{"provider", "event"},
+				"Tracked tasks, by provider and event (tracked, recovered, expired)."),
+			unpollable: newCounterVec("tasks_unpollable_total", []string{"provider"},
+				"Tracked tasks that became unpollable, by provider: submitted with an API key not in the provider's api_key (or left pending by a reload that removed it); their results can only arrive by pingback."),
+			parked: newCounterVec("parked_total", []string{"provider"},
+				"Results parked after max_attempts (kept, not retried; list them with GET /pingback/records?state=parked)."),
+			resphp: newCounterVec("resphp_requests_total", []string{"provider", "result"},
+				"Requests the poller sent to res.php, by provider and result (ok, error, bulk_mismatch)."),
+			expiredUndelivered: newCounterVec("expired_undelivered_total", []string{"provider", "state"},
+				"Results whose retention ended before they were delivered, by provider and state (queued, failed, rejected, parked)."),
 			storeAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "store_available",
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
 			}),
 			storeCounters: new(badgerstore.Counters),
-			loopLastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Namespace: "caddy", Subsystem: "pingback", Name: "loop_last_run_timestamp_seconds",
-				Help: "Unix time each loop (replay, poll) last ran a round; both run at least every second, idle or not.",
-			}, []string{"loop"}),
+			loopLastRun: newGaugeVec("loop_last_run_timestamp_seconds", []string{"loop"},
+				"Unix time each loop (replay, poll) last ran a round; both run at least every second, idle or not."),
 			forwardDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "forward_duration_seconds",
 				Help:    "Time of each forward to the app until its answer or failure, by source (callback, replay, poll) and outcome.",
@@ -153,6 +137,18 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return theMetrics, nil
 }
 
+// newCounterVec returns the counter caddy_pingback_<name> with its help
+// text and labels.
+func newCounterVec(name string, labels []string, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "caddy", Subsystem: "pingback", Name: name, Help: help}, labels)
+}
+
+// newGaugeVec returns the gauge caddy_pingback_<name> with its help text
+// and labels.
+func newGaugeVec(name string, labels []string, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "caddy", Subsystem: "pingback", Name: name, Help: help}, labels)
+}
+
 // serverProvider labels the route gauges: a Caddy server's name and a
 // provider.
 type serverProvider struct{ server, provider string }
@@ -171,14 +167,10 @@ type routeGauge struct {
 // provider: route_replay_concurrency and
 // route_paused_until_timestamp_seconds.
 func newRouteGauges() (concurrency, pausedUntil *prometheus.GaugeVec) {
-	concurrency = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "caddy", Subsystem: "pingback", Name: "route_replay_concurrency",
-		Help: "Replays of a route that may be in flight at once now, by server and provider: the lowest among their routes (lowered after a 429, or a 503 with Retry-After), the replay concurrency when none is held back.",
-	}, []string{"server", "provider"})
-	pausedUntil = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "caddy", Subsystem: "pingback", Name: "route_paused_until_timestamp_seconds",
-		Help: "Unix time until which replays of a route are paused (after a 429, or a 503 with Retry-After), by server and provider: the latest among their routes; 0 when none is paused.",
-	}, []string{"server", "provider"})
+	concurrency = newGaugeVec("route_replay_concurrency", []string{"server", "provider"},
+		"Replays of a route that may be in flight at once now, by server and provider: the lowest among their routes (lowered after a 429, or a 503 with Retry-After), the replay concurrency when none is held back.")
+	pausedUntil = newGaugeVec("route_paused_until_timestamp_seconds", []string{"server", "provider"},
+		"Unix time until which replays of a route are paused (after a 429, or a 503 with Retry-After), by server and provider: the latest among their routes; 0 when none is paused.")
 	return concurrency, pausedUntil
 }
 
@@ -460,17 +452,13 @@ func boolGauge(b bool) float64 {
 }
 
 // quarantineBytes is the gauge of quarantined bytes per provider.
-var quarantineBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "caddy", Subsystem: "pingback", Name: "quarantine_bytes",
-	Help: "Bytes of quarantined pingbacks (request body, headers, URI, code) held per provider, capped by max_quarantine.",
-}, []string{"provider"})
+var quarantineBytes = newGaugeVec("quarantine_bytes", []string{"provider"},
+	"Bytes of quarantined pingbacks (request body, headers, URI, code) held per provider, capped by max_quarantine.")
 
 // confirmations counts confirmation jobs by provider and outcome
 // (started, coalesced, dropped).
-var confirmations = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "caddy", Subsystem: "pingback", Name: "confirmations_total",
-	Help: "Confirmations with the provider (res_php, conflicts), by provider and outcome: started, coalesced (one for the id already in flight), dropped (the provider's queue of confirmation_queue jobs full).",
-}, []string{"provider", "outcome"})
+var confirmations = newCounterVec("confirmations_total", []string{"provider", "outcome"},
+	"Confirmations with the provider (res_php, conflicts), by provider and outcome: started, coalesced (one for the id already in flight), dropped (the provider's queue of confirmation_queue jobs full).")
 
 // Interface guards
 var _ prometheus.Collector = countGauges{}

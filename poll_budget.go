@@ -56,11 +56,7 @@ func (a *App) takePoll(acct store.Account, as *accountState) (ok, overBudget boo
 		return false, false, 0
 	}
 	if g.OverBudget {
-		as.mu.Lock()
-		first := !as.budgetLogged
-		as.budgetLogged = true
-		as.mu.Unlock()
-		if first {
+		if as.setOnce(&as.budgetLogged) {
 			a.logger.Warn("res.php budget reached (shared by every instance on this store): polling slowed to stay well under the provider's 20 requests per task",
 				zap.String("provider", acct.Provider), zap.String("account", acct.ID), zap.Int64("polls", g.Polls), zap.Int64("tasks", g.Tracked))
 		}

@@ -292,11 +292,7 @@ func (a *App) onAnswer(acct store.Account, as *accountState, t *store.Task, ans 
 		as.ok()
 		a.expireTask(t, "provider does not know the task: "+ans.Code)
 	case protocol.KeyError:
-		as.mu.Lock()
-		first := !as.stopped
-		as.stopped = true
-		as.mu.Unlock()
-		if first {
+		if as.setOnce(&as.stopped) {
 			a.logger.Error("provider rejected the API key: polling stopped for this account (its other accounts go on)",
 				zap.String("provider", acct.Provider), zap.String("account", acct.ID), zap.String("answer", ans.Code))
 		}

@@ -37,11 +37,8 @@ func (s *gatedList) List(ctx context.Context, f store.Filter, limit int) ([]*sto
 // a further untrusted pingback is answered at once; the read runs in the
 // background, once.
 func TestQuarantineBytesNotReadInRequest(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
 	gate := &gatedList{entered: make(chan struct{}, 8), release: make(chan struct{})}
-	startCaddyWrapped(t, func(st store.Store) store.Store { gate.Store = st; return gate },
-		vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	startVfy(t, "", func(st store.Store) store.Store { gate.Store = st; return gate })
 	vfyPingback(t, "/cb", "811", "A") // the bytes are read (inline, once) and known
 	admin := "/pingback/records/2captcha/"
 	if code, body := adminDo(t, http.MethodPost, admin+"811/release", ""); code != http.StatusOK {
@@ -87,9 +84,7 @@ func TestQuarantineBytesNotReadInRequest(t *testing.T) {
 // TestQuarantineBytesAfterPurge: a byte cap filled by forgeries takes
 // pingbacks again as soon as they are purged.
 func TestQuarantineBytesAfterPurge(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("max_quarantine 100 2KiB", "pingback_url "+trkCallbackURL, p.URL, app))
+	startVfy(t, "max_quarantine 100 2KiB", nil)
 	full := func() float64 {
 		return testutil.ToFloat64(runningApp(t).metrics.callbacks.WithLabelValues("2captcha", "quarantine_full"))
 	}

@@ -155,13 +155,9 @@ func (t *Tracker) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // serveSubmit forwards an in.php submission and tracks the task it creates.
 func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	submitted := t.app.now().UTC() // when it entered pingback_track
-	body, whole, err := readUpTo(r, t.MaxBody)
-	if err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, err)
-	}
-	if !whole {
-		t.logger.Warn("submission too large to inspect; forwarded untracked", zap.Int64("max_body", t.MaxBody))
-		return next.ServeHTTP(w, r)
+	body, served, err := t.inspectBody(w, r, next, t.MaxBody, "submission too large to inspect; forwarded untracked")
+	if served {
+		return err
 	}
 	params := submitParams(r, body, t.MaxBody)
 	pingback := params.Get("pingback")
@@ -169,13 +165,10 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 	body, pingback, token = t.tokenSubmission(r, body, pingback)
 	setBody(r, body)
 
-	t.app.submissions.started(t.Provider)
-	defer t.app.submissions.ended(t.Provider)
-	rec, answer, err := t.bufferUpstream(w, r, next)
-	if err != nil || rec == nil {
-		return err
-	}
-	if rec.Status() == http.StatusOK && pingback != "" {
+	return t.forwardSubmission(w, r, next, func(answer []byte) {
+		if pingback == "" {
+			return
+		}
 		if id, ok := protocol.ParseInAnswer(answer); ok && t.provider.ValidID(id) {
 			ctx := context.WithoutCancel(r.Context())
 			ts := trackSpec{provider: t.Provider, id: id, api: protocol.Legacy, method: params.Get("method"), pingbackURL: pingback, submittedAt: submitted, token: token, account: t.accountOf(params.Get("key"))}
@@ -184,18 +177,32 @@ func (t *Tracker) serveSubmit(w http.ResponseWriter, r *http.Request, next caddy
 					zap.String("provider", t.Provider), zap.String("id", id), zap.Error(err))
 			}
 		}
+	})
+}
+
+// forwardSubmission forwards a submission (in.php, createTask) to the
+// provider and, if the provider answers 200, calls track with the answer's
+// body before the client has the answer. Until then the submission counts
+// as in flight (submissionCounts), so that a pingback for the task it
+// creates is not taken for an unknown task meanwhile.
+func (t *Tracker) forwardSubmission(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, track func(answer []byte)) error {
+	t.app.submissions.started(t.Provider)
+	defer t.app.submissions.ended(t.Provider)
+	rec, answer, err := t.bufferUpstream(w, r, next)
+	if err != nil || rec == nil {
+		return err
+	}
+	if rec.Status() == http.StatusOK {
+		track(answer)
 	}
 	return rec.WriteResponse()
 }
 
 // serveResult answers res.php?action=get&id= from the store when it can.
 func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	body, whole, err := readUpTo(r, 64<<10)
-	if err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, err)
-	}
-	if !whole {
-		return next.ServeHTTP(w, r)
+	body, served, err := t.inspectBody(w, r, next, 64<<10, "")
+	if served {
+		return err
 	}
 	params := submitParams(r, body, 64<<10)
 	setBody(r, body)
@@ -328,6 +335,25 @@ func (t *Tracker) storeSeenResult(st store.Store, key store.Key, ans protocol.An
 			t.logger.Error("storing a result seen in a passed-through answer over a quarantined one failed", zap.String("key", key.String()), zap.Error(err))
 		}
 	}
+}
+
+// inspectBody reads r's body for the track handler to inspect, at most
+// limit bytes. When it cannot, it serves r itself and returns served=true
+// with the error to return: a read error is a 400; a larger body is passed
+// through to next untracked, with tooLarge logged as a warning unless it is
+// empty.
+func (t *Tracker) inspectBody(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, limit int64, tooLarge string) (body []byte, served bool, err error) {
+	body, whole, err := readUpTo(r, limit)
+	if err != nil {
+		return nil, true, caddyhttp.Error(http.StatusBadRequest, err)
+	}
+	if !whole {
+		if tooLarge != "" {
+			t.logger.Warn(tooLarge, zap.Int64("max_body", limit))
+		}
+		return nil, true, next.ServeHTTP(w, r)
+	}
+	return body, false, nil
 }
 
 // readUpTo reads r's whole body if it is at most limit bytes. Otherwise it

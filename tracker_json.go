@@ -24,13 +24,9 @@ const maxResultRequest = 64 << 10
 // known, else stored as delivered (the app has it in the answer).
 func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	submitted := t.app.now().UTC() // when it entered pingback_track
-	body, whole, err := readUpTo(r, t.MaxBody)
-	if err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, err)
-	}
-	if !whole {
-		t.logger.Warn("createTask request too large to inspect; forwarded untracked", zap.Int64("max_body", t.MaxBody))
-		return next.ServeHTTP(w, r)
+	body, served, err := t.inspectBody(w, r, next, t.MaxBody, "createTask request too large to inspect; forwarded untracked")
+	if served {
+		return err
 	}
 	ct, ok := protocol.ParseCreateTask(body)
 	if !ok {
@@ -41,19 +37,12 @@ func (t *Tracker) serveCreateTask(w http.ResponseWriter, r *http.Request, next c
 	body, callback, token = t.tokenCreateTask(body, ct.CallbackURL)
 	setBody(r, body)
 
-	t.app.submissions.started(t.Provider)
-	defer t.app.submissions.ended(t.Provider)
-	rec, answer, err := t.bufferUpstream(w, r, next)
-	if err != nil || rec == nil {
-		return err
-	}
-	if rec.Status() == http.StatusOK {
+	return t.forwardSubmission(w, r, next, func(answer []byte) {
 		id, sync, ok := protocol.ParseCreateTaskAnswer(answer)
 		if ok && t.provider.ValidID(id) {
 			t.trackCreated(r.Context(), id, ct.TaskType, callback, token, t.accountOf(ct.ClientKey), submitted, sync)
 		}
-	}
-	return rec.WriteResponse()
+	})
 }
 
 // trackCreated records a task created through createTask, and stores a
@@ -93,12 +82,9 @@ func (t *Tracker) trackCreated(rctx context.Context, id, taskType, callback, tok
 // calls per task (CapMonster), the app's passed-through calls are counted
 // on the task.
 func (t *Tracker) serveGetTaskResult(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	body, whole, err := readUpTo(r, maxResultRequest)
-	if err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, err)
-	}
-	if !whole {
-		return next.ServeHTTP(w, r)
+	body, served, err := t.inspectBody(w, r, next, maxResultRequest, "")
+	if served {
+		return err
 	}
 	setBody(r, body)
 	clientKey, id, ok := protocol.ParseGetTaskResultRequest(body)

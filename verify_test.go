@@ -57,6 +57,23 @@ func vfySite(handlerLines, trackLines, upstream string, app *testkit.App) string
 `, testHTTPPort, handlerLines, app.HostPort(), trackLines, upstream)
 }
 
+// startVfy starts Caddy with vfyGlobal and vfySite (with handlerLines for
+// the pingback handler), whose pingback_track adds the tokenised pingback
+// URL, in front of a new recording provider p and app; wrap, when not nil,
+// wraps the app's store.
+func startVfy(t *testing.T, handlerLines string, wrap func(store.Store) store.Store) (app *testkit.App, p *trkProvider) {
+	t.Helper()
+	app = newAppStub(t)
+	p = newTrkProvider(t)
+	site := vfySite(handlerLines, "pingback_url "+trkCallbackURL, p.URL, app)
+	if wrap == nil {
+		startCaddy(t, vfyGlobal(p), site)
+	} else {
+		startCaddyWrapped(t, wrap, vfyGlobal(p), site)
+	}
+	return app, p
+}
+
 // vfySubmit submits a task as an app would (POST form, no pingback: the
 // configured one is added) and returns the pingback URL the provider was
 // given (with its token) and the task id.
@@ -134,9 +151,7 @@ func wantDelivery(t *testing.T, app *testkit.App, key, code, uri, verified, trac
 // X-Pingback-Verified: token and X-Pingback-Tracked: true, and the forged
 // code is kept beside the real one.
 func TestVerifyTokenForgeryBeforeReal(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "", nil)
 	pb, id := vfySubmit(t, p)
 	tok, n := protocol.QueryToken(strings.TrimPrefix(pb, trkCallbackURL+"?"))
 	if !strings.HasPrefix(pb, trkCallbackURL+"?") || n != 1 || !protocol.ValidToken(tok) {
@@ -213,9 +228,7 @@ func TestVerifyInboundHeaders(t *testing.T) {
 // pingback to the task's URL, X-Pingback-Verified: res_php) and the forged
 // code is kept as other_code.
 func TestVerifyResPHPForgery(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "verify res_php", nil)
 	_, id := vfySubmit(t, p)
 	p.answer("res.php", trkAnswer{status: http.StatusOK, body: []byte(`{"status":1,"request":"REAL"}`)})
 	vfyPingback(t, "/cb", id, "FORGED")
@@ -247,9 +260,7 @@ func TestVerifyResPHPForgery(t *testing.T) {
 // confirmed, without holding the provider's request.
 func TestVerifyResPHPNotReady(t *testing.T) {
 	waits := make(chan time.Duration, 10)
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("verify res_php", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "verify res_php", nil)
 	runningApp(t).confirmWait = func(ctx context.Context, d time.Duration) bool { waits <- d; return true }
 	_, id := vfySubmit(t, p)
 	start := time.Now()
@@ -299,9 +310,7 @@ func TestVerifyConfigErrors(t *testing.T) {
 // the app gets it again as a correction (X-Pingback-Source: correction,
 // Idempotency-Key <provider>:<id>:correction); both codes are kept.
 func TestVerifyAcceptConflictCorrection(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("verify none\n\t\t\tunknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "verify none\n\t\t\tunknown_ids accept", nil)
 	pb, id := vfySubmit(t, p)
 	vfyPingback(t, "/cb", id, "FORGED")
 	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)
@@ -338,9 +347,7 @@ func TestVerifyUnknownIDs(t *testing.T) {
 		{"reject", http.StatusNotFound, ""},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			app := newAppStub(t)
-			p := newTrkProvider(t)
-			startCaddy(t, vfyGlobal(p), vfySite("unknown_ids "+tc.mode, "pingback_url "+trkCallbackURL, p.URL, app))
+			app, _ := startVfy(t, "unknown_ids "+tc.mode, nil)
 			resp := trkDo(t, http.MethodPost, "/cb", "application/x-www-form-urlencoded", strings.NewReader("id=999&code=X"))
 			if resp.status != tc.wantStatus {
 				t.Fatalf("answer %d %q, want %d", resp.status, resp.body, tc.wantStatus)
@@ -365,9 +372,7 @@ func TestVerifyUnknownIDs(t *testing.T) {
 func TestVerifyForgedFutureID(t *testing.T) {
 	for _, mode := range []string{"quarantine", "accept"} {
 		t.Run(mode, func(t *testing.T) {
-			app := newAppStub(t)
-			p := newTrkProvider(t)
-			startCaddy(t, vfyGlobal(p), vfySite("unknown_ids "+mode, "pingback_url "+trkCallbackURL, p.URL, app))
+			_, p := startVfy(t, "unknown_ids "+mode, nil)
 			vfyPingback(t, "/cb", "71000000001", "FORGED-FUTURE")
 			_, id := vfySubmit(t, p)
 			task, err := trkTask(t, id)
@@ -404,9 +409,7 @@ func TestVerifyLeadingZeros(t *testing.T) {
 // the admin API and through `caddy pingback release`; a replay refuses it,
 // and a result that is not quarantined cannot be released.
 func TestVerifyRelease(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, _ := startVfy(t, "", nil)
 	vfyPingback(t, "/cb", "801", "A")
 	vfyPingback(t, "/cb", "802", "B")
 	admin := "/pingback/records/2captcha/"
@@ -565,9 +568,7 @@ func trkUntoken(t *testing.T, s trkSeen) (trkSeen, string) {
 // quarantine up to its caps (records, then bytes) and no further: the rest
 // are answered 200, not stored, and counted; releasing one makes room.
 func TestVerifyQuarantineCap(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("max_quarantine 3", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, _ := startVfy(t, "max_quarantine 3", nil)
 	full := func() float64 {
 		return testutil.ToFloat64(runningApp(t).metrics.callbacks.WithLabelValues("2captcha", "quarantine_full"))
 	}
@@ -597,9 +598,7 @@ func TestVerifyQuarantineCap(t *testing.T) {
 
 // TestVerifyQuarantineByteCap: the byte cap holds whatever the count.
 func TestVerifyQuarantineByteCap(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("max_quarantine 100 2KiB", "pingback_url "+trkCallbackURL, p.URL, app))
+	startVfy(t, "max_quarantine 100 2KiB", nil)
 	big := strings.Repeat("x", 700)
 	for i := range 5 {
 		vfyPingback(t, "/cb", fmt.Sprint(950+i), big)
@@ -673,9 +672,7 @@ func TestVerifyUnstoredNeverForwarded(t *testing.T) {
 // local res.php does not serve that forgery as the provider's answer: the
 // provider is asked.
 func TestVerifyLocalResSkipsPreSubmission(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+	_, p := startVfy(t, "unknown_ids accept", nil)
 	vfyPingback(t, "/cb", "71000000001", "FORGED-FUTURE")
 	waitForState(t, 5*time.Second, "2captcha", "71000000001", store.StateDelivered)
 	_, id := vfySubmit(t, p)
@@ -742,11 +739,8 @@ func (s *gatedInsert) Insert(ctx context.Context, r *store.Record) (store.Insert
 // The handler re-checks after its insert, so the pingback is delivered,
 // verified by its token, instead of staying quarantined for good.
 func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
 	gate := &gatedInsert{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	startCaddyWrapped(t, func(st store.Store) store.Store { gate.Store = st; return gate },
-		vfyGlobal(p), vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, _ := startVfy(t, "", func(st store.Store) store.Store { gate.Store = st; return gate })
 	a := runningApp(t)
 	tok := protocol.NewToken()
 	id := "71000000009"
@@ -776,9 +770,7 @@ func TestVerifyHeldTaskCommitsBeforeInsert(t *testing.T) {
 // first code, gets it as a correction at the URL the pingbacks came to,
 // still X-Pingback-Tracked: false.
 func TestVerifyUntrackedConflictConfirmed(t *testing.T) {
-	app := newAppStub(t)
-	p := newTrkProvider(t)
-	startCaddy(t, vfyGlobal(p), vfySite("unknown_ids accept", "pingback_url "+trkCallbackURL, p.URL, app))
+	app, p := startVfy(t, "unknown_ids accept", nil)
 	id := "72000000001"
 	vfyPingback(t, "/cb?tenant=3", id, "FORGED")
 	waitForState(t, 5*time.Second, "2captcha", id, store.StateDelivered)

@@ -46,10 +46,19 @@ func (api *API) record(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	rec, err := b.ReplayResult(r.Context(), key, force)
+	if errors.Is(err, store.ErrPurged) {
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s was purged: it cannot be replayed", key)}
+	}
+	return writeActionResult(w, b, key, rec, err)
+}
+
+// writeActionResult answers an action on the stored result key (replay,
+// release): the record as JSON (200) when err is nil, else 404 when there
+// is no such result, 409 with the Conflict's reason, or the store's error
+// (storeAPIError).
+func writeActionResult(w http.ResponseWriter, b Backend, key store.Key, rec *store.Record, err error) error {
 	var conflict Conflict
 	switch {
-	case errors.Is(err, store.ErrPurged):
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s was purged: it cannot be replayed", key)}
 	case errors.Is(err, store.ErrNotFound):
 		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
 	case errors.As(err, &conflict):
@@ -155,14 +164,5 @@ func (api *API) release(w http.ResponseWriter, r *http.Request, key store.Key) e
 		return err
 	}
 	rec, err := b.ReleaseResult(r.Context(), key)
-	var conflict Conflict
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no stored result %s", key)}
-	case errors.As(err, &conflict):
-		return caddy.APIError{HTTPStatus: http.StatusConflict, Err: fmt.Errorf("%s: %w", key, conflict.Err)}
-	case err != nil:
-		return storeAPIError(err)
-	}
-	return writeJSON(w, b.PublicRecord(rec))
+	return writeActionResult(w, b, key, rec, err)
 }

@@ -153,8 +153,7 @@ func TestAccountOwnershipResPHP(t *testing.T) {
 			CodeWrongCaptchaID + "|" + CodeWrongCaptchaID, 2},
 		{"unknown key", "ffffffffffffffffffffffffffffffff", url.Values{"action": {"get"}, "id": {a}}, CodeWrongUserKey, 0},
 	}
-	var wantForeign [2]int64
-	var wantCalls [2]int64
+	var want keyCalls
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := resAs(t, base, tc.key, tc.q)
@@ -162,17 +161,12 @@ func TestAccountOwnershipResPHP(t *testing.T) {
 				t.Errorf("status %d body %q, want 200 %q", r.status, r.body, tc.want)
 			}
 		})
-		for i, k := range []string{testKey, otherKey} {
-			if tc.key == k {
-				wantForeign[i] += int64(tc.foreign)
-				wantCalls[i]++
-			}
-		}
+		want.add(tc.key, tc.foreign)
 	}
 	for i, k := range []string{testKey, otherKey} {
 		st, ok := s.KeyStats(k)
-		if !ok || st.Account != i || st.ForeignTaskCalls != wantForeign[i] || st.ResCalls != wantCalls[i] {
-			t.Errorf("account %d: %+v, want %d res calls and %d foreign task calls", i, st, wantCalls[i], wantForeign[i])
+		if !ok || st.Account != i || st.ForeignTaskCalls != want.foreign[i] || st.ResCalls != want.calls[i] {
+			t.Errorf("account %d: %+v, want %d res calls and %d foreign task calls", i, st, want.calls[i], want.foreign[i])
 		}
 	}
 	if _, ok := s.KeyStats("ffffffffffffffffffffffffffffffff"); ok {
@@ -187,6 +181,22 @@ func TestAccountOwnershipResPHP(t *testing.T) {
 	}
 	if st := s.Stats(); st.UnknownKeyResCalls != 1 || st.ResCalls != int64(len(tests)) {
 		t.Errorf("totals: %d res calls, %d with an unknown key", st.ResCalls, st.UnknownKeyResCalls)
+	}
+}
+
+// keyCalls tallies the calls a test makes per key (testKey at 0, otherKey
+// at 1) and the other account's task ids they name (foreign), as KeyStats
+// should count them.
+type keyCalls struct{ calls, foreign [2]int64 }
+
+// add counts one call made with key that named foreign ids of the other
+// account's tasks; a call with another key counts for neither.
+func (c *keyCalls) add(key string, foreign int) {
+	for i, k := range []string{testKey, otherKey} {
+		if key == k {
+			c.foreign[i] += int64(foreign)
+			c.calls[i]++
+		}
 	}
 }
 
@@ -223,7 +233,7 @@ func TestAccountOwnershipJSON(t *testing.T) {
 				{"in.php task", otherKey, legacy, "", "", CodeNoSuchCaptchaID, "16", 0},
 				{"unknown key", "ffffffffffffffffffffffffffffffff", a, "", "", CodeKeyDoesNotExist, "1", 0},
 			}
-			var wantForeign, wantCalls [2]int64
+			var want keyCalls
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
 					got, _ := postJSON(t, base, "getTaskResult", `{"clientKey":"`+tc.key+`","taskId":`+taskIDJSON(flavor, tc.id)+`}`)
@@ -238,20 +248,15 @@ func TestAccountOwnershipJSON(t *testing.T) {
 						t.Errorf("answer %v, want %s %q", got, tc.status, tc.token)
 					}
 				})
-				for i, k := range []string{testKey, otherKey} {
-					if tc.key == k {
-						wantForeign[i] += int64(tc.foreign)
-						wantCalls[i]++
-					}
-				}
+				want.add(tc.key, tc.foreign)
 			}
 			for i, k := range []string{testKey, otherKey} {
 				st, _ := s.KeyStats(k)
 				wantCreates := int64(1 + i) // testKey created a, otherKey b and c
-				if st.ForeignTaskCalls != wantForeign[i] || st.GetTaskResultCalls != wantCalls[i] ||
+				if st.ForeignTaskCalls != want.foreign[i] || st.GetTaskResultCalls != want.calls[i] ||
 					st.CreateTaskCalls != wantCreates || st.Submits != wantCreates+int64(i) {
 					t.Errorf("account %d: %+v, want %d getTaskResult calls, %d foreign, %d createTask calls",
-						i, st, wantCalls[i], wantForeign[i], wantCreates)
+						i, st, want.calls[i], want.foreign[i], wantCreates)
 				}
 			}
 			if ta, _ := s.Task(a); ta.ResCalls != 1 {

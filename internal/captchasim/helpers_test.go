@@ -222,27 +222,8 @@ func (rc *receiver) count() int {
 	return len(rc.hits)
 }
 
-// fakeClock is an injectable clock that only moves when told.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// newFakeClock returns a clock at a fixed instant.
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-// Now returns the clock's time.
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+// newFakeClock returns a clock at a fixed instant that moves only when
+// the test advances it.
+func newFakeClock() *testkit.Clock {
+	return testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }

@@ -284,13 +284,6 @@ func (s *Sim) postCallback(rawURL, contentType string, body []byte) func(context
 			return 0, err
 		}
 		req.Header.Set("Content-Type", contentType)
-		req.Header.Set("User-Agent", "captchasim")
-		resp, err := s.client.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return resp.StatusCode, nil
+		return s.send(req)
 	}
 }

@@ -122,6 +122,13 @@ func (s *Sim) callPingback(ctx context.Context, rawURL, id, code string) (int, e
 	if err != nil {
 		return 0, err
 	}
+	return s.send(req)
+}
+
+// send sends a pingback or callback request as the simulator
+// (User-Agent: captchasim) and returns the answer's status; the answer's
+// body is read (up to 64 KiB) and discarded.
+func (s *Sim) send(req *http.Request) (int, error) {
 	req.Header.Set("User-Agent", "captchasim")
 	resp, err := s.client.Do(req)
 	if err != nil {

@@ -200,17 +200,30 @@ func (s *Sim) touchLocked(t *task) {
 	}
 }
 
-// getLocked answers action=get for one id asked by account a. s.mu must
-// be held.
-func (s *Sim) getLocked(a *account, id string, now time.Time) result {
+// askedLocked finds the task id that account a asks res.php about, and
+// counts the call on it (touchLocked). Without one it returns nil and the
+// error to answer: ERROR_WRONG_ID_FORMAT for a malformed id,
+// ERROR_WRONG_CAPTCHA_ID for an unknown one or another account's. s.mu
+// must be held.
+func (s *Sim) askedLocked(a *account, id string, now time.Time) (*task, result) {
 	if !isDigits(id) {
-		return codeResult(CodeWrongIDFormat)
+		return nil, codeResult(CodeWrongIDFormat)
 	}
 	t := s.lookupLocked(id, now)
 	if t == nil || !ownsLocked(a, t) {
-		return codeResult(CodeWrongCaptchaID)
+		return nil, codeResult(CodeWrongCaptchaID)
 	}
 	s.touchLocked(t)
+	return t, result{}
+}
+
+// getLocked answers action=get for one id asked by account a. s.mu must
+// be held.
+func (s *Sim) getLocked(a *account, id string, now time.Time) result {
+	t, fail := s.askedLocked(a, id, now)
+	if t == nil {
+		return fail
+	}
 	switch t.state {
 	case StateSolved:
 		return result{ok: true, okPrefix: true, text: t.answer}
@@ -264,14 +277,10 @@ func (s *Sim) bulkGetLocked(a *account, rawIDs string, now time.Time) result {
 // reportLocked answers reportgood/reportbad (source: docs/protocols.md
 // §1.4) for account a. s.mu must be held.
 func (s *Sim) reportLocked(a *account, id string, now time.Time) result {
-	if !isDigits(id) {
-		return codeResult(CodeWrongIDFormat)
+	t, fail := s.askedLocked(a, id, now)
+	if t == nil {
+		return fail
 	}
-	t := s.lookupLocked(id, now)
-	if t == nil || !ownsLocked(a, t) {
-		return codeResult(CodeWrongCaptchaID)
-	}
-	s.touchLocked(t)
 	switch {
 	case t.state != StateSolved:
 		return codeResult(CodeReportNotRecorded)

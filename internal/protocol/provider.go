@@ -139,30 +139,8 @@ var providers = map[string]Provider{
 		Retention:      legacyRetention, // assumed: CaptchaAI clones 2captcha's protocol
 		MinResultGap:   minGapDocumented,
 	},
-	"2captcha": {
-		Name:           "2captcha",
-		LegacyEndpoint: "https://2captcha.com",
-		JSONEndpoint:   "https://api.2captcha.com",
-		LegacyCallback: FormPOST,
-		JSONCallback:   FormPOST,
-		NumericTaskID:  true,
-		AckTimeout:     ackDefault,
-		Retention:      legacyRetention,
-		MinResultGap:   minGapDocumented,
-		ResultPOST:     true,
-	},
-	"rucaptcha": {
-		Name:           "rucaptcha",
-		LegacyEndpoint: "https://rucaptcha.com",
-		JSONEndpoint:   "https://api.rucaptcha.com",
-		LegacyCallback: FormPOST,
-		JSONCallback:   FormPOST,
-		NumericTaskID:  true,
-		AckTimeout:     ackDefault,
-		Retention:      legacyRetention,
-		MinResultGap:   minGapDocumented,
-		ResultPOST:     true,
-	},
+	"2captcha":  twoCaptchaAPI("2captcha", "https://2captcha.com", "https://api.2captcha.com"),
+	"rucaptcha": twoCaptchaAPI("rucaptcha", "https://rucaptcha.com", "https://api.rucaptcha.com"),
 	"anticaptcha": {
 		Name:          "anticaptcha",
 		JSONEndpoint:  "https://api.anti-captcha.com",
@@ -193,6 +171,24 @@ var providers = map[string]Provider{
 		UUIDTaskID:   true,
 		AckTimeout:   ackDefault,
 	},
+}
+
+// twoCaptchaAPI is a provider that speaks 2captcha's API in both families
+// (2captcha itself, rucaptcha), at its own legacy (in.php, res.php) and
+// JSON endpoints.
+func twoCaptchaAPI(name, legacyEndpoint, jsonEndpoint string) Provider {
+	return Provider{
+		Name:           name,
+		LegacyEndpoint: legacyEndpoint,
+		JSONEndpoint:   jsonEndpoint,
+		LegacyCallback: FormPOST,
+		JSONCallback:   FormPOST,
+		NumericTaskID:  true,
+		AckTimeout:     ackDefault,
+		Retention:      legacyRetention,
+		MinResultGap:   minGapDocumented,
+		ResultPOST:     true,
+	}
 }
 
 // Lookup returns the named provider.

@@ -4,7 +4,8 @@
 // the rest with a Retry-After (CappedApp), a client of a Caddy admin
 // endpoint (Admin), a builder for the
 // global options block of a test Caddyfile (Globals), a multipart body
-// builder, waits on a condition (WaitFor, HoldsFor), plain HTTP calls, a
+// builder, waits on a condition (WaitFor, HoldsFor), a clock that moves
+// only when told to (Clock), plain HTTP calls, a
 // loopback port where nothing listens and a free port for a whole test
 // process (ProcessPort), a buffer safe for a writer and readers, the build
 // of ./cmd/caddy once per test binary, and what the race detector changes

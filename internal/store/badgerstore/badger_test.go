@@ -129,16 +129,7 @@ func snapshot(t *testing.T, b *Badger) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := b.view(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			v, err := it.Item().ValueCopy(nil)
-			if err != nil {
-				return err
-			}
-			out[string(it.Item().KeyCopy(nil))] = fmt.Sprintf("%s ttl %d", v, it.Item().ExpiresAt())
-		}
-		return nil
+		return eachEntry(txn, func(k, v []byte, expiresAt uint64) { out[string(k)] = fmt.Sprintf("%s ttl %d", v, expiresAt) })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -579,10 +570,7 @@ func TestBadgerApplyFailsHalfWay(t *testing.T) {
 			t.Errorf("insert batched with the failed claim: %v", insertErr)
 		}
 		after := snapshot(t, b)
-		delete(after, string(recordKey(key("c"))))
-		delete(after, string(deliveryKey(key("c"))))
-		delete(after, string(receivedIndexKey(key("c"), t0)))
-		deleteCountsOf(after, c)
+		deleteInserted(after, c)
 		sameSnapshot(t, "after the failed claim", after, before)
 		if got := mustGet(t, b, key("a")); got.State != store.StateQueued || got.Attempts != 0 {
 			t.Errorf("a after the failed claim: %s attempts %d, want queued, 0", got.State, got.Attempts)
@@ -611,19 +599,19 @@ func TestBadgerApplyFailsHalfWay(t *testing.T) {
 			t.Errorf("update = %v, insert = %v; want fn's error and success", updErr, insertErr)
 		}
 		after := snapshot(t, b)
-		delete(after, string(recordKey(key("c"))))
-		delete(after, string(deliveryKey(key("c"))))
-		delete(after, string(receivedIndexKey(key("c"), t0)))
-		deleteCountsOf(after, c)
+		deleteInserted(after, c)
 		sameSnapshot(t, "after the failed update", after, before)
 		checkIndexesOK(t, b)
 	})
 }
 
-// deleteCountsOf drops from a snapshot the persisted counts that storing
-// rec, the only delivered record, wrote: its delivered count and its
-// expiry bucket.
-func deleteCountsOf(snap map[string]string, rec *store.Record) {
+// deleteInserted drops from a snapshot what inserting rec, the only
+// delivered record, wrote: its record, delivery and received-index
+// entries, its delivered count and its expiry bucket.
+func deleteInserted(snap map[string]string, rec *store.Record) {
+	delete(snap, string(recordKey(rec.Key())))
+	delete(snap, string(deliveryKey(rec.Key())))
+	delete(snap, string(receivedIndexKey(rec.Key(), rec.ReceivedAt)))
 	delete(snap, string(countKey(rec.Provider, store.StateDelivered)))
 	delete(snap, string(bucketKey{sec: expiry(rec.ExpiresAt), provider: rec.Provider, state: store.StateDelivered}.key()))
 }
@@ -880,16 +868,7 @@ func TestBadgerReadsSnappyTables(t *testing.T) {
 		}
 		var all []kv
 		if err := db.View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
-			defer it.Close()
-			for it.Rewind(); it.Valid(); it.Next() {
-				v, err := it.Item().ValueCopy(nil)
-				if err != nil {
-					return err
-				}
-				all = append(all, kv{it.Item().KeyCopy(nil), v, it.Item().ExpiresAt()})
-			}
-			return nil
+			return eachEntry(txn, func(k, v []byte, expiresAt uint64) { all = append(all, kv{k, v, expiresAt}) })
 		}); err != nil {
 			return err
 		}

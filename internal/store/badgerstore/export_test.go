@@ -25,23 +25,30 @@ func CheckIndexes(s store.Store) error {
 	return b.view(func(txn *badger.Txn) error { return checkIndexes(txn) })
 }
 
+// eachEntry calls fn with every entry txn sees: a copy of its key and of
+// its value, and its expiry (Unix seconds, 0 for none).
+func eachEntry(txn *badger.Txn, fn func(k, v []byte, expiresAt uint64)) error {
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		v, err := it.Item().ValueCopy(nil)
+		if err != nil {
+			return err
+		}
+		fn(it.Item().KeyCopy(nil), v, it.Item().ExpiresAt())
+	}
+	return nil
+}
+
 func checkIndexes(txn *badger.Txn) error {
 	type entry struct {
 		exp uint64
 		val []byte
 	}
 	keys := map[string]entry{}
-	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true})
-	for it.Rewind(); it.Valid(); it.Next() {
-		item := it.Item()
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			it.Close()
-			return err
-		}
-		keys[string(item.KeyCopy(nil))] = entry{item.ExpiresAt(), v}
+	if err := eachEntry(txn, func(k, v []byte, expiresAt uint64) { keys[string(k)] = entry{expiresAt, v} }); err != nil {
+		return err
 	}
-	it.Close()
 
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }

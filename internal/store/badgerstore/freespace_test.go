@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -41,36 +42,18 @@ func (f *fakeFS) count() int {
 	return f.calls
 }
 
-// fakeClock is an injected clock that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // newTestGuard returns a guard on a fake filesystem and clock that logs to
 // an observer.
-func newTestGuard(t *testing.T, min int64) (*spaceGuard, *fakeFS, *fakeClock, *observer.ObservedLogs) {
+func newTestGuard(t *testing.T, min int64) (*spaceGuard, *fakeFS, *testkit.Clock, *observer.ObservedLogs) {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	fs := &fakeFS{free: 1 << 40}
-	clock := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clock := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	g := newSpaceGuard("/var/lib/caddy/pingback", min, zap.New(core), fs.statfs)
 	if g == nil {
 		t.Fatal("newSpaceGuard returned a disabled guard")
 	}
-	g.now = clock.now
+	g.now = clock.Now
 	return g, fs, clock, logs
 }
 
@@ -130,7 +113,7 @@ func TestSpaceGuard(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g, fs, clock, logs := newTestGuard(t, 64*MiB)
 			for i, s := range tt.steps {
-				clock.advance(s.after)
+				clock.Advance(s.after)
 				fs.set(s.free, s.err)
 				if got := g.available(); got != s.want {
 					t.Fatalf("step %d (free %d, err %v): available() = %v, want %v", i, s.free, s.err, got, s.want)
@@ -171,7 +154,7 @@ func TestSpaceGuardCachesReading(t *testing.T) {
 	}
 	fs.set(0, nil) // the disk fills
 	for range 10 {
-		clock.advance(9 * time.Millisecond) // up to 90 ms after the reading
+		clock.Advance(9 * time.Millisecond) // up to 90 ms after the reading
 		if !g.available() {
 			t.Fatal("answer changed within 100 ms of the reading")
 		}
@@ -179,7 +162,7 @@ func TestSpaceGuardCachesReading(t *testing.T) {
 	if fs.count() != 1 {
 		t.Fatalf("statfs called %d times within 100 ms, want once", fs.count())
 	}
-	clock.advance(10 * time.Millisecond) // exactly 100 ms
+	clock.Advance(10 * time.Millisecond) // exactly 100 ms
 	if g.available() {
 		t.Fatal("still available 100 ms after the reading, with the disk full")
 	}
@@ -187,11 +170,11 @@ func TestSpaceGuardCachesReading(t *testing.T) {
 		t.Fatalf("statfs calls %d after 100 ms, want 2", fs.count())
 	}
 	fs.set(1<<30, nil) // space returns
-	clock.advance(99 * time.Millisecond)
+	clock.Advance(99 * time.Millisecond)
 	if g.available() {
 		t.Fatal("recovered within 100 ms of the last reading")
 	}
-	clock.advance(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	if !g.available() || fs.count() != 3 {
 		t.Fatalf("not recovered at the next reading (statfs calls %d)", fs.count())
 	}
@@ -213,7 +196,7 @@ func TestSpaceGuardConcurrentCallersReadOnce(t *testing.T) {
 		if fs.count() != round {
 			t.Fatalf("round %d: statfs called %d times in all, want %d", round, fs.count(), round)
 		}
-		clock.advance(checkEvery)
+		clock.Advance(checkEvery)
 	}
 }
 
@@ -228,7 +211,7 @@ func TestSpaceGuardLogRateLimit(t *testing.T) {
 		if g.available() {
 			t.Fatalf("reading %d: available with 1 MiB free", i)
 		}
-		clock.advance(checkEvery)
+		clock.Advance(checkEvery)
 	}
 	if fs.count() != 2101 {
 		t.Fatalf("statfs called %d times, want 2101", fs.count())
@@ -250,7 +233,7 @@ func TestSpaceGuardLogRateLimit(t *testing.T) {
 	fs.set(1<<30, nil)
 	for range 20 {
 		g.available()
-		clock.advance(checkEvery)
+		clock.Advance(checkEvery)
 	}
 	rec := logs.FilterLevelExact(zapcore.WarnLevel).All()
 	if len(rec) != 1 || !strings.Contains(rec[0].Message, "storage available again") {

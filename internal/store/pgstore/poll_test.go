@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-pingback/pingback/internal/pgtest"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/store/pgstore"
 )
@@ -18,9 +17,7 @@ import (
 // delays; an account over its budget or at its rate limit does not limit
 // another account of the same provider.
 func TestPostgresSharedPolling(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t, dsn)
-	a, b := openPG(t, dsn, schema), openPG(t, dsn, schema)
+	a, b := twoInstances(t)
 	ctx := context.Background()
 	now := time.Now()
 	var clock atomic.Int64

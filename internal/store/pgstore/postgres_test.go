@@ -29,13 +29,20 @@ func openPG(t *testing.T, dsn, schema string) *pgstore.Postgres {
 	return p
 }
 
+// twoInstances opens two stores on one new schema, as two instances of
+// the plugin share one database.
+func twoInstances(t *testing.T) (a, b *pgstore.Postgres) {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	schema := pgtest.Schema(t, dsn)
+	return openPG(t, dsn, schema), openPG(t, dsn, schema)
+}
+
 // TestPostgresLeaseByDatabaseClock checks the production clock: leases and
 // due times are measured by the database's now(), whatever time the
 // instance's claim says (a clock an hour fast or slow changes nothing).
 func TestPostgresLeaseByDatabaseClock(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t, dsn)
-	a, b := openPG(t, dsn, schema), openPG(t, dsn, schema)
+	a, b := twoInstances(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	rec := &store.Record{
@@ -170,9 +177,7 @@ func TestPostgresConcurrentMigration(t *testing.T) {
 // (group-committed into the same batches, from two handles) store it once;
 // every other insert reports the stored record.
 func TestPostgresConcurrentDuplicates(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	schema := pgtest.Schema(t, dsn)
-	a, b := openPG(t, dsn, schema), openPG(t, dsn, schema)
+	a, b := twoInstances(t)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	const n = 60

@@ -177,22 +177,9 @@ func testListTaskPageAccount(t *testing.T, h Harness) {
 		for _, limit := range []int{1, 5, 100} {
 			q := q
 			q.Limit = limit
-			var got []string
-			for pages := 0; ; pages++ {
-				if pages > 50 {
-					t.Fatalf("ListTaskPage(%+v): more than 50 pages", q)
-				}
-				p, err := s.ListTaskPage(ctx, q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, tk := range p.Tasks {
-					got = append(got, tk.Provider+"/"+tk.ID)
-				}
-				if p.Next == nil {
-					break
-				}
-				q.After = p.Next
+			got, err := taskPageThrough(s, q)
+			if err != nil {
+				t.Fatal(err)
 			}
 			if !slices.Equal(got, want) {
 				t.Errorf("ListTaskPage(%+v):\n got %v\nwant %v", q, got, want)

@@ -58,6 +58,37 @@ func pageThrough(t *testing.T, s store.Store, q store.ListQuery) []*store.Record
 	}
 }
 
+// taskPageThrough lists every page of q and returns its tasks as
+// provider/id in the order given. The error says how the pages broke
+// ListTaskPage's contract: a page but the last that is not full or whose
+// Next is not its last task's position, more than 100 pages, or
+// ListTaskPage's own error.
+func taskPageThrough(s store.Store, q store.TaskQuery) ([]string, error) {
+	var out []string
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			return nil, fmt.Errorf("ListTaskPage(%+v): more than 100 pages", q)
+		}
+		p, err := s.ListTaskPage(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("ListTaskPage(%+v): %w", q, err)
+		}
+		for _, tk := range p.Tasks {
+			out = append(out, tk.Provider+"/"+tk.ID)
+		}
+		if p.Next == nil {
+			return out, nil
+		}
+		if len(p.Tasks) != q.Limit {
+			return nil, fmt.Errorf("ListTaskPage(%+v): %d tasks and a Next", q, len(p.Tasks))
+		}
+		if last := store.TaskPositionOf(p.Tasks[len(p.Tasks)-1]); store.CompareTaskPosition(*p.Next, last) != 0 {
+			return nil, fmt.Errorf("ListTaskPage(%+v): Next %+v, want the last task's %+v", q, *p.Next, last)
+		}
+		q.After = p.Next
+	}
+}
+
 // keyIDs is provider:id of each record.
 func keyIDs(recs []*store.Record) []string {
 	out := make([]string, len(recs))
@@ -198,28 +229,9 @@ func testListTaskPage(t *testing.T, h Harness) {
 			for _, limit := range []int{1, 7, 25, 1000} {
 				q := q
 				q.Limit = limit
-				var got []string
-				for pages := 0; ; pages++ {
-					if pages > 70 {
-						t.Fatalf("%s: ListTaskPage(%+v): more than 70 pages", when, q)
-					}
-					p, err := s.ListTaskPage(ctx, q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, tk := range p.Tasks {
-						got = append(got, tk.Provider+"/"+tk.ID)
-					}
-					if p.Next == nil {
-						break
-					}
-					if len(p.Tasks) != limit {
-						t.Fatalf("%s: ListTaskPage(%+v): %d tasks and a Next", when, q, len(p.Tasks))
-					}
-					if last := store.TaskPositionOf(p.Tasks[len(p.Tasks)-1]); store.CompareTaskPosition(*p.Next, last) != 0 {
-						t.Fatalf("%s: ListTaskPage(%+v): Next %+v, want the last task's %+v", when, q, *p.Next, last)
-					}
-					q.After = p.Next
+				got, err := taskPageThrough(s, q)
+				if err != nil {
+					t.Fatalf("%s: %v", when, err)
 				}
 				if !slices.Equal(got, want) {
 					t.Errorf("%s: ListTaskPage(%+v):\n got %v\nwant %v", when, q, got, want)
