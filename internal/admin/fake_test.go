@@ -123,6 +123,7 @@ func (b *fakeBackend) JobContext() context.Context {
 	}
 	return b.jobCtx
 }
+
 // ReplayInSlots replays each key once ctx allows: with hold set, a key
 // whose hold was received is replayed even if ctx ends meanwhile (as an
 // attempt already started ends), so a test that sends on hold and then
