@@ -127,6 +127,7 @@ func Run(t *testing.T, h Harness) {
 		{"Purge", testPurge},
 		{"Ages", testAges},
 		{"History", testHistory},
+		{"HistoryMinutes", testHistoryMinutes},
 		{"Close", testClose},
 		{"Model", testModel},
 		{"VerifyFields", testVerifyFields},
