@@ -185,7 +185,7 @@ func mergeQuery(body, query url.Values) url.Values {
 // error, or the task expires). The callback is logged at warn level with
 // its task id and code, and counted as callbacks{result="not_result"}.
 func (h *Handler) notResult(w http.ResponseWriter, nr *protocol.NotResultError) error {
-	h.app.metrics.callbacks.WithLabelValues(h.Provider, "not_result").Inc()
+	h.app.countReceived(h.Provider, "not_result")
 	h.logger.Warn("callback carries an error that is not the task's outcome: answered 200, not stored or forwarded; a tracked task is still polled",
 		zap.String("provider", h.Provider), zap.String("id", nr.ID),
 		zap.String("kind", nr.Answer.Kind.String()), zap.String("code", nr.Answer.Code))

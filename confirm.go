@@ -207,7 +207,7 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 		}
 		logger.Warn("pingback not confirmed by the provider: quarantined (the poller still asks for the result)",
 			zap.String("key", key.String()), zap.Error(err))
-		a.metrics.callbacks.WithLabelValues(key.Provider, "quarantined").Inc()
+		a.countReceived(key.Provider, "quarantined")
 		a.markQuarantined(ctx, st, key, whyNotConfirmed)
 		return
 	}
@@ -227,7 +227,7 @@ func (a *App) confirmStored(ctx context.Context, st store.Store, key store.Key, 
 		return nil
 	})
 	if errors.Is(err, errContradicted) {
-		a.metrics.callbacks.WithLabelValues(key.Provider, "quarantined").Inc()
+		a.countReceived(key.Provider, "quarantined")
 		logger.Warn("pingback contradicted by the provider's own answer: the provider's answer is delivered, the pingback's code kept as other_code",
 			zap.String("key", key.String()))
 		var next *store.Record
@@ -398,7 +398,7 @@ func (a *App) correct(ctx context.Context, st store.Store, t *store.Task, ans pr
 			logger.Warn("the app was sent a code the provider contradicts: delivering the provider's answer as a correction",
 				zap.String("key", t.Key().String()))
 		}
-		a.metrics.callbacks.WithLabelValues(t.Provider, "corrected").Inc()
+		a.countReceived(t.Provider, "corrected")
 		a.handle.wake()
 		return true
 	case errors.Is(err, store.ErrSkip):

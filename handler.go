@@ -242,7 +242,7 @@ func (h *Handler) refuse(w http.ResponseWriter, err error) error {
 	if !errors.As(err, &bad) {
 		return err
 	}
-	h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
+	h.app.countReceived(h.Provider, "invalid")
 	return writeText(w, bad.status, bad.reason)
 }
 
@@ -338,7 +338,7 @@ func (x *exchange) judge() bool {
 		// verdict on the pingback, so it is not quarantined either. The
 		// provider may retry; a tracked task is polled once the store is
 		// back.
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.app.countReceived(h.Provider, "store_error")
 		if x.st == nil || h.app.logStoreError(h.Provider) {
 			h.logger.Error("result NOT stored and not forwarded: the store is not open or cannot read the pingback's task, so the pingback cannot be verified (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.v.storeErr))
@@ -347,7 +347,7 @@ func (x *exchange) judge() bool {
 		return false
 	}
 	if x.v.reject {
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "unknown_id").Inc()
+		h.app.countReceived(h.Provider, "unknown_id")
 		x.reply.send(http.StatusNotFound, "unknown task id")
 		return false
 	}
@@ -418,14 +418,14 @@ func (x *exchange) settle() bool {
 	case errors.Is(x.err, store.ErrTooLarge):
 		// Valid, but no store could keep it: the provider is told, and
 		// nothing reaches the app.
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "invalid").Inc()
+		h.app.countReceived(h.Provider, "invalid")
 		h.logger.Warn("pingback too large to store (headers and body)",
 			zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
 		x.reply.send(http.StatusRequestEntityTooLarge, "request too large to store")
 		return true
 	case x.err != nil && v.why != "":
 		// Untrusted (or still to confirm): never forwarded unstored.
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.app.countReceived(h.Provider, "store_error")
 		if h.app.logStoreError(h.Provider) {
 			h.logger.Error("untrusted pingback NOT stored and not forwarded (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.String("reason", v.why), zap.Error(x.err))
@@ -436,7 +436,7 @@ func (x *exchange) settle() bool {
 		// A pending task this Caddy polls: the poller fetches its result
 		// once the store is back, so a forward without durability now
 		// would reach the app twice.
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.app.countReceived(h.Provider, "store_error")
 		if h.app.logStoreError(h.Provider) {
 			h.logger.Error("result NOT stored and not forwarded: its task is polled once the store is back (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
@@ -444,7 +444,7 @@ func (x *exchange) settle() bool {
 		x.reply.send(http.StatusServiceUnavailable, "result not stored")
 		return true
 	case x.err != nil:
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, "store_error").Inc()
+		h.app.countReceived(h.Provider, "store_error")
 		if x.st == nil || h.app.logStoreError(h.Provider) {
 			h.logger.Error("result NOT stored: forwarding without durability (further ones are counted in a summary line each minute)",
 				zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
@@ -452,7 +452,7 @@ func (x *exchange) settle() bool {
 		return false
 	case x.res.Existing != nil:
 		x.reply.commit()
-		h.app.metrics.callbacks.WithLabelValues(h.Provider, x.settleDuplicate()).Inc()
+		h.app.countReceived(h.Provider, x.settleDuplicate())
 		x.reply.send(http.StatusOK, "OK")
 		return true
 	case v.why != "":
@@ -469,9 +469,10 @@ func (x *exchange) settle() bool {
 		h.logger.Warn("commit slower than ack_timeout: the provider was answered 503; the result is stored and delivered all the same",
 			zap.String("provider", h.Provider), zap.String("id", x.cb.id), zap.Duration("ack_timeout", time.Duration(h.AckTimeout)))
 	}
-	h.stored.Inc()
+	h.app.countReceivedWith(h.stored, "stored")
 	if !x.res.SubmittedAt.IsZero() {
 		x.rec.Tracked = true // as the store recorded it
+		x.rec.SubmittedAt = x.res.SubmittedAt // the delivery's age counts from it
 		// A tracked task: its delay feeds the poller's automatic "after".
 		h.app.observeDelay(h.Provider, x.now.Sub(x.res.SubmittedAt), h.logger)
 	}
@@ -519,7 +520,7 @@ func (x *exchange) settleQuarantined() {
 	h, key := x.h, x.rec.Key()
 	h.app.noteQuarantined(x.st, x.rec)
 	if x.v.confirm {
-		h.stored.Inc()
+		h.app.countReceivedWith(h.stored, "stored")
 		h.app.confirmLater(x.ctx, x.st, key, h.logger)
 		return
 	}

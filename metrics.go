@@ -63,6 +63,10 @@ type metrics struct {
 	// start to the app's answer (or its failure), by source (callback,
 	// replay, poll) and outcome.
 	forwardDuration *prometheus.HistogramVec
+	// deliveryAge is the time from a task's submission (tracked) or else
+	// the result's receipt to its delivery, by provider and source
+	// (App.noteForwardEnded).
+	deliveryAge *prometheus.HistogramVec
 	// routeReplayConcurrency is, per server and provider, how many
 	// replays of one of its routes may be in flight at once now: the
 	// lowest among its routes, the app's replay concurrency when none is
@@ -119,6 +123,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 			}, []string{"source", "outcome"}),
 			routeSeries: map[serverProvider]bool{},
 		}
+		theMetrics.deliveryAge = newDeliveryAge()
 		theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil = newRouteGauges()
 		theMetrics.storeWrites = storeWriteCounters(theMetrics.storeCounters)
 	})
@@ -126,7 +131,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.unpollable, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.deliveryAge, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -135,6 +140,20 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return theMetrics, nil
+}
+
+// newDeliveryAge creates delivery_age_seconds, bucketed like the
+// history's delay and age (store.HistoryBoundsMs).
+func newDeliveryAge() *prometheus.HistogramVec {
+	buckets := make([]float64, len(store.HistoryBoundsMs))
+	for i, ms := range store.HistoryBoundsMs {
+		buckets[i] = ms / 1000
+	}
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "caddy", Subsystem: "pingback", Name: "delivery_age_seconds",
+		Help:    "Time from a task's submission (tracked tasks) or else the result's receipt to its delivery to the app, by provider and source (callback, replay, poll).",
+		Buckets: buckets,
+	}, []string{"provider", "source"})
 }
 
 // newCounterVec returns the counter caddy_pingback_<name> with its help

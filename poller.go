@@ -404,7 +404,7 @@ func (a *App) deliverPolled(t *store.Task, ans protocol.Answer) {
 		a.polledExisting(t, ans, res.Existing, rec)
 		return
 	}
-	a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
+	a.countReceived(t.Provider, "poll_stored")
 	a.metrics.tasks.WithLabelValues(t.Provider, "recovered").Inc()
 	a.logger.Info("result recovered by polling", zap.String("key", t.Key().String()))
 	a.handle.wake()
@@ -516,14 +516,14 @@ func (a *App) polledExisting(t *store.Task, ans protocol.Answer, existing, rec *
 			}
 			return
 		}
-		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_stored").Inc()
+		a.countReceived(t.Provider, "poll_stored")
 		a.logger.Info("result recovered by polling; a quarantined pingback of it is kept as other_code", zap.String("key", t.Key().String()))
 		a.handle.wake()
 		return
 	case !sameResult(existing.Code, ans):
 		a.correct(ctx, st, t, ans, true, a.logger)
 	default:
-		a.metrics.callbacks.WithLabelValues(t.Provider, "poll_duplicate").Inc()
+		a.countReceived(t.Provider, "poll_duplicate")
 	}
 	a.finishTask(t, existing.ReceivedAt)
 }

@@ -251,7 +251,7 @@ func (h *storeHandle) quarantineChanged(provider string) {
 // quarantineFull counts and logs (throttled) a pingback that was not
 // quarantined because the quarantine is full.
 func (h *Handler) quarantineFull(key store.Key) {
-	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantine_full").Inc()
+	h.app.countReceived(h.Provider, "quarantine_full")
 	if h.app.logQuarantined(h.Provider) {
 		h.logger.Warn("quarantine full (max_quarantine): an untrusted pingback was answered 200 and NOT stored; a tracked task is still polled",
 			zap.String("key", key.String()), zap.Int("max_records", h.MaxQuarantine), zap.Int64("max_bytes", h.MaxQuarantineBytes))
@@ -268,7 +268,7 @@ func (a *App) logQuarantined(provider string) bool {
 
 // countQuarantined counts and logs (throttled) a quarantined pingback.
 func (h *Handler) countQuarantined(key store.Key, why string) {
-	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantined").Inc()
+	h.app.countReceived(h.Provider, "quarantined")
 	h.countQuarantinedLog(key, why)
 }
 

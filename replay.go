@@ -39,6 +39,7 @@ func (a *App) replayLoop() {
 				a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
 				a.replayDue()
 				a.loopRan("replay")
+				a.historyRound()
 			})
 		}
 		select {
@@ -156,6 +157,7 @@ func (a *App) housekeeping() {
 	a.handle.quarantined.flush(a.logger, zap.WarnLevel, "provider")
 	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
+	a.pruneHistory(st)
 }
 
 // expireUndelivered counts and logs the results whose retention ended
@@ -187,6 +189,7 @@ func (a *App) expireUndelivered(st store.Store) {
 // noteParked counts and logs a result that was just parked.
 func (a *App) noteParked(key store.Key, d store.Delivery) {
 	a.metrics.parked.WithLabelValues(key.Provider).Inc()
+	a.handle.noteParked()
 	a.logger.Warn("result parked; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
 		zap.String("key", key.String()), zap.Int("attempts", d.Attempts), zap.Int("failures", d.Failures),
 		zap.String("last_error", d.LastError))

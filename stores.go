@@ -293,6 +293,10 @@ type storeHandle struct {
 	// quarantine is the bytes quarantined per provider, as this process
 	// knows them (App.quarantineUsed).
 	quarantine quarantineUsage
+
+	// history counts this process's figures of the minute and writes
+	// them once a minute (App.historyRound) and at Destruct.
+	history *historyRecorder
 }
 
 // logStoreError reports whether a result of provider that was not
@@ -318,6 +322,7 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy 
 		storeErrors:     newThrottledLog(1, 100, "results NOT stored in the last minute (forwarded without durability, or answered 503 when they could not be verified)"),
 		quarantined:     newThrottledLog(20, 100, "pingbacks quarantined in the last minute"),
 		confirmsDropped: newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)"),
+		history:         newHistoryRecorder(s, logger),
 	}, nil
 }
 
@@ -386,6 +391,7 @@ func (h *storeHandle) Destruct() error {
 	h.closing = true
 	h.mu.Unlock()
 	h.outcomes.Wait()
+	h.history.flushAll()
 	h.stopDelays()
 	return h.store.Close()
 }

@@ -62,6 +62,14 @@ type Backend interface {
 	// caddy.APIErrors.
 	Status(ctx context.Context) (adminapi.StatusAnswer, error)
 
+	// History is the per-minute history of [from, to) (whole minutes,
+	// at most HistorySpan apart) that GET /pingback/history answers:
+	// every instance's minute records merged, this process's figures not
+	// yet written included.
+	History(ctx context.Context, from, to time.Time) (adminapi.HistoryAnswer, error)
+	// HistorySpan is the longest range History answers: the retention.
+	HistorySpan() time.Duration
+
 	// PublicRecord and PublicTask are a record and a task as an admin
 	// answer shows them: credential headers and pingback tokens redacted.
 	PublicRecord(rec *store.Record) *store.Record

@@ -85,6 +85,9 @@ type fakeBackend struct {
 	hold       chan struct{} // ReplayInSlots waits for it (or ctx) before each key, when set
 	logger     *zap.Logger
 	registered []adminapi.TaskRegistration
+
+	history      []store.HistoryMinute // the minute records History answers from
+	historyAsked [][2]time.Time        // the ranges History was asked for
 }
 
 func (b *fakeBackend) Ready() bool { return b.ready }
