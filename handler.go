@@ -472,7 +472,8 @@ func (x *exchange) settle() bool {
 	h.app.countReceivedWith(h.stored, "stored")
 	if !x.res.SubmittedAt.IsZero() {
 		x.rec.Tracked = true // as the store recorded it
-		x.rec.SubmittedAt = x.res.SubmittedAt // the delivery's age counts from it
+		// The delivery's age (history, delivery_age_seconds) counts from it.
+		x.rec.SubmittedAt = x.res.SubmittedAt
 		// A tracked task: its delay feeds the poller's automatic "after".
 		h.app.observeDelay(h.Provider, x.now.Sub(x.res.SubmittedAt), h.logger)
 	}
