@@ -87,6 +87,9 @@ func (r *historyRecorder) roll(m time.Time) {
 // count adds one to the figure name of what (Received or Deliveries) in
 // the minute of t.
 func (r *historyRecorder) count(t time.Time, what func(*store.HistoryMinute) *map[string]int64, name string) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := what(r.minuteAt(t))
@@ -96,12 +99,22 @@ func (r *historyRecorder) count(t time.Time, what func(*store.HistoryMinute) *ma
 	(*m)[name]++
 }
 
+// countNow is count at the owning app's time.
+func (r *historyRecorder) countNow(what func(*store.HistoryMinute) *map[string]int64, name string) {
+	if r != nil {
+		r.count(r.now(), what, name)
+	}
+}
+
 func received(m *store.HistoryMinute) *map[string]int64   { return &m.Received }
 func deliveries(m *store.HistoryMinute) *map[string]int64 { return &m.Deliveries }
 
 // delivered counts a delivery at t, delay after its receipt and age after
 // its task's submission (or its receipt).
 func (r *historyRecorder) delivered(t time.Time, delay, age time.Duration) {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.minuteAt(t)
@@ -205,6 +218,9 @@ func backlogOf(c store.Counts) map[store.State]int64 {
 func (a *App) historyRound() {
 	h := a.handle
 	r := h.history
+	if r == nil {
+		return
+	}
 	r.clock.Store(&a.now)
 	if r.hs == nil {
 		return
@@ -233,7 +249,7 @@ func (a *App) historyRound() {
 // flushAll writes every minute not yet written, the current one so far
 // included: at close, so that a restart loses none of it.
 func (r *historyRecorder) flushAll() {
-	if r.hs == nil {
+	if r == nil || r.hs == nil {
 		return
 	}
 	now := r.now()
@@ -301,13 +317,13 @@ func (a *App) noteForwardEnded(d delivery, out outcome) {
 }
 
 // noteParked counts a result parked in the history.
-func (h *storeHandle) noteParked() { h.history.count(h.history.now(), deliveries, "parked") }
+func (h *storeHandle) noteParked() { h.history.countNow(deliveries, "parked") }
 
 // noteExpired counts in the history a result of provider that expired
 // for its max_age (never forwarded). The history counts every provider
 // together; provider is for the callers' symmetry with the metrics.
 func (h *storeHandle) noteExpired(provider string) {
-	h.history.count(h.history.now(), deliveries, "expired")
+	h.history.countNow(deliveries, "expired")
 }
 
 // pruneHistory deletes the minute records older than the retention
@@ -328,13 +344,13 @@ func (a *App) pruneHistory(st store.Store) {
 // this instance's record of the same minute).
 func (a *App) History(ctx context.Context, from, to time.Time) (adminapi.HistoryAnswer, error) {
 	h := a.readyHandle()
-	if h == nil || h.history.hs == nil {
+	if h == nil {
 		if a.store(time.Second) == nil {
 			return adminapi.HistoryAnswer{}, adminError(errStoreUnavailable)
 		}
 		h = a.readyHandle()
 	}
-	if h.history.hs == nil {
+	if h.history == nil || h.history.hs == nil {
 		return adminapi.NewHistoryAnswer(from, to, nil), nil
 	}
 	stored, err := h.history.hs.Minutes(ctx, from, to)
