@@ -359,3 +359,82 @@ func histogramCount(t *testing.T, o any) uint64 {
 	}
 	return m.GetHistogram().GetSampleCount()
 }
+
+// TestHistoryOfAMillionRecords times GET /pingback/history for 24 h (two
+// instances' minute records, every minute) from a store of 1,000,000
+// records: under a second (times testkit.Slowdown under -race), as the
+// minute records are read apart from the records.
+func TestHistoryOfAMillionRecords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a store with 1,000,000 records")
+	}
+	const records, workers = 1_000_000, 512
+	dir := t.TempDir()
+	h := openHistoryHandle(t, &BadgerStore{Dir: dir})
+	ctx := context.Background()
+	started := time.Now()
+	received := time.Now().UTC().Add(-time.Hour)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := w; i < records; i += workers {
+				rec := backlogRecord(strconv.Itoa(i), store.StateDelivered, received)
+				rec.Delivery.Failures, rec.Delivery.DueAt = 0, time.Time{}
+				if _, err := h.store.Insert(ctx, rec); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	filled := time.Since(started)
+	now := time.Now().UTC().Truncate(time.Minute)
+	full := make([]uint64, store.HistoryBuckets)
+	for i := range full {
+		full[i] = uint64(i + 1)
+	}
+	for i := range 24 * 60 {
+		for _, inst := range []string{"instance-a", "instance-b"} {
+			m := store.HistoryMinute{Minute: now.Add(-time.Duration(i+1) * time.Minute), Instance: inst,
+				Received:   map[string]int64{"stored": 700, "duplicate": 12, "quarantined": 1, "poll_stored": 3},
+				Deliveries: map[string]int64{"delivered": 690, "failed": 20, "timeout": 2, "rejected": 1, "parked": 1},
+				Backlog:    map[store.State]int64{store.StateFailed: 20, store.StateQueued: 3, store.StateParked: 9},
+				SampledAt:  now, Delay: full, Age: full}
+			if err := h.history.hs.WriteMinute(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c, err := h.store.Counts(ctx)
+	if err != nil || c.Records["captchaai"][store.StateDelivered] != records {
+		t.Fatalf("the store counts %v (%v), want %d delivered records", c.Records, err, records)
+	}
+	if err := h.Destruct(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("filled %d records and 24 h of minute records in %s", records, filled.Round(time.Second))
+
+	startCaddyBadger(t, "storage_dir "+dir, "")
+	path := "/pingback/history?from=" + url.QueryEscape(now.Add(-24*time.Hour).Format(time.RFC3339)) + "&to=" + url.QueryEscape(now.Format(time.RFC3339))
+	adminDo(t, http.MethodGet, "/pingback/status", "") // the store is open
+	began := time.Now()
+	status, body := adminDo(t, http.MethodGet, path, "")
+	took := time.Since(began)
+	var ans adminapi.HistoryAnswer
+	if status != 200 || json.Unmarshal(body, &ans) != nil {
+		t.Fatalf("GET %s: %d %.200s", path, status, body)
+	}
+	if len(ans.Points) != 24*60 || ans.Points[0].Received["stored"] != 1400 || ans.Points[0].Backlog[store.StateFailed] != 20 {
+		t.Fatalf("%d points, the first %+v; want 1440, each with both instances' figures", len(ans.Points), ans.Points[0])
+	}
+	t.Logf("24 h of history (%d bytes) in %s", len(body), took)
+	if budget := time.Second * testkit.Slowdown; took > budget {
+		t.Errorf("24 h of history took %s, want under %s", took, budget)
+	}
+}
