@@ -374,7 +374,7 @@ func TestHistoryOfAMillionRecords(t *testing.T) {
 	ctx := context.Background()
 	started := time.Now()
 	received := time.Now().UTC().Add(-time.Hour)
-	errs := make(chan error, workers)
+	errs := make(chan error, 24*60)
 	for w := range workers {
 		go func() {
 			for i := w; i < records; i += workers {
@@ -393,24 +393,33 @@ func TestHistoryOfAMillionRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	filled := time.Since(started)
 	now := time.Now().UTC().Truncate(time.Minute)
 	full := make([]uint64, store.HistoryBuckets)
 	for i := range full {
 		full[i] = uint64(i + 1)
 	}
-	for i := range 24 * 60 {
-		for _, inst := range []string{"instance-a", "instance-b"} {
-			m := store.HistoryMinute{Minute: now.Add(-time.Duration(i+1) * time.Minute), Instance: inst,
-				Received:   map[string]int64{"stored": 700, "duplicate": 12, "quarantined": 1, "poll_stored": 3},
-				Deliveries: map[string]int64{"delivered": 690, "failed": 20, "timeout": 2, "rejected": 1, "parked": 1},
-				Backlog:    map[store.State]int64{store.StateFailed: 20, store.StateQueued: 3, store.StateParked: 9},
-				SampledAt:  now, Delay: full, Age: full}
-			if err := h.history.hs.WriteMinute(ctx, m); err != nil {
-				t.Fatal(err)
+	for i := range 24 * 60 { // both instances' minutes at once: a group commit each
+		go func() {
+			for _, inst := range []string{"instance-a", "instance-b"} {
+				m := store.HistoryMinute{Minute: now.Add(-time.Duration(i+1) * time.Minute), Instance: inst,
+					Received:   map[string]int64{"stored": 700, "duplicate": 12, "quarantined": 1, "poll_stored": 3},
+					Deliveries: map[string]int64{"delivered": 690, "failed": 20, "timeout": 2, "rejected": 1, "parked": 1},
+					Backlog:    map[store.State]int64{store.StateFailed: 20, store.StateQueued: 3, store.StateParked: 9},
+					SampledAt:  now, Delay: full, Age: full}
+				if err := h.history.hs.WriteMinute(ctx, m); err != nil {
+					errs <- err
+					return
+				}
 			}
+			errs <- nil
+		}()
+	}
+	for range 24 * 60 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
+	filled := time.Since(started)
 	c, err := h.store.Counts(ctx)
 	if err != nil || c.Records["captchaai"][store.StateDelivered] != records {
 		t.Fatalf("the store counts %v (%v), want %d delivered records", c.Records, err, records)
