@@ -23,8 +23,12 @@ import (
 // to add to a map entry or a bucket.
 
 // historyWriteTimeout bounds the write of the minute records (and the
-// sample of the backlog) once a minute and at close.
-const historyWriteTimeout = 10 * time.Second
+// sample of the backlog) once a minute; historyCloseTimeout at close,
+// which it delays.
+const (
+	historyWriteTimeout = 10 * time.Second
+	historyCloseTimeout = 5 * time.Second
+)
 
 // historyPendingMax bounds the finished minutes waiting to be written
 // (the store away for that long): the oldest are dropped beyond it, with
@@ -254,7 +258,7 @@ func (r *historyRecorder) flushAll() {
 	}
 	now := r.now()
 	ms, sample, dropped := r.take(now, true)
-	ctx, cancel := context.WithTimeout(context.Background(), historyWriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), historyCloseTimeout)
 	defer cancel()
 	r.write(ctx, now, ms, sample, dropped)
 }
