@@ -533,10 +533,7 @@
 		for (const [name, title, series, unit] of specs) {
 			const box = el('div', {class: 'chart', 'data-chart': name}, el('h3', null, title));
 			charts.append(box);
-			if (series.length === 0) {
-				box.append(msg('No data in this range.', 'muted'));
-				continue;
-			}
+			if (series.length === 0) box.append(msg('No data in this range.', 'muted'));
 			const opts = {
 				width, height: 170,
 				series: [{}, ...series.map(([label], i) => ({label, stroke: PALETTE[i % PALETTE.length], width: 1.5,

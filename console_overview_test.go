@@ -1,0 +1,203 @@
+package pingback
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
+)
+
+// consoleHistoryMerged says that this build has GET /pingback/history:
+// the overview then draws its charts (canvases), and without it says "no
+// history". TestConsoleOverview checks that it matches the admin API.
+const consoleHistoryMerged = false
+
+// docScreenshot writes a full-page PNG of the tab to docs/name when
+// PINGBACK_SCREENSHOTS=1, and only then: the copies docs/operations.md
+// shows.
+func docScreenshot(t *testing.T, b *browserTab, name string) {
+	t.Helper()
+	if os.Getenv("PINGBACK_SCREENSHOTS") != "1" {
+		return
+	}
+	img, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join("docs", name), img, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote docs/%s (%d bytes)", name, len(img))
+}
+
+// TestConsoleOverview drives the overview in Chromium: it says OK while
+// nothing needs a person, and "needs a person" with the parked results
+// once some park; the dead letters show grouped by route and error with
+// their count and first and last seen; the search box finds a task id in
+// any state; a record shows when it failed last and when it parked; the
+// received-time filter is a date-time picker whose local time goes into
+// the link as RFC 3339 and filters the list; the charts draw where the
+// admin API has a history, and the page says "no history" where it has
+// none. With PINGBACK_SCREENSHOTS=1 it writes docs/console-overview.png
+// and docs/console-record.png.
+func TestConsoleOverview(t *testing.T) {
+	b := newBrowserTab(t)
+	app := newAppStub(t)
+	startCaddy(t, consoleParkGlobal, consoleSites(app))
+
+	b.do(t, "overview, all well", chromedp.Navigate(consoleRoot),
+		until(`(document.querySelector('#overall [data-state]')||{}).dataset?.state === 'ok'`))
+	if text := evalJS[string](t, b, `document.querySelector('#overall').innerText`); !strings.Contains(text, "nothing needs a person") {
+		t.Errorf("the overall state reads %q, want OK, nothing needs a person", text)
+	}
+
+	// One delivered, three parked.
+	postConsolePingback(t, "8100", "TOKEN-8100", nil)
+	waitForState(t, 5*time.Second, "2captcha", "8100", store.StateDelivered)
+	app.SetStatus(http.StatusServiceUnavailable)
+	for _, id := range []string{"8101", "8102", "8103"} {
+		postConsolePingback(t, id, "TOKEN-"+id, nil)
+	}
+	for _, id := range []string{"8101", "8102", "8103"} {
+		waitForState(t, 5*time.Second, "2captcha", id, store.StateParked)
+	}
+	b.do(t, "overview, results parked", chromedp.Navigate(consoleRoot),
+		until(`document.querySelector('#overall [data-state="attention"] [data-need="parked"]')`),
+		until(`document.querySelectorAll('#deadletters [data-group]').length === 1`))
+	if text := evalJS[string](t, b, `document.querySelector('#overall').innerText`); !strings.Contains(text, "Needs a person") || !strings.Contains(text, "3 results parked") {
+		t.Errorf("the overall state reads %q, want it to say 3 results parked need a person", text)
+	}
+
+	// The dead letters, grouped: the admin API's one group, on the page.
+	var dl adminapi.DeadLetters
+	if status, body := adminDo(t, http.MethodGet, "/pingback/deadletters", ""); status != http.StatusOK || json.Unmarshal(body, &dl) != nil || len(dl.Groups) != 1 {
+		t.Fatalf("GET /pingback/deadletters: %d %s, want one group", status, body)
+	}
+	g := dl.Groups[0]
+	route := "localhost:" + testHTTPPort + "/cb"
+	if g.Route != route || g.Provider != "2captcha" || g.State != store.StateParked || g.Count != 3 || g.Error == "" ||
+		g.FirstSeen.IsZero() || g.LastSeen.Before(g.FirstSeen) || dl.Scanned != 3 || dl.Truncated {
+		t.Errorf("dead letters %+v, want 3 parked of 2captcha on %s with their error and times", dl, route)
+	}
+	group := evalJS[string](t, b, `document.querySelector('#deadletters [data-group]').innerText`)
+	for _, want := range []string{"parked", "3", "2captcha → " + route, g.Error, "first seen", "last seen"} {
+		if !strings.Contains(group, want) {
+			t.Errorf("the dead-letter group reads %q, want %q in it", group, want)
+		}
+	}
+	if n := evalJS[string](t, b, `document.querySelector('#deadletters [data-group] .count').textContent`); n != "3" {
+		t.Errorf("the group counts %q, want 3", n)
+	}
+	docScreenshot(t, b, "console-overview.png")
+
+	// The history: charts where the admin API has it, "no history" where not.
+	b.do(t, "history", until(`(document.querySelector('#charts')||{}).dataset?.history`))
+	status, _ := adminDo(t, http.MethodGet, "/pingback/history", "")
+	hasHistory := status != http.StatusNotFound
+	if hasHistory != consoleHistoryMerged {
+		t.Errorf("GET /pingback/history answers %d, yet consoleHistoryMerged is %v: set it to %v", status, consoleHistoryMerged, hasHistory)
+	}
+	if consoleHistoryMerged {
+		if got := evalJS[string](t, b, `document.querySelector('#charts').dataset.history`); got != "shown" {
+			t.Errorf("the history reads %q, want shown (%s)", got, evalJS[string](t, b, `document.querySelector('#charts').innerText`))
+		}
+		if n := evalJS[int](t, b, `document.querySelectorAll('#charts [data-chart] canvas').length`); n < 4 {
+			t.Errorf("%d chart canvases, want one per chart (4)", n)
+		}
+	} else if got := evalJS[string](t, b, `document.querySelector('#charts').dataset.history + ' ' + document.querySelector('#charts').innerText`); got != "none No history: this Caddy keeps none." {
+		t.Errorf("without a history the page reads %q, want it to say there is none", got)
+	}
+
+	// Search by task id: a delivered one and a parked one, from any view.
+	for _, tc := range []struct{ id, state string }{{"8100", "delivered"}, {"8102", "parked"}, {"9999", ""}} {
+		b.do(t, "search "+tc.id, chromedp.Navigate(consoleRoot+"?view=tasks"), until(`document.querySelector('#tasks')`))
+		evalJS[string](t, b, `document.querySelector('#search input').value = `+jsString(tc.id))
+		b.do(t, "find "+tc.id, chromedp.Click(chromedp.CSS(`#search button`)),
+			until(`document.body.dataset.view === 'search' && document.querySelector('#found') && document.querySelector('#found').childElementCount > 0`))
+		if tc.state == "" {
+			if text := evalJS[string](t, b, `document.querySelector('#found').innerText`); !strings.Contains(text, "No stored result or tracked task has the id 9999") {
+				t.Errorf("searching an unknown id reads %q", text)
+			}
+			continue
+		}
+		if got := evalJS[string](t, b, `(document.querySelector('#found [data-key="2captcha:`+tc.id+`"] .state')||{}).textContent`); got != tc.state {
+			t.Errorf("searching %s finds it %q, want %s", tc.id, got, tc.state)
+		}
+		card := `#found [data-key="2captcha:` + tc.id + `"]`
+		if n := evalJS[int](t, b, `document.querySelectorAll('`+card+` [data-field="failed-last"], `+card+` [data-field="parked-at"]').length`); tc.state == "parked" && n != 2 {
+			t.Errorf("the parked card reads %q, want when it failed last and when it parked", evalJS[string](t, b, `document.querySelector('`+card+`').innerText`))
+		}
+	}
+
+	// A parked record: when it failed last and when it parked.
+	b.do(t, "record", chromedp.Navigate(consoleRoot+"?view=record&provider=2captcha&id=8101"),
+		until(`document.querySelector('#record [data-field="parked-at"]')`))
+	rec := getRecord(t, "2captcha", "8101")
+	last := rec.History[len(rec.History)-1]
+	wantAt := last.EndedAt.UTC().Format("2006-01-02 15:04:05Z")
+	for _, f := range []string{"failed-last", "parked-at"} {
+		if got := evalJS[string](t, b, `document.querySelector('#record [data-field="`+f+`"]').innerText`); !strings.HasPrefix(got, wantAt) {
+			t.Errorf("the record's %s reads %q, want the end of its last attempt, %s", f, got, wantAt)
+		}
+	}
+	if text := evalJS[string](t, b, `document.querySelector('#record').innerText`); strings.Contains(text, "undefined") || strings.Contains(text, "[object") {
+		t.Errorf("the record reads %q: a value rendered as undefined or [object ...]", text)
+	}
+	docScreenshot(t, b, "console-record.png")
+
+	// The received-time filter: a date-time picker, its local time in the
+	// link as RFC 3339.
+	b.do(t, "time filter", chromedp.Navigate(consoleRoot+"?view=records&state=delivered&received_after=2020-01-02T03:04:05Z"),
+		until(`document.querySelector('#records [data-key="2captcha:8100"]')`))
+	if typ := evalJS[string](t, b, `document.querySelector('input[name="received_after"]').type`); typ != "datetime-local" {
+		t.Errorf("the received-after box is %q, want a datetime-local picker", typ)
+	}
+	want := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if got := evalJS[string](t, b, `new Date(document.querySelector('input[name="received_after"]').value).toISOString()`); got != want.Format("2006-01-02T15:04:05.000Z") {
+		t.Errorf("the picker shows %s, want the link's time %s", got, want)
+	}
+	for _, tc := range []struct {
+		name   string
+		offset time.Duration
+		found  bool
+	}{{"an hour ahead", time.Hour, false}, {"an hour ago", -time.Hour, true}} {
+		evalJS[string](t, b, `(() => { const d = new Date(Date.now() + `+jsNumber(tc.offset.Milliseconds())+`);
+			const pad = (n) => String(n).padStart(2, '0');
+			return document.querySelector('input[name="received_after"]').value = d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) +
+				'T' + pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds()); })()`)
+		ready := `document.querySelector('#records').innerText.includes('No stored result matches')`
+		if tc.found {
+			ready = `document.querySelector('#records [data-key="2captcha:8100"]')`
+		}
+		b.do(t, "filter "+tc.name, chromedp.Click(chromedp.CSS(`form.filters button[type="submit"]`)), until(ready))
+		q, err := url.ParseQuery(strings.TrimPrefix(evalJS[string](t, b, `location.search`), "?"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := time.Parse(time.RFC3339, q.Get("received_after"))
+		if err != nil || after.Location() != time.UTC || after.Sub(time.Now().Add(tc.offset)).Abs() > 5*time.Second {
+			t.Errorf("filter %s: the link says received_after=%q (%v), want RFC 3339 in UTC, %s from now", tc.name, q.Get("received_after"), err, tc.offset)
+		}
+	}
+}
+
+// jsString quotes s as a JavaScript string.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// jsNumber writes n as a JavaScript number.
+func jsNumber(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
