@@ -201,3 +201,89 @@ func jsNumber(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// TestConsoleOverviewShapes drives the overview in Chromium with the
+// parts of GET /pingback/status that pauses, route health and
+// notifications add, rewritten in the tab in the shapes the admin API
+// answers: the overall state names the failing route and the pause; each
+// route shows its last success, since when it fails and its provider's
+// pause with a Resume button; the pauses and the recent notifications are
+// listed; every value renders as text.
+func TestConsoleOverviewShapes(t *testing.T) {
+	b := newBrowserTab(t)
+	app := newAppStub(t)
+	startCaddy(t, "", consoleSites(app))
+
+	now := time.Now().UTC().Truncate(time.Second)
+	since := now.Add(-12 * time.Minute)
+	evil := "app.example/" + consoleXSS
+	s := &statusRoutes{routes: map[string]adminapi.RouteStatus{}, more: map[string]any{
+		"records": map[string]map[string]int64{"2captcha": {"delivered": 4, "expired": 2}},
+		"pauses": []map[string]any{
+			{"provider": "2captcha", "reason": "deploy " + consoleXSS, "since": since, "until": nil, "by": "console"},
+		},
+		"route_health": map[string]map[string]any{
+			"app.example/cb": {"provider": "2captcha", "last_success": now.Add(-time.Hour), "failing_since": since, "failures": 7},
+			evil:             {"provider": "capsolver", "last_success": now.Add(-time.Minute), "failing_since": nil, "failures": 0},
+		},
+		"notifications": []map[string]any{
+			{"event": "pingback_route_failing", "provider": "2captcha", "count": 3, "first_at": since, "last_at": now},
+			{"event": "pingback_provider_paused", "provider": "2captcha", "count": 1, "first_at": since, "last_at": since},
+		},
+	}}
+	s.intercept(t, b)
+	b.do(t, "overview", chromedp.Navigate(consoleRoot),
+		until(`document.querySelectorAll('[data-route-health]').length === 2`))
+
+	overall := evalJS[string](t, b, `document.querySelector('#overall').innerText`)
+	for _, want := range []string{"Needs a person", "2 results expired", "Route app.example/cb failing since " + since.Format("2006-01-02 15:04:05Z"),
+		"Deliveries of 2captcha paused since " + since.Format("2006-01-02 15:04:05Z"), "by console", "until resumed"} {
+		if !strings.Contains(overall, want) {
+			t.Errorf("the overall state reads %q, want %q in it", overall, want)
+		}
+	}
+	route := func(name string) string {
+		return evalJS[string](t, b, `[...document.querySelectorAll('[data-route-health]')].find((e) => e.dataset.routeHealth === `+jsString(name)+`).innerText`)
+	}
+	for _, tc := range []struct{ route, want string }{
+		{"app.example/cb", "last success\n" + now.Add(-time.Hour).Format("2006-01-02 15:04:05Z")},
+		{"app.example/cb", "failing since\n" + since.Format("2006-01-02 15:04:05Z")},
+		{"app.example/cb", "failures in a row\n7"},
+		{"app.example/cb", "deliveries\npaused since"},
+		{evil, "failing since\nnot failing"},
+		{evil, "deliveries\nrunning"},
+	} {
+		if got := route(tc.route); !strings.Contains(got, tc.want) {
+			t.Errorf("route %s reads %q, want %q in it", tc.route, got, tc.want)
+		}
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('[data-route-health="app.example/cb"] [data-action="resume"], [data-paused="2captcha"] [data-action="resume"], [data-provider="2captcha"] [data-action="resume"]').length`); n != 3 {
+		t.Errorf("%d Resume buttons for the paused 2captcha, want one on its route, its pause and its provider", n)
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('[data-route-health] [data-action="pause"][data-pause="capsolver"]').length`); n != 1 {
+		t.Errorf("%d Pause buttons on the running capsolver route, want 1", n)
+	}
+	if hidden := evalJS[bool](t, b, `document.querySelector('#pause-form').hidden`); hidden {
+		t.Error("the status has pauses, yet the pause form is hidden")
+	}
+	if typ := evalJS[string](t, b, `document.querySelector('#pause-form input[name="until"]').type`); typ != "datetime-local" {
+		t.Errorf("the pause's resume time is a %q box, want a datetime-local picker", typ)
+	}
+	notes := evalJS[string](t, b, `document.querySelector('#notifications').innerText`)
+	if !strings.Contains(notes, "pingback_route_failing 2captcha ×3") || !strings.Contains(notes, "pingback_provider_paused 2captcha") {
+		t.Errorf("the notifications read %q, want both, the first with its count", notes)
+	}
+	if got := evalJS[string](t, b, `document.querySelector('[data-route-health] h3').textContent`); got != evil {
+		t.Errorf("the route %q renders as %q, want it as text", evil, got)
+	}
+	if n := evalJS[int](t, b, `document.querySelectorAll('main img, main script').length`); n != 0 || evalJS[bool](t, b, `window.__xss !== undefined`) {
+		t.Errorf("a value became markup: %d img or script elements", n)
+	}
+	if text := evalJS[string](t, b, `document.querySelector('main').innerText`); strings.Contains(text, "undefined") || strings.Contains(text, "[object") || strings.Contains(text, "null") {
+		t.Errorf("the overview reads %q: a value rendered as undefined, null or [object ...]", text)
+	}
+
+	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)),
+		chromedp.Navigate(consoleRoot), until(`document.querySelectorAll('[data-route-health]').length === 2`))
+	noHorizontalScroll(t, b, "overview with pauses, routes and notifications")
+}
