@@ -1,15 +1,19 @@
 package pingback
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
@@ -286,4 +290,138 @@ func TestConsoleOverviewShapes(t *testing.T) {
 	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)),
 		chromedp.Navigate(consoleRoot), until(`document.querySelectorAll('[data-route-health]').length === 2`))
 	noHorizontalScroll(t, b, "overview with pauses, routes and notifications")
+}
+
+// answerRule rewrites the answers of the console's API requests whose URL
+// contains path: rewrite gets Caddy's status and body and returns what
+// the page gets.
+type answerRule struct {
+	path    string
+	rewrite func(status int, body []byte) (int, []byte)
+}
+
+// rewriteAnswers rewrites, in a browser tab, the answers of the console's
+// API requests as rules say (the first rule whose path the URL contains),
+// so that the page's code and its requests are the real ones. It stands
+// in for what another part's admin route answers. Call it once per tab.
+func rewriteAnswers(t *testing.T, b *browserTab, rules ...answerRule) {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []string
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range errs {
+			t.Errorf("rewriting answers: %s", e)
+		}
+	})
+	var patterns []*fetch.RequestPattern
+	for _, r := range rules {
+		patterns = append(patterns, &fetch.RequestPattern{URLPattern: "*" + r.path + "*", RequestStage: fetch.RequestStageResponse})
+	}
+	b.do(t, "intercepting answers", func(ctx context.Context, tgt *chromedp.Target) (chromedp.Void, error) {
+		paused := cdp.Events(b.ctx, tgt, fetch.RequestPaused)
+		if _, err := cdp.Call(ctx, tgt, fetch.Enable, fetch.EnableParams{Patterns: patterns}); err != nil {
+			return chromedp.Void{}, err
+		}
+		go func() {
+			for ev, err := range paused {
+				if err != nil {
+					return
+				}
+				go func() {
+					body, err := cdp.Call(b.ctx, tgt, fetch.GetResponseBody, fetch.GetResponseBodyParams{RequestID: ev.RequestID})
+					if err == nil {
+						status, out := int(ev.ResponseStatusCode), body.Body
+						for _, r := range rules {
+							if strings.Contains(ev.Request.URL, r.path) {
+								status, out = r.rewrite(status, out)
+								break
+							}
+						}
+						_, err = cdp.Call(b.ctx, tgt, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: ev.RequestID, ResponseCode: int64(status),
+							ResponseHeaders: []*fetch.HeaderEntry{{Name: "Content-Type", Value: "application/json"}}, Body: out})
+					}
+					if err != nil && b.ctx.Err() == nil {
+						mu.Lock()
+						errs = append(errs, err.Error())
+						mu.Unlock()
+					}
+				}()
+			}
+		}()
+		return chromedp.Void{}, nil
+	})
+}
+
+// TestConsoleChartsAndRecordFields drives the console in Chromium with
+// GET /pingback/history answered in its documented shape and a record
+// carrying held, payload_erased and expired_reason: the four charts draw
+// (uPlot, under the console's Content-Security-Policy, with no exception),
+// a range of 6 h asks the API for 6 h, and the record says it is held, its
+// payload erased and why it expired.
+func TestConsoleChartsAndRecordFields(t *testing.T) {
+	b := newBrowserTab(t)
+	app := newAppStub(t)
+	startCaddy(t, "", consoleSites(app))
+	postConsolePingback(t, "8200", "TOKEN-8200", nil)
+	waitForState(t, 5*time.Second, "2captcha", "8200", store.StateDelivered)
+
+	history := func(int, []byte) (int, []byte) {
+		minute := time.Now().UTC().Truncate(time.Minute)
+		var points []map[string]any
+		for i := 5; i >= 0; i-- {
+			points = append(points, map[string]any{
+				"minute":     minute.Add(-time.Duration(i) * time.Minute),
+				"received":   map[string]int{"stored": 10 + i, "duplicate": i},
+				"deliveries": map[string]int{"delivered": 9 + i, "failed": i % 2},
+				"backlog":    map[string]int{"failed": i, "parked": 1},
+				"delay_ms":   map[string]any{"count": 9, "p50": 12.5, "p95": 80},
+				"age_ms":     map[string]any{"count": 9, "p50": 20, "p95": 90},
+			})
+		}
+		out, _ := json.Marshal(map[string]any{"from": minute.Add(-5 * time.Minute), "to": minute, "step_seconds": 60, "points": points})
+		return http.StatusOK, out
+	}
+	record := func(status int, body []byte) (int, []byte) {
+		var rec map[string]any
+		if json.Unmarshal(body, &rec) != nil {
+			return status, body
+		}
+		rec["held"], rec["payload_erased"], rec["expired_reason"], rec["state"] = true, true, "max_age", "expired"
+		out, _ := json.Marshal(rec)
+		return status, out
+	}
+	rewriteAnswers(t, b, answerRule{"/api/history", history}, answerRule{"/api/records/2captcha/8200", record})
+	b.do(t, "overview with history", chromedp.Navigate(consoleRoot),
+		until(`(document.querySelector('#charts')||{}).dataset?.history === 'shown'`))
+	if n := evalJS[int](t, b, `document.querySelectorAll('#charts [data-chart] canvas').length`); n != 4 {
+		t.Errorf("%d chart canvases, want 4 (received, deliveries, backlog, delay)", n)
+	}
+	legend := evalJS[string](t, b, `document.querySelector('#charts').innerText`)
+	for _, want := range []string{"stored", "duplicate", "delivered", "parked", "p50", "p95"} {
+		if !strings.Contains(legend, want) {
+			t.Errorf("the charts read %q, want the series %q", legend, want)
+		}
+	}
+	b.screenshot(t, "charts.png")
+	// The range: 6 h asks for 6 h.
+	evalJS[bool](t, b, `(() => { const s = document.querySelector('#range'); s.value = '21600'; return s.dispatchEvent(new Event('change')); })()`)
+	b.do(t, "6 h", until(`performance.getEntriesByType('resource').some((e) => { const u = new URL(e.name);
+		return u.pathname.endsWith('/api/history') && (new Date(u.searchParams.get('to')) - new Date(u.searchParams.get('from'))) === 6 * 3600 * 1000; })`))
+
+	b.do(t, "record", chromedp.Navigate(consoleRoot+"?view=record&provider=2captcha&id=8200"),
+		until(`document.querySelector('#record [data-field="expired-reason"]')`))
+	for _, tc := range []struct{ field, want string }{
+		{"held", "yes: its provider is paused"},
+		{"payload-erased", "erased"},
+		{"expired-reason", "max_age"},
+	} {
+		if got := evalJS[string](t, b, `(document.querySelector('#record [data-field="`+tc.field+`"]')||{}).textContent`); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("the record's %s reads %q, want %q", tc.field, got, tc.want)
+		}
+	}
+	if got := evalJS[string](t, b, `document.querySelector('#record .state').textContent`); got != "expired" {
+		t.Errorf("the record's state reads %q, want expired", got)
+	}
 }

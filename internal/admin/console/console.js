@@ -536,7 +536,7 @@
 			if (series.length === 0) box.append(msg('No data in this range.', 'muted'));
 			const opts = {
 				width, height: 170,
-				series: [{}, ...series.map(([label], i) => ({label, stroke: PALETTE[i % PALETTE.length], width: 1.5,
+				series: [{}, ...series.map(([label], i) => ({label, stroke: SERIES_COLORS[label] || PALETTE[i % PALETTE.length], width: 1.5,
 					value: (u, v) => (v === null || v === undefined ? '—' : v + (unit ? ' ' + unit : ''))}))],
 				axes: [{}, {size: 50}],
 				scales: {x: {time: true}},
@@ -545,6 +545,13 @@
 		}
 	}
 
+	// SERIES_COLORS keeps a meaning's colour from chart to chart: what went
+	// well green, what needs a person red, what waits amber.
+	const SERIES_COLORS = {
+		stored: '#1a7f37', poll_stored: '#2da44e', delivered: '#1a7f37', duplicate: '#6e7781',
+		quarantined: '#8250df', parked: '#cf222e', rejected: '#a40e26', failed: '#d4a72c', timeout: '#bc4c00',
+		interrupted: '#bf3989', expired: '#57606a', queued: '#0b61c4', forwarding: '#1b7c83', p50: '#0b61c4', p95: '#cf222e',
+	};
 	const PALETTE = ['#1a7f37', '#cf222e', '#0b61c4', '#9a6700', '#8250df', '#bf3989', '#1b7c83', '#6e7781'];
 
 	// accountList shows a provider's accounts (status' accounts.<provider>:
