@@ -121,6 +121,16 @@ func TestConsoleOverview(t *testing.T) {
 		t.Errorf("without a history the page reads %q, want it to say there is none", got)
 	}
 
+	// Pause and resume from the page, where the admin API has pauses.
+	if status, _ := adminDo(t, http.MethodGet, "/pingback/pauses", ""); status == http.StatusNotFound {
+		if hidden := evalJS[bool](t, b, `document.querySelector('#pause-form').hidden`); !hidden ||
+			!strings.Contains(evalJS[string](t, b, `document.querySelector('#pauses').innerText`), "This Caddy cannot pause deliveries.") {
+			t.Error("the admin API has no pauses, yet the page offers to pause")
+		}
+	} else {
+		consolePauseAndResume(t, b)
+	}
+
 	// Search by task id: a delivered one and a parked one, from any view.
 	for _, tc := range []struct{ id, state string }{{"8100", "delivered"}, {"8102", "parked"}, {"9999", ""}} {
 		b.do(t, "search "+tc.id, chromedp.Navigate(consoleRoot+"?view=tasks"), until(`document.querySelector('#tasks')`))
@@ -191,6 +201,43 @@ func TestConsoleOverview(t *testing.T) {
 		if err != nil || after.Location() != time.UTC || after.Sub(time.Now().Add(tc.offset)).Abs() > 5*time.Second {
 			t.Errorf("filter %s: the link says received_after=%q (%v), want RFC 3339 in UTC, %s from now", tc.name, q.Get("received_after"), err, tc.offset)
 		}
+	}
+}
+
+// consolePauseAndResume pauses 2captcha from the overview's form, with a
+// reason and a time it resumes by itself, and resumes it with its button:
+// the admin API holds the pause as the console's, and the overall state
+// names it while it holds.
+func consolePauseAndResume(t *testing.T, b *browserTab) {
+	t.Helper()
+	b.do(t, "pause form", chromedp.Navigate(consoleRoot),
+		until(`!document.querySelector('#pause-form').hidden && document.querySelector('#pause-form option[value="2captcha"]')`))
+	resumeAt := time.Now().Add(time.Hour)
+	evalJS[bool](t, b, `(() => { const f = document.querySelector('#pause-form');
+		f.elements.provider.value = '2captcha'; f.elements.reason.value = 'deploy';
+		const d = new Date(Date.now() + 3600 * 1000); const pad = (n) => String(n).padStart(2, '0');
+		f.elements.until.value = d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + 'T' + pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
+		return true; })()`)
+	b.do(t, "pause", chromedp.Click(chromedp.CSS(`#pause-form button[type="submit"]`)),
+		until(`document.querySelector('[data-paused="2captcha"]') && document.querySelector('#overall [data-need="pause"]')`))
+	var pauses struct {
+		Pauses []struct {
+			Provider, Reason, By string
+			Until                *time.Time
+		}
+	}
+	if status, body := adminDo(t, http.MethodGet, "/pingback/pauses", ""); status != http.StatusOK || json.Unmarshal(body, &pauses) != nil ||
+		len(pauses.Pauses) != 1 || pauses.Pauses[0].Provider != "2captcha" || pauses.Pauses[0].Reason != "deploy" || pauses.Pauses[0].By != "console" ||
+		pauses.Pauses[0].Until == nil || pauses.Pauses[0].Until.Sub(resumeAt).Abs() > 5*time.Second {
+		t.Errorf("after the console paused 2captcha: %d %s, want its pause by console, reason deploy, until in an hour", status, body)
+	}
+	if text := evalJS[string](t, b, `document.querySelector('#overall').innerText`); !strings.Contains(text, "Deliveries of 2captcha paused") || !strings.Contains(text, "(deploy)") {
+		t.Errorf("the overall state reads %q, want the pause of 2captcha and its reason", text)
+	}
+	b.do(t, "resume", chromedp.Click(chromedp.CSS(`[data-paused="2captcha"] [data-action="resume"]`)),
+		until(`document.querySelector('#pauses') && !document.querySelector('[data-paused]') && !document.querySelector('#overall [data-need="pause"]')`))
+	if status, body := adminDo(t, http.MethodGet, "/pingback/pauses", ""); status != http.StatusOK || json.Unmarshal(body, &pauses) != nil || len(pauses.Pauses) != 0 {
+		t.Errorf("after the console resumed 2captcha: %d %s, want no pause", status, body)
 	}
 }
 

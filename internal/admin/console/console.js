@@ -216,9 +216,18 @@
 		await refreshOverview(gen, parts, pauseForm);
 	}
 
+	// DEAD_LETTERS_EVERY is how often the overview groups the dead letters
+	// again (a scan of up to 10,000 records): less often than the status.
+	const DEAD_LETTERS_EVERY = 30000;
+
 	async function refreshOverview(gen, parts, pauseForm) {
-		const [r, dl] = await Promise.all([api('GET', 'status'), api('GET', 'deadletters')]);
+		const stale = !parts.dl || Date.now() - parts.dlAt >= DEAD_LETTERS_EVERY;
+		const [r, dl] = await Promise.all([api('GET', 'status'), stale ? api('GET', 'deadletters') : parts.dl]);
 		if (gen !== generation) return;
+		if (stale) {
+			parts.dl = dl;
+			parts.dlAt = Date.now();
+		}
 		if (!r.ok) {
 			parts.overall.replaceChildren(overallBox('error', [msg(errorOf(r), 'error')]));
 			setTimeout(() => { if (gen === generation) refreshOverview(gen, parts, pauseForm); }, 5000);
