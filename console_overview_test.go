@@ -457,6 +457,10 @@ func TestConsoleChartsAndRecordFields(t *testing.T) {
 	b.do(t, "6 h", until(`performance.getEntriesByType('resource').some((e) => { const u = new URL(e.name);
 		return u.pathname.endsWith('/api/history') && (new Date(u.searchParams.get('to')) - new Date(u.searchParams.get('from'))) === 6 * 3600 * 1000; })`))
 
+	b.do(t, "phone viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)),
+		chromedp.Navigate(consoleRoot), until(`document.querySelectorAll('#charts [data-chart] canvas').length === 4`))
+	noHorizontalScroll(t, b, "overview with charts")
+
 	b.do(t, "record", chromedp.Navigate(consoleRoot+"?view=record&provider=2captcha&id=8200"),
 		until(`document.querySelector('#record [data-field="expired-reason"]')`))
 	for _, tc := range []struct{ field, want string }{
