@@ -30,6 +30,7 @@ import (
 //	GET  /pingback/status                            the overview (API.status)
 //	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (API.startReplays)
 //	GET  /pingback/history?from=&to=                 the per-minute history (API.history)
+//	GET  /pingback/deadletters                       parked, rejected and failed results grouped (API.deadLetters)
 //
 // GET of one result answers the record (200) or 404 (saying so for a
 // purged one). The replay route answers the
@@ -78,6 +79,8 @@ func (api *API) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/replays/", Handler: api.whileStarting(api.replayJob)},
 		{Pattern: "/pingback/purges", Handler: api.whileStarting(api.purges)},
 		{Pattern: "/pingback/history", Handler: api.whileStarting(api.history)},
+
+		{Pattern: "/pingback/deadletters", Handler: api.whileStarting(api.deadLetters)},
 	}
 }
 

@@ -12,17 +12,27 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
 // consoleFiles holds the console's page: one HTML page, its script and its
-// style sheet, plain files with no build step and no external assets.
+// style sheet, plain files with no build step and no external assets; and
+// under vendor/ the charting library uPlot as published on npm, with its
+// licence (consoleUPlotJS, consoleUPlotCSS).
 //
 //go:embed console
 var consoleFiles embed.FS
 
+// The vendored uPlot the page's charts use, served as the page's own files.
+const (
+	consoleUPlotJS  = "/vendor/uPlot.iife.min.js"
+	consoleUPlotCSS = "/vendor/uPlot.min.css"
+)
+
 // consolePage is console/index.html, filled in with the page's action
-// token and the store's states at each load.
+// token, the store's states and the providers the plugin knows (the
+// search by task id asks each) at each load.
 var consolePage = template.Must(template.ParseFS(consoleFiles, "console/index.html"))
 
 // Console serves the operator's web page of one pingback app (the root
@@ -30,7 +40,7 @@ var consolePage = template.Must(template.ParseFS(consoleFiles, "console/index.ht
 // mount point:
 //
 //	GET  /             the page (text/html)
-//	GET  /console.js, /console.css
+//	GET  /console.js, /console.css, /vendor/uPlot.iife.min.js, /vendor/uPlot.min.css
 //	     /api/<route>  the admin API's /pingback/<route>, served in-process by
 //	                   the admin API's own handlers (same requests, same
 //	                   answers; errors as {"error": "..."})
@@ -97,7 +107,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
 	switch p {
 	case "", "/":
 		return c.servePage(w, r)
-	case "/console.js", "/console.css":
+	case "/console.js", "/console.css", consoleUPlotJS, consoleUPlotCSS:
 		return serveConsoleAsset(w, r, p[1:])
 	}
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no console page %s", p)}
@@ -121,7 +131,8 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request) error {
 		states[i] = string(s)
 	}
 	var buf bytes.Buffer
-	err := consolePage.Execute(&buf, map[string]string{"Token": c.NewToken(), "States": strings.Join(states, " ")})
+	err := consolePage.Execute(&buf, map[string]string{"Token": c.NewToken(), "States": strings.Join(states, " "),
+		"Providers": strings.Join(protocol.Names(), " ")})
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}

@@ -105,8 +105,8 @@ func TestWriteStatus(t *testing.T) {
 			Routes: routes,
 		}
 	}
-	const providers = `PROVIDER  STORED  DELIVERED  FAILED  REJECTED  PARKED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
-2captcha  4       3          1       0         0       1              0           3s              3s ago
+	const providers = `PROVIDER  STORED  DELIVERED  FAILED  REJECTED  PARKED  QUARANTINED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
+2captcha  4       3          1       0         0       0            1              0           3s              3s ago
 `
 	const tail = `loop replay: last run 0s ago
 loop poll: last run 1s ago
@@ -169,12 +169,12 @@ store: badger /var/lib/caddy/pingback, available
 		want     string
 	}{
 		{name: "no account", accounts: map[string]map[string]adminapi.AccountStatus{},
-			want: `PROVIDER  STORED  DELIVERED  FAILED  REJECTED  PARKED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
-2captcha  2       2          0       0         0       0              0           -               -
+			want: `PROVIDER  STORED  DELIVERED  FAILED  REJECTED  PARKED  QUARANTINED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
+2captcha  2       2          0       0         0       0            0              0           -               -
 ` + tail},
 		{name: "accounts absent (an older Caddy)", accounts: nil,
-			want: `PROVIDER  STORED  DELIVERED  FAILED  REJECTED  PARKED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
-2captcha  2       2          0       0         0       0              0           -               -
+			want: `PROVIDER  STORED  DELIVERED  FAILED  REJECTED  PARKED  QUARANTINED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
+2captcha  2       2          0       0         0       0            0              0           -               -
 ` + tail},
 		{name: "a rotation and an unknown key",
 			tasks: map[string]adminapi.TaskStatus{
@@ -189,9 +189,9 @@ store: badger /var/lib/caddy/pingback, available
 				},
 				"anticaptcha": {"5a5a5a5a5a5a5a5a": {APIKeyEntry: "api_key #1", Used: 1, Left: 1199, Pending: 1}},
 			},
-			want: `PROVIDER     STORED  DELIVERED  FAILED  REJECTED  PARKED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
-2captcha     2       2          0       0         0       9              2           -               -
-anticaptcha  0       0          0       0         0       1              0           -               -
+			want: `PROVIDER     STORED  DELIVERED  FAILED  REJECTED  PARKED  QUARANTINED  PENDING TASKS  UNPOLLABLE  OLDEST PENDING  LAST PINGBACK
+2captcha     2       2          0       0         0       0            9              2           -               -
+anticaptcha  0       0          0       0         0       0            1              0           -               -
 PROVIDER     ACCOUNT           API_KEY ENTRY          USED  LEFT  PENDING  UNPOLLABLE
 2captcha     0c41d8e2a5b79f13  {env.CAPTCHA_KEY_OLD}  120   1080  3        0
 2captcha     9e0b7a6c5d4f3e21  (not in api_key)       0     0     2        2

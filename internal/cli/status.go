@@ -21,7 +21,8 @@ func statusCommand() *cobra.Command {
 		Short: "Shows stored results by state, pending tasks, accounts, held-back routes, the loops and the store",
 		Long: `
 Shows the overview of GET /pingback/status: per provider the stored results
-by delivery state, the tracked tasks still pending (and how many of them
+by delivery state (quarantined ones too, and expired ones where the Caddy
+has that state), the tracked tasks still pending (and how many of them
 are unpollable: submitted with an API key not in the provider's api_key)
 and the age of the oldest, and when the last live pingback was stored;
 per provider and account (one API key, named by its account id and its
@@ -52,7 +53,12 @@ func runStatus(c *client, _ []string) error {
 // the times to come counted from now.
 func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 	w := newTable(out)
-	fmt.Fprintln(w, "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tPENDING TASKS\tUNPOLLABLE\tOLDEST PENDING\tLAST PINGBACK")
+	expired := carriesExpired(s.Records)
+	head := "PROVIDER\tSTORED\tDELIVERED\tFAILED\tREJECTED\tPARKED\tQUARANTINED\t"
+	if expired {
+		head += "EXPIRED\t"
+	}
+	fmt.Fprintln(w, head+"PENDING TASKS\tUNPOLLABLE\tOLDEST PENDING\tLAST PINGBACK")
 	var provs []string
 	for p := range s.Records {
 		provs = append(provs, p)
@@ -73,8 +79,12 @@ func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 		if age := s.Tasks[p].OldestPendingAgeSeconds; age > 0 {
 			oldest = (time.Duration(age * float64(time.Second))).Round(time.Second).String()
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", p, total, r[store.StateDelivered], r[store.StateFailed],
-			r[store.StateRejected], r[store.StateParked], s.Tasks[p].Pending, s.Tasks[p].Unpollable, oldest, ago(s.LastCallbackAt[p], now))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t", p, total, r[store.StateDelivered], r[store.StateFailed],
+			r[store.StateRejected], r[store.StateParked], r[store.StateQuarantined])
+		if expired {
+			fmt.Fprintf(w, "%d\t", r[stateExpired])
+		}
+		fmt.Fprintf(w, "%d\t%d\t%s\t%s\n", s.Tasks[p].Pending, s.Tasks[p].Unpollable, oldest, ago(s.LastCallbackAt[p], now))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -94,6 +104,22 @@ func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 	}
 	fmt.Fprintf(out, "store: %s %s, %s\n", s.Store.Kind, s.Store.Location, avail)
 	return nil
+}
+
+// stateExpired is the state of a result kept but never forwarded
+// because it grew too old (a provider's max_age); a Caddy whose status
+// counts it has an EXPIRED column.
+const stateExpired store.State = "expired"
+
+// carriesExpired reports whether the status counts expired results (a
+// Caddy that has the state lists it for every provider, 0 included).
+func carriesExpired(records map[string]map[store.State]int64) bool {
+	for _, byState := range records {
+		if _, ok := byState[stateExpired]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // noKey is what the accounts table shows as the api_key entry of an

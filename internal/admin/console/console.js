@@ -11,6 +11,7 @@
 	const meta = (name) => document.querySelector('meta[name="' + name + '"]').content;
 	const TOKEN = meta('pingback-console-token');
 	const STATES = meta('pingback-states').split(' ').filter(Boolean);
+	const PROVIDERS = meta('pingback-providers').split(' ').filter(Boolean);
 	const TASK_STATES = ['pending', 'done', 'expired'];
 	const PAGE = 50;
 	const main = document.getElementById('main');
@@ -97,6 +98,22 @@
 		return typeof t === 'string' && t !== '' && !t.startsWith('0001-');
 	}
 
+	// toLocalInput turns an RFC 3339 time into a datetime-local input's
+	// value (the browser's local time, to the second); fromLocalInput turns
+	// one back into RFC 3339 (UTC). Either answers '' for what is no time.
+	function toLocalInput(t) {
+		const d = new Date(t || '');
+		if (!t || isNaN(d)) return '';
+		const pad = (n) => String(n).padStart(2, '0');
+		return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + 'T' +
+			pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
+	}
+
+	function fromLocalInput(v) {
+		const d = new Date(v || '');
+		return !v || isNaN(d) ? '' : d.toISOString().replace(/\.\d+Z$/, 'Z');
+	}
+
 	function ago(seconds) {
 		const s = Math.round(Math.abs(seconds));
 		let v;
@@ -178,20 +195,55 @@
 
 	// ---- overview ----
 
+	// overview lays out the page once: the parts that come from
+	// GET /pingback/status and /pingback/deadletters are replaced at each
+	// refresh (every 5 s); the pause form and the charts are not, so that
+	// what the operator types or picks stays.
 	async function overview(gen) {
-		const r = await api('GET', 'status');
+		const part = (id) => el('div', {id});
+		const parts = {
+			overall: part('overall'), providers: part('ov-providers'), pauses: part('pauses'), health: part('ov-health'),
+			deadletters: part('deadletters'), notifications: part('ov-notifications'), rest: part('ov-rest'),
+		};
+		const pauseForm = pauseFormOf(gen);
+		main.replaceChildren(el('h1', null, 'Overview'), parts.overall, parts.providers,
+			el('h2', null, 'Pauses'), parts.pauses, pauseForm,
+			parts.health,
+			el('h2', null, 'Dead letters by error'), parts.deadletters,
+			parts.notifications,
+			historySectionOf(gen),
+			parts.rest);
+		await refreshOverview(gen, parts, pauseForm);
+	}
+
+	// DEAD_LETTERS_EVERY is how often the overview groups the dead letters
+	// again (a scan of up to 10,000 records): less often than the status.
+	const DEAD_LETTERS_EVERY = 30000;
+
+	async function refreshOverview(gen, parts, pauseForm) {
+		const stale = !parts.dl || Date.now() - parts.dlAt >= DEAD_LETTERS_EVERY;
+		const [r, dl] = await Promise.all([api('GET', 'status'), stale ? api('GET', 'deadletters') : parts.dl]);
 		if (gen !== generation) return;
-		const out = [el('h1', null, 'Overview')];
+		if (stale) {
+			parts.dl = dl;
+			parts.dlAt = Date.now();
+		}
 		if (!r.ok) {
-			main.replaceChildren(...out, msg(errorOf(r), 'error'));
+			parts.overall.replaceChildren(overallBox('error', [msg(errorOf(r), 'error')]));
+			setTimeout(() => { if (gen === generation) refreshOverview(gen, parts, pauseForm); }, 5000);
 			return;
 		}
 		const s = r.data || {};
 		const records = s.records || {};
 		const tasks = s.tasks || {};
+		const pauses = Array.isArray(s.pauses) ? s.pauses : null; // null: this Caddy cannot pause
+		const pauseOf = (p) => (pauses || []).find((x) => x.provider === p) || (pauses || []).find((x) => x.provider === '*');
 		const providers = [...new Set([...Object.keys(records), ...Object.keys(tasks), ...Object.keys(s.last_callback_at || {})])].sort();
-		if (providers.length === 0) out.push(msg('Nothing stored yet.', 'muted'));
+
+		parts.overall.replaceChildren(overallState(s, pauses));
+
 		const grid = el('div', {class: 'grid'});
+		if (providers.length === 0) parts.providers.replaceChildren(msg('Nothing stored yet.', 'muted'));
 		for (const p of providers) {
 			const byState = records[p] || {};
 			const counts = el('div', {class: 'counts'});
@@ -208,6 +260,7 @@
 			const unpollable = t.unpollable === undefined ? undefined :
 				el('span', {class: t.unpollable > 0 ? 'nonzero state-expired' : ''}, String(t.unpollable));
 			const oldestUndelivered = (s.oldest_undelivered_age_seconds || {})[p];
+			const pause = pauseOf(p);
 			grid.append(el('section', {class: 'card', 'data-provider': p},
 				el('h3', null, navLink({view: 'records', provider: p}, p), ' ', el('span', {class: 'muted'}, total + ' stored')),
 				counts,
@@ -218,23 +271,297 @@
 					['retry backlog', oldestUndelivered === undefined ? undefined : (oldestUndelivered > 0 ? duration(oldestUndelivered) + ' old' : 'none')],
 					['last pingback', (s.last_callback_at || {})[p] === undefined ? undefined : when(s.last_callback_at[p])],
 					['budget', budget ? 'used ' + budget.used + ', left ' + budget.left : undefined],
+					['deliveries', pauses === null ? undefined : (pause ? pauseText(pause) : 'running')],
 				]),
+				pauses === null ? [] : el('div', {class: 'actions'}, pauseButton(gen, p, pause, pauseForm)),
 				accountList(p, (s.accounts || {})[p])));
 		}
-		out.push(grid);
-		out.push(...heldRoutes(s.routes));
+		if (providers.length > 0) parts.providers.replaceChildren(grid);
+
+		parts.pauses.replaceChildren(...pauseList(gen, pauses));
+		pauseForm.hidden = pauses === null;
+		setPauseProviders(pauseForm, providers);
+		parts.health.replaceChildren(...routeHealth(gen, s.route_health, pauseOf, pauses !== null, pauseForm));
+		parts.deadletters.replaceChildren(...deadLetterGroups(dl));
+		parts.notifications.replaceChildren(...notificationList(s.notifications));
+
 		const loops = s.loops || {};
 		const loopPairs = Object.keys(loops).sort().map((l) => [l + ' loop', when(loops[l].last_run_at)]);
 		const st = s.store || {};
-		out.push(el('h2', null, 'Loops and store'), el('div', {class: 'card'}, kv([
+		parts.rest.replaceChildren(...heldRoutes(s.routes), el('h2', null, 'Loops and store'), el('div', {class: 'card'}, kv([
 			...loopPairs,
 			['store', [st.kind, st.location].filter(Boolean).join(' ')],
 			['available', st.available === undefined ? undefined : (st.available ? 'yes' : 'no')],
 			['free space', typeof st.free_bytes === 'number' ? formatBytes(st.free_bytes) : undefined],
 		])));
-		main.replaceChildren(...out);
-		setTimeout(() => { if (gen === generation) overview(gen); }, 5000);
+		setTimeout(() => { if (gen === generation) refreshOverview(gen, parts, pauseForm); }, 5000);
 	}
+
+	// overallState is the page's first answer: OK, or the list of what
+	// needs a person (parked, rejected, quarantined and expired results,
+	// the store unavailable, routes failing, pauses), each a link to it.
+	function overallState(s, pauses) {
+		const sum = {};
+		for (const byState of Object.values(s.records || {})) {
+			for (const [st, n] of Object.entries(byState || {})) sum[st] = (sum[st] || 0) + (n || 0);
+		}
+		const needs = [];
+		const need = (kind, ...kids) => needs.push(el('li', {'data-need': kind}, ...kids));
+		if ((s.store || {}).available === false) need('store', 'The store is unavailable: pingbacks are refused.');
+		for (const [st, what] of [['parked', 'parked: replays gave up'], ['rejected', 'rejected by the app'],
+			['quarantined', 'quarantined: not shown to be the provider\'s'], ['expired', 'expired: too old to deliver']]) {
+			if (sum[st] > 0) need(st, navLink({view: 'records', state: st}, sum[st] + ' ' + (sum[st] === 1 ? 'result ' : 'results ') + what));
+		}
+		for (const name of Object.keys(s.route_health || {}).sort()) {
+			const h = s.route_health[name] || {};
+			if (isTime(h.failing_since)) need('route', 'Route ' + name + ' failing since ', when(h.failing_since));
+		}
+		for (const p of pauses || []) need('pause', 'Deliveries of ' + pauseName(p.provider) + ' ' + pauseText(p));
+		if (needs.length === 0) return overallBox('ok', [el('strong', null, 'OK'), ' nothing needs a person.']);
+		return overallBox('attention', [el('strong', null, 'Needs a person'), el('ul', null, needs)]);
+	}
+
+	function overallBox(state, kids) {
+		return el('section', {class: 'overall overall-' + state, 'data-state': state, role: 'status'}, kids);
+	}
+
+	const pauseName = (p) => p === '*' ? 'every provider' : p;
+
+	function pauseText(p) {
+		const parts = ['paused ' + (isTime(p.since) ? 'since ' + shortTime(p.since) : '')];
+		if (p.by) parts.push('by ' + p.by);
+		if (p.reason) parts.push('(' + p.reason + ')');
+		parts.push(isTime(p.until) ? 'until ' + shortTime(p.until) : 'until resumed');
+		return parts.join(' ').replace(/\s+/g, ' ');
+	}
+
+	function shortTime(t) {
+		const d = new Date(t);
+		return isNaN(d) ? String(t) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago((Date.now() - d.getTime()) / 1000) + ')';
+	}
+
+	// pauseButton is Resume for a paused provider (its own pause; a
+	// provider held only by the pause of every provider resumes with that
+	// one, in the Pauses list), else Pause…, which fills in the pause form.
+	function pauseButton(gen, provider, pause, form) {
+		if (pause && pause.provider === provider) return resumeButton(gen, pause);
+		if (pause) return el('span', {class: 'muted'}, 'held by the pause of every provider');
+		const b = el('button', {'data-action': 'pause', 'data-pause': provider}, 'Pause…');
+		b.addEventListener('click', () => {
+			form.elements.provider.value = provider;
+			form.elements.reason.focus();
+		});
+		return b;
+	}
+
+	function resumeButton(gen, pause) {
+		const b = el('button', {class: 'primary', 'data-action': 'resume', 'data-pause': pause.provider}, 'Resume ' + pauseName(pause.provider));
+		b.addEventListener('click', async () => {
+			b.disabled = true;
+			const r = await api('DELETE', 'pauses/' + encodeURIComponent(pause.provider));
+			if (gen !== generation) return;
+			if (!r.ok && r.status !== 404) {
+				b.disabled = false;
+				b.after(msg(errorOf(r), 'error'));
+				return;
+			}
+			render();
+		});
+		return b;
+	}
+
+	function pauseList(gen, pauses) {
+		if (pauses === null) return [msg('This Caddy cannot pause deliveries.', 'muted')];
+		if (pauses.length === 0) return [msg('No pause: deliveries run.', 'muted')];
+		return pauses.map((p) => el('section', {class: 'card', 'data-paused': p.provider},
+			el('h3', null, pauseName(p.provider)),
+			kv([['since', when(p.since)], ['until', isTime(p.until) ? when(p.until) : 'resumed by hand'], ['by', p.by], ['reason', p.reason]]),
+			el('div', {class: 'actions'}, resumeButton(gen, p))));
+	}
+
+	// pauseFormOf is the form that pauses a provider (or every one):
+	// POST /pingback/pauses with by "console", a reason and an optional
+	// time it resumes by itself (a local date and time, sent as RFC 3339).
+	function pauseFormOf(gen) {
+		const out = el('div', {class: 'msg'});
+		const form = el('form', {class: 'filters', id: 'pause-form', hidden: true},
+			el('label', null, 'provider', el('select', {name: 'provider'}, el('option', {value: '*'}, 'every provider'))),
+			el('label', null, 'reason', el('input', {name: 'reason', placeholder: 'deploy', size: 16})),
+			el('label', null, 'resume at (optional)', el('input', {name: 'until', type: 'datetime-local', step: 1})),
+			el('button', {type: 'submit', class: 'danger'}, 'Pause deliveries'), out);
+		form.addEventListener('submit', async (ev) => {
+			ev.preventDefault();
+			const body = {provider: form.elements.provider.value, by: 'console'};
+			const reason = form.elements.reason.value.trim();
+			if (reason) body.reason = reason;
+			const until = fromLocalInput(form.elements.until.value);
+			if (until) body.until = until;
+			const r = await api('POST', 'pauses', body);
+			if (gen !== generation) return;
+			if (!r.ok) {
+				out.replaceChildren(msg(errorOf(r), 'error'));
+				return;
+			}
+			form.reset();
+			render();
+		});
+		return form;
+	}
+
+	// setPauseProviders keeps the pause form's providers those the overview
+	// shows, and the operator's choice.
+	function setPauseProviders(form, providers) {
+		const sel = form.elements.provider;
+		const have = [...sel.options].map((o) => o.value).slice(1);
+		if (have.join(' ') === providers.join(' ')) return;
+		const chosen = sel.value;
+		sel.replaceChildren(el('option', {value: '*'}, 'every provider'), providers.map((p) => el('option', {value: p}, p)));
+		sel.value = [...sel.options].some((o) => o.value === chosen) ? chosen : '*';
+	}
+
+	// routeHealth shows each route's last successful delivery and since
+	// when it fails (status' route_health), with its provider's pause: the
+	// nodes to add, none when the status has no route health.
+	function routeHealth(gen, health, pauseOf, canPause, form) {
+		const names = Object.keys(health || {}).sort();
+		if (names.length === 0) return [];
+		const grid = el('div', {class: 'grid'});
+		for (const name of names) {
+			const h = health[name] || {};
+			const pause = h.provider ? pauseOf(h.provider) : undefined;
+			const failing = isTime(h.failing_since);
+			grid.append(el('section', {class: 'card', 'data-route-health': name, 'data-failing': failing ? 'yes' : 'no'},
+				el('h3', null, name),
+				kv([
+					['provider', h.provider],
+					['last success', isTime(h.last_success) ? when(h.last_success) : 'none yet'],
+					['failing since', failing ? el('span', {class: 'nonzero state-parked'}, when(h.failing_since)) : 'not failing'],
+					['failures in a row', typeof h.failures === 'number' && h.failures > 0 ? String(h.failures) : undefined],
+					['deliveries', !canPause ? undefined : (pause ? pauseText(pause) : 'running')],
+				]),
+				canPause && h.provider ? el('div', {class: 'actions'}, pauseButton(gen, h.provider, pause, form)) : []));
+		}
+		return [el('h2', null, 'Routes'), grid];
+	}
+
+	// deadLetterGroups shows GET /pingback/deadletters: the parked,
+	// rejected and failed results grouped by route, provider, state and
+	// error, with count and first and last seen.
+	function deadLetterGroups(r) {
+		if (!r.ok) {
+			return [msg(r.status === 404 ? 'This Caddy does not group dead letters.' : errorOf(r), r.status === 404 ? 'muted' : 'error')];
+		}
+		const groups = (r.data && r.data.groups) || [];
+		if (groups.length === 0) return [msg('No dead letter: nothing parked, rejected or failing.', 'muted')];
+		const out = groups.map((g) => el('section', {class: 'card', 'data-group': [g.route, g.provider, g.state, g.error].join('|')},
+			el('div', {class: 'rec-head'}, stateBadge(g.state), el('strong', {class: 'count'}, String(g.count)),
+				navLink({view: 'records', provider: g.provider, state: g.state}, g.provider + ' → ' + g.route)),
+			kv([['error', g.error || 'none recorded'], ['first seen', when(g.first_seen)], ['last seen', when(g.last_seen)]])));
+		if (r.data.truncated) out.push(msg('Counted from the first ' + r.data.scanned + ' dead letters only.', 'muted'));
+		return out;
+	}
+
+	// notificationList shows the notifications this Caddy sent lately
+	// (status' notifications), newest first; none when the status has none.
+	function notificationList(list) {
+		if (!Array.isArray(list)) return [];
+		const head = el('h2', null, 'Recent notifications');
+		if (list.length === 0) return [head, msg('None sent.', 'muted')];
+		return [head, el('div', {class: 'card', id: 'notifications'}, list.map((n) =>
+			el('section', {class: 'note', 'data-event': n.event},
+				el('strong', null, n.event), n.provider ? ' ' + n.provider : '', n.count > 1 ? ' ×' + n.count : '', ' ',
+				el('span', {class: 'muted'}, isTime(n.last_at) ? shortTime(n.last_at) : ''))))];
+	}
+
+	// ---- history charts ----
+
+	const RANGES = [['1 h', 3600], ['6 h', 6 * 3600], ['24 h', 86400], ['3 d', 3 * 86400], ['7 d', 7 * 86400]];
+
+	// historySectionOf is the charts of GET /pingback/history over a range
+	// the operator picks (1 h by default, up to the retention: the API
+	// refuses more, and the page says why); "no history" where the admin
+	// API has none.
+	function historySectionOf(gen) {
+		const charts = el('div', {id: 'charts'});
+		const sel = el('select', {id: 'range', name: 'range'}, RANGES.map(([label, s]) => el('option', {value: String(s)}, label)));
+		sel.addEventListener('change', () => loadHistory(gen, charts, Number(sel.value)));
+		loadHistory(gen, charts, Number(sel.value));
+		return el('section', {id: 'history-section'},
+			el('h2', null, 'History'),
+			el('form', {class: 'filters'}, el('label', null, 'range', sel)),
+			charts);
+	}
+
+	async function loadHistory(gen, charts, seconds) {
+		const to = new Date();
+		const from = new Date(to.getTime() - seconds * 1000);
+		const q = new URLSearchParams({from: rfc3339(from), to: rfc3339(to)});
+		const r = await api('GET', 'history?' + q);
+		if (gen !== generation) return;
+		if (r.status === 404) {
+			charts.dataset.history = 'none';
+			charts.replaceChildren(msg('No history: this Caddy keeps none.', 'muted'));
+			return;
+		}
+		if (!r.ok) {
+			charts.dataset.history = 'error';
+			charts.replaceChildren(msg(errorOf(r), 'error'));
+			return;
+		}
+		drawCharts(charts, (r.data && r.data.points) || []);
+		charts.dataset.history = 'shown';
+		clearTimeout(charts.timer);
+		charts.timer = setTimeout(() => { if (gen === generation && charts.isConnected) loadHistory(gen, charts, seconds); }, 60000);
+	}
+
+	const rfc3339 = (d) => d.toISOString().replace(/\.\d+Z$/, 'Z');
+
+	// drawCharts draws the history's points with uPlot: received per
+	// minute by result, deliveries by outcome, the backlog by state, the
+	// delivery delay p50 and p95.
+	function drawCharts(charts, points) {
+		for (const c of charts.querySelectorAll('[data-chart]')) if (c.plot) c.plot.destroy();
+		charts.replaceChildren();
+		if (typeof uPlot !== 'function') {
+			charts.append(msg('The charting library did not load.', 'error'));
+			return;
+		}
+		const xs = points.map((p) => Math.floor(new Date(p.minute).getTime() / 1000));
+		const byKey = (field) => {
+			const keys = [...new Set(points.flatMap((p) => Object.keys(p[field] || {})))].sort();
+			return keys.map((k) => [k, points.map((p) => (p[field] || {})[k] || 0)]);
+		};
+		const delay = (q) => points.map((p) => (p.delay_ms && p.delay_ms.count > 0 ? p.delay_ms[q] : null));
+		const specs = [
+			['received', 'Pingbacks received per minute, by result', byKey('received'), ''],
+			['deliveries', 'Deliveries per minute, by outcome', byKey('deliveries'), ''],
+			['backlog', 'Backlog by state', byKey('backlog'), ''],
+			['delay', 'Delivery delay (received to delivered), ms', [['p50', delay('p50')], ['p95', delay('p95')]], 'ms'],
+		];
+		const width = Math.max(260, Math.min(charts.clientWidth || main.clientWidth || 600, 1000));
+		for (const [name, title, series, unit] of specs) {
+			const box = el('div', {class: 'chart', 'data-chart': name}, el('h3', null, title));
+			charts.append(box);
+			if (series.length === 0) box.append(msg('No data in this range.', 'muted'));
+			const opts = {
+				width, height: 170,
+				series: [{}, ...series.map(([label], i) => ({label, stroke: SERIES_COLORS[label] || PALETTE[i % PALETTE.length], width: 1.5,
+					value: (u, v) => (v === null || v === undefined ? '—' : v + (unit ? ' ' + unit : ''))}))],
+				axes: [{}, {size: 50}],
+				scales: {x: {time: true}},
+			};
+			box.plot = new uPlot(opts, [xs, ...series.map(([, ys]) => ys)], box);
+		}
+	}
+
+	// SERIES_COLORS keeps a meaning's colour from chart to chart: what went
+	// well green, what needs a person red, what waits amber.
+	const SERIES_COLORS = {
+		stored: '#1a7f37', poll_stored: '#2da44e', delivered: '#1a7f37', duplicate: '#6e7781',
+		quarantined: '#8250df', parked: '#cf222e', rejected: '#a40e26', failed: '#d4a72c', timeout: '#bc4c00',
+		interrupted: '#bf3989', expired: '#57606a', queued: '#0b61c4', forwarding: '#1b7c83', p50: '#0b61c4', p95: '#cf222e',
+	};
+	const PALETTE = ['#1a7f37', '#cf222e', '#0b61c4', '#9a6700', '#8250df', '#bf3989', '#1b7c83', '#6e7781'];
 
 	// accountList shows a provider's accounts (status' accounts.<provider>:
 	// account id → {key, used, left, pending, unpollable}), sorted by id:
@@ -309,6 +636,8 @@
 			ev.preventDefault();
 			const params = {view};
 			for (const [k, v] of new FormData(form)) params[k] = String(v).trim();
+			// A date-time picker's local time goes into the link as RFC 3339.
+			for (const input of form.querySelectorAll('input[type="datetime-local"]')) params[input.name] = fromLocalInput(input.value);
 			go(params);
 		});
 		return form;
@@ -324,9 +653,9 @@
 		const ranged = !!(f.received_after || f.received_before);
 		const range = [
 			el('label', {class: 'range', hidden: !ranged}, 'received after',
-				el('input', {name: 'received_after', value: f.received_after, placeholder: 'RFC 3339', size: 20})),
+				el('input', {name: 'received_after', type: 'datetime-local', step: 1, value: toLocalInput(f.received_after)})),
 			el('label', {class: 'range', hidden: !ranged}, 'received before',
-				el('input', {name: 'received_before', value: f.received_before, placeholder: 'RFC 3339', size: 20})),
+				el('input', {name: 'received_before', type: 'datetime-local', step: 1, value: toLocalInput(f.received_before)})),
 		];
 		const list = el('div', {id: 'records'});
 		const bulk = el('div', {id: 'bulk'});
@@ -386,10 +715,38 @@
 				['attempts', String(rec.attempts || 0)],
 				['last status', rec.last_status ? String(rec.last_status) : undefined],
 				['last error', rec.last_error],
+				...lifePairs(rec),
 				['quarantine', rec.state === 'quarantined' ? rec.quarantine || '?' : undefined],
 			]),
 			el('div', {class: 'actions'}, actionButton(rec, out, (updated) => fillRecordCard(card, updated))),
 			out);
+	}
+
+	// lastFailure is the attempt of rec's history that last failed (not
+	// delivered, ended), or undefined.
+	function lastFailure(rec) {
+		const h = Array.isArray(rec.history) ? rec.history : [];
+		for (let i = h.length - 1; i >= 0; i--) {
+			if (h[i].outcome && h[i].outcome !== 'delivered') return h[i];
+		}
+		return undefined;
+	}
+
+	// lifePairs are what a card says of a result's life beyond its
+	// delivery counts: when it failed last and when it parked (from its
+	// attempts), whether a pause holds it, whether its payload was erased,
+	// and why it expired.
+	function lifePairs(rec) {
+		const f = lastFailure(rec);
+		const failedAt = f ? (isTime(f.ended_at) ? f.ended_at : f.started_at) : undefined;
+		const parkedAt = rec.state === 'parked' ? (failedAt || rec.updated_at) : undefined;
+		return [
+			['failed last', failedAt ? el('span', {'data-field': 'failed-last'}, when(failedAt)) : undefined],
+			['parked', parkedAt ? el('span', {'data-field': 'parked-at'}, when(parkedAt)) : undefined],
+			['held', rec.held ? el('span', {class: 'nonzero state-failed', 'data-field': 'held'}, 'yes: its provider is paused') : undefined],
+			['payload', rec.payload_erased ? el('span', {'data-field': 'payload-erased'}, 'erased (kept: key, state, times, attempts)') : undefined],
+			['expired', rec.expired_reason ? el('span', {class: 'nonzero state-expired', 'data-field': 'expired-reason'}, rec.expired_reason) : undefined],
+		];
 	}
 
 	// actionButton is Release for a quarantined result (replay refuses
@@ -598,6 +955,7 @@
 				['tracked', rec.tracked === undefined ? undefined : (rec.tracked ? 'yes' : 'no')],
 				['quarantine', rec.quarantine],
 				['correction', rec.correction ? 'yes: the app was sent another code first' : undefined],
+				...lifePairs(rec),
 			])),
 			el('h2', null, 'Result'),
 			el('pre', {id: 'code'}, rec.code || ''),
@@ -673,6 +1031,47 @@
 			]));
 	}
 
+	// ---- search by task id ----
+
+	// search looks the exact task id up (as the provider writes it) among
+	// the stored results of every provider the plugin knows, whatever
+	// their state, and among the tracked tasks.
+	async function search(gen, q) {
+		const id = (q.get('id') || '').trim();
+		const list = el('div', {id: 'found'});
+		main.replaceChildren(el('h1', null, 'Task ' + id), list);
+		searchBox().elements.id.value = id;
+		if (!id) {
+			list.append(msg('Type a task id in the search box.', 'muted'));
+			return;
+		}
+		const answers = await Promise.all(PROVIDERS.flatMap((p) => [
+			api('GET', 'records/' + keyPath(p, id)).then((r) => ({kind: 'record', r})),
+			api('GET', 'tasks/' + keyPath(p, id)).then((r) => ({kind: 'task', r})),
+		]));
+		if (gen !== generation) return;
+		let found = 0;
+		for (const {kind, r} of answers) {
+			if (r.ok && r.data) {
+				list.append(kind === 'record' ? recordCard(r.data) : taskCard(r.data));
+				found++;
+			} else if (r.status !== 404) {
+				list.append(msg(errorOf(r), 'error'));
+			}
+		}
+		if (found === 0) list.append(msg('No stored result or tracked task has the id ' + id + '.', 'muted'));
+	}
+
+	function searchBox() {
+		return document.getElementById('search');
+	}
+
+	searchBox().addEventListener('submit', (ev) => {
+		ev.preventDefault();
+		const id = searchBox().elements.id.value.trim();
+		if (id) go({view: 'search', id});
+	});
+
 	// ---- routing ----
 
 	function render() {
@@ -681,7 +1080,7 @@
 		let view = q.get('view');
 		if (!view) view = q.has('state') || q.has('provider') ? 'records' : 'overview';
 		document.body.dataset.view = view;
-		const views = {overview, records, record, tasks};
+		const views = {overview, records, record, tasks, search};
 		(views[view] || overview)(gen, q).catch((e) => main.replaceChildren(msg('The console failed: ' + e.message, 'error')));
 	}
 

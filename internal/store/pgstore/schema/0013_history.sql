@@ -1,4 +1,4 @@
--- Version 12: the history's minute records (store.HistoryStore): one row
+-- Version 13: the history's minute records (store.HistoryStore): one row
 -- per minute and instance, written once a minute by each instance (an
 -- upsert: a re-write of the minute replaces the row), read by a range of
 -- minutes and pruned with retention. figures is the record's JSON:
