@@ -79,7 +79,6 @@ func (api *API) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/replays/", Handler: api.whileStarting(api.replayJob)},
 		{Pattern: "/pingback/purges", Handler: api.whileStarting(api.purges)},
 		{Pattern: "/pingback/history", Handler: api.whileStarting(api.history)},
-
 		{Pattern: "/pingback/deadletters", Handler: api.whileStarting(api.deadLetters)},
 	}
 }
