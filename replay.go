@@ -156,6 +156,7 @@ func (a *App) housekeeping() {
 	a.handle.quarantined.flush(a.logger, zap.WarnLevel, "provider")
 	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
+	a.erasePayloads(st, a.now().UTC())
 }
 
 // expireUndelivered counts and logs the results whose retention ended
@@ -219,8 +220,8 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	now := a.now().UTC()
 	claimed, err := st.Claim(ctx, store.ClaimRequest{
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
-		Decide: func(d *store.Delivery, lapsed bool) {
-			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined {
+		DecideRecord: func(rec *store.Record, d *store.Delivery, lapsed bool) {
+			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined || rec.PayloadErased {
 				return // quarantined: only a release (App.release) delivers it
 			}
 			if lapsed {
@@ -242,6 +243,9 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 		return nil, errInFlight
 	}
 	rec := claimed[0]
+	if rec.PayloadErased {
+		return rec, errPayloadErased
+	}
 	if rec.State == store.StateQuarantined {
 		return rec, errQuarantined
 	}
