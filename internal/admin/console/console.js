@@ -598,6 +598,7 @@
 				['tracked', rec.tracked === undefined ? undefined : (rec.tracked ? 'yes' : 'no')],
 				['quarantine', rec.quarantine],
 				['correction', rec.correction ? 'yes: the app was sent another code first' : undefined],
+				['payload', rec.payload_erased ? 'erased (keep_payload): code, body, headers and query are gone' : undefined],
 			])),
 			el('h2', null, 'Result'),
 			el('pre', {id: 'code'}, rec.code || ''),
