@@ -36,7 +36,8 @@ func (a *App) Logger() *zap.Logger { return a.logger }
 // ReplayResult replays the stored result of key now, by hand
 // (App.redrive with store.SourceManual), and returns the record after the
 // attempt. A result that is delivered (without force), in flight,
-// quarantined or whose payload was erased is an admin.Conflict; no open store an admin.Unavailable.
+// quarantined or whose payload was erased is an admin.Conflict; no open
+// store an admin.Unavailable.
 func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
 	rec, err := a.redrive(ctx, key, force, store.SourceManual)
 	return rec, adminError(err, errDelivered, errInFlight, errQuarantined, errPayloadErased)
@@ -44,8 +45,7 @@ func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*sto
 
 // ReleaseResult delivers the quarantined result of key now, by hand
 // (App.release). A result that is not quarantined (or whose payload was
-// erased) is an admin.Conflict;
-// no open store an admin.Unavailable.
+// erased) is an admin.Conflict; no open store an admin.Unavailable.
 func (a *App) ReleaseResult(ctx context.Context, key store.Key) (*store.Record, error) {
 	rec, err := a.release(ctx, key)
 	return rec, adminError(err, errNotQuarantined, errPayloadErased)

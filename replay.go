@@ -208,7 +208,8 @@ var errDelivered = errors.New("already delivered to the app; replay with force=t
 //
 // A delivered result is replayed only with force (the app already has it):
 // without, redrive leaves it as it is and returns errDelivered, decided in
-// the claim's own transaction.
+// the claim's own transaction. One whose payload was erased (keep_payload)
+// is never replayed: errPayloadErased.
 //
 // src is the history's source of the attempt: store.SourceManual, or
 // store.SourceBulk for a bulk replay job (the app sees replay either way).
@@ -222,7 +223,9 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
 		DecideRecord: func(rec *store.Record, d *store.Delivery, lapsed bool) {
 			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined || rec.PayloadErased {
-				return // quarantined: only a release (App.release) delivers it
+				// Quarantined: only a release (App.release) delivers it;
+				// erased: nothing is left to deliver.
+				return
 			}
 			if lapsed {
 				endInterrupted(d, now)
