@@ -10,8 +10,8 @@
 #                                            # PINGBACK_PG_DIR exported), in a fresh schema
 #
 # It starts Caddy (admin localhost:2997, HTTP :9098, app :9099 answering
-# 200) with `retention 1h` and `keep_payload KEEP` (default 1m), sends one
-# pingback whose code is a random marker, then RATE (default 100)
+# 200) with `retention 1h` and `keep_payload KEEP_PAYLOAD` (default 1m),
+# sends one pingback whose code is a random marker, then RATE (default 100)
 # pingbacks/s with bench/loadgen for up to MAX_SECS (default 900). Every
 # 5 s it reads the marker's record from the admin API (payload_erased) and
 # greps the store's files for the marker (Badger: the storage directory;
@@ -23,7 +23,7 @@ set -euo pipefail
 
 STORE=${STORE:-badger}
 RATE=${RATE:-100}
-KEEP=${KEEP:-1m}
+KEEP_PAYLOAD=${KEEP_PAYLOAD:-1m}
 MAX_SECS=${MAX_SECS:-900}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 ADMIN=localhost:2997
@@ -60,11 +60,11 @@ esac
 
 build_binaries "$tmp" bench/loadgen
 banner cores cpu memory kernel go commit
-echo "store:      $STORE ($(fs_of "$files" 2>/dev/null || fs_of "$tmp")), keep_payload $KEEP, $RATE pingbacks/s"
+echo "store:      $STORE ($(fs_of "$tmp")), keep_payload $KEEP_PAYLOAD, $RATE pingbacks/s"
 
 caddyfile "$ADMIN" "$PORT" "$APP_PORT" log=ERROR "pingback=$store
 		retention 1h
-		keep_payload $KEEP" app >"$tmp/Caddyfile"
+		keep_payload $KEEP_PAYLOAD" app >"$tmp/Caddyfile"
 launch_caddy "$tmp/caddy" "$tmp/Caddyfile" "$tmp/caddy.log" "$tmp"
 if ! wait_until 300 0.1 "$caddy_pid" admin_answers "$ADMIN"; then
 	echo "Caddy did not start:" >&2
@@ -83,9 +83,10 @@ record_field() {
 	curl -fsS "http://$ADMIN/pingback/records/2captcha/$id" | sed -n "s/.*\"$1\":\([^,}]*\).*/\1/p"
 }
 # holders: the files under the store's directory that hold the marker,
-# counted by kind (name without digits), e.g. "3 .sst 1 .mem".
+# counted by kind (path under the directory, digits as N), e.g.
+# "1 N.sst 1 pingback-journal.N" or "1 base/N/N 1 pg_wal/N".
 holders() {
-	grep -rlaF "$marker" "$files" 2>/dev/null | sed 's#.*/##; s/[0-9]\+/N/g' | sort | uniq -c | tr -s ' \n' ' ' || true
+	grep -rlaF "$marker" "$files" 2>/dev/null | sed "s#^$files/##; s/[0-9A-F]\{24\}/SEGMENT/; s/[0-9]\+/N/g" | sort | uniq -c | tr -s ' \n' ' ' || true
 }
 
 wait_until 100 0.1 "$caddy_pid" sh -c "curl -fsS http://$ADMIN/pingback/records/2captcha/$id | grep -q '\"state\":\"delivered\"'"
@@ -114,7 +115,7 @@ while :; do
 done
 
 echo "== result"
-echo "payload erased: ${erased_at:-never}s after delivery (keep_payload $KEEP, sweep once a minute)"
+echo "payload erased: ${erased_at:-never}s after delivery (keep_payload $KEEP_PAYLOAD, sweep once a minute)"
 if [ -n "$gone_at" ]; then
 	echo "marker gone from every file: ${gone_at}s after delivery, $((gone_at - erased_at))s after erasure"
 else
