@@ -35,19 +35,20 @@ func (a *App) Logger() *zap.Logger { return a.logger }
 
 // ReplayResult replays the stored result of key now, by hand
 // (App.redrive with store.SourceManual), and returns the record after the
-// attempt. A result that is delivered (without force), in flight or
-// quarantined is an admin.Conflict; no open store an admin.Unavailable.
+// attempt. A result that is delivered (without force), in flight,
+// quarantined or whose payload was erased is an admin.Conflict; no open
+// store an admin.Unavailable.
 func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
 	rec, err := a.redrive(ctx, key, force, store.SourceManual)
-	return rec, adminError(err, errDelivered, errInFlight, errQuarantined)
+	return rec, adminError(err, errDelivered, errInFlight, errQuarantined, errPayloadErased)
 }
 
 // ReleaseResult delivers the quarantined result of key now, by hand
-// (App.release). A result that is not quarantined is an admin.Conflict;
-// no open store an admin.Unavailable.
+// (App.release). A result that is not quarantined (or whose payload was
+// erased) is an admin.Conflict; no open store an admin.Unavailable.
 func (a *App) ReleaseResult(ctx context.Context, key store.Key) (*store.Record, error) {
 	rec, err := a.release(ctx, key)
-	return rec, adminError(err, errNotQuarantined)
+	return rec, adminError(err, errNotQuarantined, errPayloadErased)
 }
 
 // adminError marks err for the admin routes: an admin.Conflict if it is

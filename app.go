@@ -63,6 +63,14 @@ type App struct {
 	// Default: 24h.
 	Retention caddy.Duration `json:"retention,omitempty"`
 
+	// How long a delivered result keeps its payload (code, answer, other
+	// code, request body, headers and query) after its delivery: then it
+	// is erased from the store, and the record keeps only its key, state,
+	// times, attempts and statuses (payload_erased). More than 0 and at
+	// most retention. Results not delivered keep their payload for the
+	// whole retention. Default: retention (nothing is erased early).
+	KeepPayload *caddy.Duration `json:"keep_payload,omitempty"`
+
 	// Free space, in bytes, below which the store stops taking new results
 	// (they are then forwarded without durability: the provider gets 200
 	// only if the app accepted, else 503) until space returns; this keeps
@@ -211,6 +219,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.Retention == 0 {
 		a.Retention = caddy.Duration(DefaultRetention)
 	}
+	if a.KeepPayload == nil {
+		keep := a.Retention
+		a.KeepPayload = &keep
+	}
 	if a.Replay == nil {
 		a.Replay = new(ReplayConfig)
 	}
@@ -274,6 +286,9 @@ func (a *App) Validate() error {
 		return fmt.Errorf("replay concurrency must be at least 1, got %d", r.Concurrency)
 	case a.MinFreeSpace < 0:
 		return fmt.Errorf("min_free_space must not be negative, got %d", a.MinFreeSpace)
+	}
+	if err := a.validateKeepPayload(); err != nil {
+		return err
 	}
 	return a.validatePolling()
 }

@@ -48,6 +48,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			lease_term <duration>      # postgres
 //		}
 //		retention <duration>
+//		keep_payload <duration>
 //		min_free_space <size>
 //		replay {
 //			backoff <min> <max>
@@ -89,6 +90,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return storeArg(d, &a.StoreRaw)
 		case "retention":
 			return durationArg(d, &a.Retention)
+		case "keep_payload":
+			return keepPayloadArg(d, &a.KeepPayload)
 		case "min_free_space":
 			return sizeArg(d, &a.MinFreeSpace)
 		case "replay":

@@ -348,7 +348,7 @@ func (a *App) untrackedTask(ctx context.Context, st store.Store, key store.Key) 
 // record's own code.
 func (a *App) keepOtherCode(ctx context.Context, st store.Store, key store.Key, code string) {
 	_, _ = st.UpdateRecord(ctx, key, func(r *store.Record) error {
-		if r.Code == code || r.OtherCode == code {
+		if r.Code == code || r.OtherCode == code || r.PayloadErased {
 			return store.ErrSkip
 		}
 		r.OtherCode = code
@@ -374,8 +374,8 @@ func (a *App) correct(ctx context.Context, st store.Store, t *store.Task, ans pr
 	next.Verified, next.Tracked = VerifyResPHP, tracked
 	corrected := false
 	_, err = st.UpdateRecord(ctx, t.Key(), func(r *store.Record) error {
-		if sameResult(r.Code, ans) {
-			return store.ErrSkip
+		if sameResult(r.Code, ans) || r.PayloadErased {
+			return store.ErrSkip // erased: the app had it; no code to correct
 		}
 		sent := r.State == store.StateDelivered || r.State == store.StateForwarding || r.Correction
 		other := r.Code

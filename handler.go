@@ -489,7 +489,9 @@ func (x *exchange) settle() bool {
 func (x *exchange) settleDuplicate() string {
 	h, key, code, existing := x.h, x.rec.Key(), x.cb.code, x.res.Existing
 	switch {
-	case existing.Code == code:
+	case existing.Code == code || existing.PayloadErased:
+		// Erased (keep_payload): no code left to compare; the app had
+		// the result.
 		return "duplicate"
 	case x.v.why != "" && !x.v.confirm:
 		h.countQuarantinedLog(key, x.v.why)

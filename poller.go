@@ -520,7 +520,7 @@ func (a *App) polledExisting(t *store.Task, ans protocol.Answer, existing, rec *
 		a.logger.Info("result recovered by polling; a quarantined pingback of it is kept as other_code", zap.String("key", t.Key().String()))
 		a.handle.wake()
 		return
-	case !sameResult(existing.Code, ans):
+	case !sameResult(existing.Code, ans) && !existing.PayloadErased:
 		a.correct(ctx, st, t, ans, true, a.logger)
 	default:
 		a.countReceived(t.Provider, "poll_duplicate")

@@ -318,6 +318,9 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 	defer h.untrack()
 	now := a.now().UTC()
 	rec, err := st.UpdateRecord(ctx, key, func(r *store.Record) error {
+		if r.PayloadErased {
+			return errPayloadErased
+		}
 		if r.State != store.StateQuarantined {
 			return errNotQuarantined
 		}

@@ -158,6 +158,7 @@ func (a *App) housekeeping() {
 	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
 	a.pruneHistory(st)
+	a.erasePayloads(st, a.now().UTC())
 }
 
 // expireUndelivered counts and logs the results whose retention ended
@@ -210,7 +211,8 @@ var errDelivered = errors.New("already delivered to the app; replay with force=t
 //
 // A delivered result is replayed only with force (the app already has it):
 // without, redrive leaves it as it is and returns errDelivered, decided in
-// the claim's own transaction.
+// the claim's own transaction. One whose payload was erased (keep_payload)
+// is never replayed: errPayloadErased.
 //
 // src is the history's source of the attempt: store.SourceManual, or
 // store.SourceBulk for a bulk replay job (the app sees replay either way).
@@ -222,9 +224,11 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	now := a.now().UTC()
 	claimed, err := st.Claim(ctx, store.ClaimRequest{
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
-		Decide: func(d *store.Delivery, lapsed bool) {
-			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined {
-				return // quarantined: only a release (App.release) delivers it
+		DecideRecord: func(rec *store.Record, d *store.Delivery, lapsed bool) {
+			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined || rec.PayloadErased {
+				// Quarantined: only a release (App.release) delivers it;
+				// erased: nothing is left to deliver.
+				return
 			}
 			if lapsed {
 				endInterrupted(d, now)
@@ -245,6 +249,9 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 		return nil, errInFlight
 	}
 	rec := claimed[0]
+	if rec.PayloadErased {
+		return rec, errPayloadErased
+	}
 	if rec.State == store.StateQuarantined {
 		return rec, errQuarantined
 	}

@@ -230,15 +230,16 @@ func (t *Tracker) serveResult(w http.ResponseWriter, r *http.Request, next caddy
 
 // servedLocally reports whether a stored result may be answered by the
 // local res.php / getTaskResult as the provider's answer: never a
-// quarantined one, nor one received before its task was submitted (a
-// forgery for an id guessed ahead, stored under unknown_ids accept);
+// quarantined one, nor one whose payload was erased (keep_payload), nor
+// one received before its task was submitted (a forgery for an id guessed
+// ahead, stored under unknown_ids accept);
 // one that completed its tracked task (Tracked), came from the provider
 // itself (polled, or seen in its answer to the app) or has no task (an id
 // submitted outside pingback_track, whose pingback the app was given as
 // it is) is.
 func servedLocally(ctx context.Context, st store.Store, rec *store.Record) bool {
 	switch {
-	case rec.State == store.StateQuarantined:
+	case rec.State == store.StateQuarantined || rec.PayloadErased:
 		return false
 	case rec.Tracked || rec.Source == store.SourcePoll:
 		return true

@@ -210,6 +210,11 @@ type Record struct {
 	// been sent: its deliveries carry X-Pingback-Source: correction and
 	// the idempotency key "<provider>:<id>:correction".
 	Correction bool `json:"correction,omitempty"`
+	// PayloadErased reports that the payload (code, answer, other code,
+	// request body, headers and query) was erased keep_payload after the
+	// result was delivered (see PayloadEraser): the record only dedupes
+	// and accounts for the result from then on.
+	PayloadErased bool `json:"payload_erased,omitempty"`
 }
 
 // Key returns the record's deduplication key.
@@ -439,4 +444,5 @@ type Store interface {
 	Counter
 	Lister
 	Purger
+	PayloadEraser
 }

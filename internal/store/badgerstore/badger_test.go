@@ -607,9 +607,11 @@ func TestBadgerApplyFailsHalfWay(t *testing.T) {
 
 // deleteInserted drops from a snapshot what inserting rec, the only
 // delivered record, wrote: its record, delivery and received-index
-// entries, its delivered count and its expiry bucket.
+// entries, its delivered count, its expiry bucket and its delivered
+// watch.
 func deleteInserted(snap map[string]string, rec *store.Record) {
 	delete(snap, string(recordKey(rec.Key())))
+	delete(snap, string(timeKey(deliveredPrefix, rec.UpdatedAt, rec.Key())))
 	delete(snap, string(deliveryKey(rec.Key())))
 	delete(snap, string(receivedIndexKey(rec.Key(), rec.ReceivedAt)))
 	delete(snap, string(countKey(rec.Provider, store.StateDelivered)))

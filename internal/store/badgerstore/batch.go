@@ -28,6 +28,7 @@ import (
 //	g/<provider>/<id>                         → empty; the tombstone of a purged record ([purgedPrefix])
 //	m/count/<provider>/<state>                → record count ([countPrefix])
 //	e/<second><provider>/<state>              → count of the records in state expiring then ([bucketPrefix])
+//	w/<UpdatedAt><provider>/<id>              → empty; delivered records by delivery time ([deliveredPrefix])
 //
 // r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
@@ -298,6 +299,7 @@ func (w *batch) moveIndexes(k store.Key, old, d *store.Delivery, exp uint64) {
 	if d.State != store.StateDelivered && d.State != store.StateForwarding && exp > 0 {
 		w.set(timeKey(expiryPrefix, time.Unix(int64(exp), 0), k), nil, graced(exp))
 	}
+	w.watchDelivered(k, old, d, exp)
 }
 
 // leaseChange notes that the lease of d (forwarding) starts or ends, if

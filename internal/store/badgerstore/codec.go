@@ -21,7 +21,7 @@ import (
 //	record   tagRecord1   delivery provider id code source received_at
 //	                      submitted_at server request expires_at answer
 //	                      (then history, below) verified tracked quarantine
-//	                      other_code correction
+//	                      other_code correction payload_erased
 //	request               method uri host proto remote_addr local_addr tls
 //	                      header body
 //	delivery tagDelivery1 (stand-alone, s/) or inside a record, without tag:
@@ -61,7 +61,7 @@ var (
 	recordFields = []string{"Provider", "ID", "Code", "Source", "ReceivedAt", "SubmittedAt", "Server",
 		"Request", "Request.Method", "Request.URI", "Request.Host", "Request.Proto", "Request.RemoteAddr",
 		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer",
-		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction"}
+		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction", "PayloadErased"}
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
@@ -168,6 +168,7 @@ func recordLayout(f fields, r *store.Record) {
 		f.str(&r.OtherCode)
 		f.bool(&r.Correction)
 	}
+	f.flag(&r.PayloadErased) // appended after correction, only when set
 }
 
 // decodeRecordDelivery decodes only the delivery state of an r/ value.
@@ -324,6 +325,12 @@ type fields interface {
 	time(p *time.Time)
 	header(p *http.Header)
 	history(p *[]store.Attempt)
+	// flag is an optional trailing bool: encoded only when true, read
+	// when the value goes on, so that a value with the flag unset is
+	// byte for byte what the layout gave before the flag was added. It
+	// must be the layout's last field (a field appended after it writes
+	// the flag always, as a bool).
+	flag(p *bool)
 	// more reports whether the fields appended to a layout later follow:
 	// always when encoding (every field is written); when decoding,
 	// whether the value goes on (dec.more).
@@ -342,6 +349,12 @@ func (f encFields) header(p *http.Header)      { f.e.header(*p) }
 func (f encFields) history(p *[]store.Attempt) { f.e.history(*p) }
 func (f encFields) more() bool                 { return true }
 
+func (f encFields) flag(p *bool) {
+	if *p {
+		f.e.bool(true)
+	}
+}
+
 // decFields reads fields with d.
 type decFields struct{ d *dec }
 
@@ -353,6 +366,12 @@ func (f decFields) time(p *time.Time)          { *p = f.d.time() }
 func (f decFields) header(p *http.Header)      { *p = f.d.header() }
 func (f decFields) history(p *[]store.Attempt) { *p = f.d.history() }
 func (f decFields) more() bool                 { return f.d.more() }
+
+func (f decFields) flag(p *bool) {
+	if f.d.more() {
+		*p = f.d.bool()
+	}
+}
 
 // enc appends the binary encoding.
 type enc struct{ b []byte }

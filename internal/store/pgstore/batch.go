@@ -192,7 +192,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 	var (
 		provs, ids, sources, servers, states, lastErrs []string
 		verifieds, quarantines                         []string
-		trackeds, corrections                          []bool
+		trackeds, corrections, erased                  []bool
 		codes, answers, reqs, others, histories        [][]byte
 		received, subs, dues, abs, updated             []*int64
 		rel, expires                                   []int64
@@ -227,6 +227,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		histories = append(histories, historyJSON(c.History))
 		verifieds, quarantines = append(verifieds, c.Verified), append(quarantines, c.Quarantine)
 		trackeds, corrections = append(trackeds, c.Tracked), append(corrections, c.Correction)
+		erased = append(erased, c.PayloadErased)
 		var other []byte
 		if c.OtherCode != "" {
 			other = []byte(c.OtherCode)
@@ -252,15 +253,15 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
 			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
 			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
-			u.quarantine, u.other_code, u.correction
+			u.quarantine, u.other_code, u.correction, u.payload_erased
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
 			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
-			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[])
+			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[], $28::bool[])
 			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
 				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
 				last_status, last_error, updated_at, expires_at, answer, history,
-				verified, tracked, quarantine, other_code, correction, ord)
+				verified, tracked, quarantine, other_code, correction, payload_erased, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
 		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
 		ORDER BY u.ord
@@ -269,7 +270,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
 		lastStatus, lastErrs, updated, expires, answers, histories,
-		verifieds, trackeds, quarantines, others, corrections)
+		verifieds, trackeds, quarantines, others, corrections, erased)
 	// Only results inserted now complete their tasks (a duplicate's task
 	// was settled by the first), never quarantined ones, nor results
 	// received before their task was submitted.

@@ -47,6 +47,7 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 				Outcome: store.OutcomeFailed, Error: "app answered 502"}}},
 		ExpiresAt: at(6),
 		Verified:  store.VerifiedToken, Tracked: true, Quarantine: "unknown_id", OtherCode: "O\x00THER\xff", Correction: true,
+		PayloadErased: true,
 	}
 	allSet(t, "Record", reflect.ValueOf(*rec))
 	if _, err := p.Insert(ctx, rec); err != nil {

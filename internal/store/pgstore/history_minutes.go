@@ -11,7 +11,7 @@ import (
 	"github.com/caddy-pingback/pingback/internal/store"
 )
 
-// WriteMinute implements store.HistoryStore (schema version 12): one
+// WriteMinute implements store.HistoryStore (schema version 13): one
 // transaction upserting the row of (minute, instance) in history_minutes.
 func (p *Postgres) WriteMinute(ctx context.Context, m store.HistoryMinute) error {
 	figures, err := json.Marshal(m)

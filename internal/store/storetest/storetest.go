@@ -125,6 +125,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListPage", testListPage},
 		{"ListTaskPage", testListTaskPage},
 		{"Purge", testPurge},
+		{"ErasePayloads", testErasePayloads},
 		{"Ages", testAges},
 		{"History", testHistory},
 		{"HistoryMinutes", testHistoryMinutes},
