@@ -472,6 +472,8 @@ func (x *exchange) settle() bool {
 	h.stored.Inc()
 	if !x.res.SubmittedAt.IsZero() {
 		x.rec.Tracked = true // as the store recorded it
+		// As the store recorded it too: X-Pingback-Submitted-At.
+		x.rec.SubmittedAt = x.res.SubmittedAt
 		// A tracked task: its delay feeds the poller's automatic "after".
 		h.app.observeDelay(h.Provider, x.now.Sub(x.res.SubmittedAt), h.logger)
 	}

@@ -229,7 +229,7 @@ func TestCodecAppendedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	roundTrip(t, "record without the appended expired_reason", r, vb[:len(vb)-1], decodeRecord) // one empty string
-	roundTrip(t, "record without the appended verification", r, vb[:len(vb)-6], decodeRecord)  // three empty strings, two false more
+	roundTrip(t, "record without the appended verification", r, vb[:len(vb)-6], decodeRecord)   // three empty strings, two false more
 	r.Answer, r.History = nil, nil
 	b, err := encodeRecord(r)
 	if err != nil {
