@@ -44,7 +44,8 @@ func TestPostgresCarriesEveryField(t *testing.T) {
 		Delivery: store.Delivery{State: store.StateForwarding, Attempts: 3, Failures: 2, Interrupts: 1, DueAt: at(3),
 			Lease: store.Lease{Owner: "someone", Until: at(4)}, LastStatus: 502, LastError: "app answered 502", UpdatedAt: at(5),
 			History: []store.Attempt{{Attempt: 3, Source: store.SourceManual, StartedAt: at(7), EndedAt: at(8), Status: 502,
-				Outcome: store.OutcomeFailed, Error: "app answered 502"}}},
+				Outcome: store.OutcomeFailed, Error: "app answered 502"}},
+			ExpiredReason: "max_age"},
 		ExpiresAt: at(6),
 		Verified:  store.VerifiedToken, Tracked: true, Quarantine: "unknown_id", OtherCode: "O\x00THER\xff", Correction: true,
 	}
