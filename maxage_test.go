@@ -14,6 +14,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -413,4 +416,49 @@ func TestMaxAgeCaddyfile(t *testing.T) {
 		t.Errorf("max_age 2m without an api_key: %v", err)
 	}
 	assertErrHas(t, validate("-1m"), "provider captchaai: max_age must be positive, got -1m0s")
+}
+
+// TestMaxAgeExpiredLogThrottled: each expiry is counted; the first 20 a
+// minute get a line of their own (key, age, max_age), the rest only the
+// minute's summary line per provider, written by the housekeeping.
+func TestMaxAgeExpiredLogThrottled(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	ready := make(chan struct{})
+	close(ready)
+	a := &App{logger: zap.New(core), ready: ready, handle: &storeHandle{expired: newExpiredLog()},
+		Providers: map[string]*ProviderConfig{"2captcha": {MaxAge: caddy.Duration(2 * time.Minute)}}}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	counter := maxAgeExpired.WithLabelValues("2captcha", expiredMaxAge)
+	before := testutil.ToFloat64(counter)
+	for i := range 25 {
+		rec := &store.Record{Provider: "2captcha", ID: fmt.Sprint(7000 + i), ReceivedAt: now.Add(-3 * time.Minute)}
+		if i == 0 {
+			rec.SubmittedAt = now.Add(-4 * time.Minute)
+		}
+		d := store.Delivery{State: store.StateFailed, Attempts: 1, DueAt: now}
+		if !expireIfTooOld(rec, &d, a.maxAgeOf("2captcha"), now) {
+			t.Fatalf("%s not expired", rec.ID)
+		}
+		rec.Delivery = d
+		a.noteMaxAgeExpired(rec)
+	}
+	if got := testutil.ToFloat64(counter) - before; got != 25 {
+		t.Errorf("counted %v expiries, want 25", got)
+	}
+	lines := logs.FilterMessageSnippet("result expired: older than its provider's max_age").All()
+	if len(lines) != 20 {
+		t.Fatalf("%d lines of their own, want 20", len(lines))
+	}
+	first := lines[0].ContextMap()
+	if first["key"] != "2captcha:7000" || first["age_since"] != "submitted" || first["age"] != 4*time.Minute || first["max_age"] != 2*time.Minute {
+		t.Errorf("first line's fields: %v", first)
+	}
+	if second := lines[1].ContextMap(); second["age_since"] != "received" || second["age"] != 3*time.Minute {
+		t.Errorf("second line's fields: %v", second)
+	}
+	a.handle.expired.flush(a.logger, zapcore.WarnLevel, "provider")
+	summary := logs.FilterMessageSnippet("results expired in the last minute").All()
+	if len(summary) != 1 || summary[0].ContextMap()["provider"] != "2captcha" || summary[0].ContextMap()["count"] != int64(25) {
+		t.Errorf("summary lines: %v", summary)
+	}
 }
