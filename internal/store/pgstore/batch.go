@@ -455,11 +455,12 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 	write := &pgx.Batch{}
 	if len(changed) > 0 {
 		var (
-			wp, wi, st, le, er []string
-			at, fa, in, ls     []int32
-			due, until, up     []*int64
-			ow                 []*string
-			hi                 [][]byte
+			wp, wi, st, le []string
+			at, fa, in, ls []int32
+			due, until, up []*int64
+			ow             []*string
+			hi             [][]byte
+			er             []string // expired_reason
 		)
 		for _, k := range keys {
 			if !changed[k] {
