@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/caddy-pingback/pingback/internal/store"
@@ -39,6 +40,22 @@ const expiredMaxAge = "max_age"
 // and reason (max_age).
 var maxAgeExpired = newCounterVec("expired_total", []string{"provider", "reason"},
 	"Results kept but not forwarded because they were too old when a replay or their polled delivery was due, by provider and reason (max_age); list them with GET /pingback/records?state=expired.")
+
+// deliveryAge is the age of each result the app took (2xx or 3xx), from
+// its task's submission when it was tracked, else from its receipt, to
+// the delivery, by provider and source (callback, replay, poll,
+// correction).
+var deliveryAge = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Namespace: "caddy", Subsystem: "pingback", Name: "delivery_age_seconds",
+	Help:    "Age of each result the app took, from its task's submission (tracked) or its receipt to the delivery, by provider and source (callback, replay, poll, correction).",
+	Buckets: []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600},
+}, []string{"provider", "source"})
+
+// observeDeliveryAge records in deliveryAge the age of rec, delivered now
+// as src.
+func (a *App) observeDeliveryAge(rec *store.Record, src store.Source) {
+	deliveryAge.WithLabelValues(rec.Provider, string(src)).Observe(a.now().Sub(resultBorn(rec)).Seconds())
+}
 
 // setAgeHeaders sets HeaderReceivedAt, and HeaderSubmittedAt for a
 // tracked task, from rec.

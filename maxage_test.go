@@ -3,6 +3,7 @@ package pingback
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,7 +14,9 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -94,6 +97,17 @@ func storedLike(t *testing.T, from, id string, now time.Time) *store.Record {
 	return &rec
 }
 
+// deliveryAges reads the count and the sum of 2captcha's
+// caddy_pingback_delivery_age_seconds for source.
+func deliveryAges(t *testing.T, source string) [2]float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := deliveryAge.WithLabelValues("2captcha", source).(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return [2]float64{float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()}
+}
+
 // wantAgeHeaders checks the age headers of one request the app received
 // against the record's times.
 func wantAgeHeaders(t *testing.T, what string, got testkit.Received, received, submitted time.Time) {
@@ -127,6 +141,10 @@ func TestAgeHeadersOnEveryDelivery(t *testing.T) {
 	})
 	startCaddyClocked(t, clock, maxAgeGlobal(""), pingbackSite("2captcha", "", app))
 	c0 := clock.Now()
+	ages0 := map[string][2]float64{}
+	for _, src := range []string{"callback", "replay", "poll", "correction"} {
+		ages0[src] = deliveryAges(t, src)
+	}
 	if got := c0.Format(ageHeaderLayout); !strings.HasSuffix(got, ".123Z") {
 		t.Fatalf("the layout gives %q, want milliseconds and Z", got)
 	}
@@ -137,6 +155,9 @@ func TestAgeHeadersOnEveryDelivery(t *testing.T) {
 	submitted := c0.Add(-90*time.Second - 456*time.Millisecond)
 	registerTaskAt(t, "5002", submitted)
 	postPingback(t, "5002", nil)
+	// The outcome is recorded after the delivery is counted.
+	waitForState(t, 5*time.Second, "2captcha", "5001", store.StateDelivered)
+	waitForState(t, 5*time.Second, "2captcha", "5002", store.StateDelivered)
 	// A replay: its first forward fails.
 	postPingback(t, "5003", nil)
 	waitForState(t, 5*time.Second, "2captcha", "5003", store.StateFailed)
@@ -158,6 +179,15 @@ func TestAgeHeadersOnEveryDelivery(t *testing.T) {
 	runningApp(t).handle.wake()
 	waitForState(t, 5*time.Second, "2captcha", "5004", store.StateDelivered)
 	waitForState(t, 5*time.Second, "2captcha", "5005", store.StateDelivered)
+
+	// The histogram of ages at delivery, by source: 0 and 90.456 s live,
+	// 1 s and 2 s replayed, 60 s polled (from its submission), 1 s corrected.
+	for src, want := range map[string][2]float64{"callback": {2, 90.456}, "replay": {2, 3}, "poll": {1, 60}, "correction": {1, 1}} {
+		got := deliveryAges(t, src)
+		if n, sum := got[0]-ages0[src][0], got[1]-ages0[src][1]; n != want[0] || math.Abs(sum-want[1]) > 1e-6 {
+			t.Errorf("caddy_pingback_delivery_age_seconds{2captcha, %s}: %v deliveries summing %vs, want %v summing %vs", src, n, sum, want[0], want[1])
+		}
+	}
 
 	for _, tc := range []struct {
 		id, source, attempt string
