@@ -64,6 +64,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			callback_format form|json
 //			result_method get|post
 //			give_up <duration>
+//			max_age <duration>
 //		}
 //		poll {
 //			after auto|<duration>
@@ -208,6 +209,8 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return oneArg(d, &pc.CallbackMethod)
 		case "result_method":
 			return oneArg(d, &pc.ResultMethod)
+		case "max_age":
+			return durationArg(d, &pc.MaxAge)
 		default:
 			return d.Errf("unrecognized provider option '%s'", name)
 		}

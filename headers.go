@@ -206,6 +206,7 @@ func setDeliveryHeaders(h http.Header, rec *store.Record, source store.Source, a
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 	h.Set(HeaderVerified, cmp.Or(rec.Verified, VerifyNone))
 	h.Set(HeaderTracked, strconv.FormatBool(rec.Tracked))
+	setAgeHeaders(h, rec) // the result's age (max_age)
 }
 
 // stripToken removes the pingback token from the request's query, so the

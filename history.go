@@ -309,11 +309,7 @@ func (a *App) noteForwardEnded(d delivery, out outcome) {
 		}
 		return
 	}
-	since := d.rec.ReceivedAt
-	if !d.rec.SubmittedAt.IsZero() {
-		since = d.rec.SubmittedAt
-	}
-	age := now.Sub(since)
+	age := now.Sub(resultBorn(d.rec))
 	a.metrics.deliveryAge.WithLabelValues(d.rec.Provider, string(d.src)).Observe(max(0, age.Seconds()))
 	if h != nil {
 		h.history.delivered(now, now.Sub(d.rec.ReceivedAt), age)

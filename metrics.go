@@ -108,7 +108,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 			resphp: newCounterVec("resphp_requests_total", []string{"provider", "result"},
 				"Requests the poller sent to res.php, by provider and result (ok, error, bulk_mismatch)."),
 			expiredUndelivered: newCounterVec("expired_undelivered_total", []string{"provider", "state"},
-				"Results whose retention ended before they were delivered, by provider and state (queued, failed, rejected, parked)."),
+				"Results whose retention ended before they were delivered, by provider and state (queued, failed, rejected, parked, quarantined, expired)."),
 			storeAvailable: prometheus.NewGauge(prometheus.GaugeOpts{
 				Namespace: "caddy", Subsystem: "pingback", Name: "store_available",
 				Help: "1 while the pingback store accepts writes, 0 while it refuses them (free space below min_free_space, or closed).",
@@ -131,7 +131,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.unpollable, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.deliveryAge, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.deliveryAge, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations, maxAgeExpired}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -296,7 +296,7 @@ type countGauges struct {
 func newCountGauges() countGauges {
 	return countGauges{
 		records: prometheus.NewDesc("caddy_pingback_records",
-			"Stored results by provider and delivery state (queued, forwarding, delivered, failed, rejected, parked, quarantined).",
+			"Stored results by provider and delivery state (queued, forwarding, delivered, failed, rejected, parked, quarantined, expired).",
 			[]string{"provider", "state"}, nil),
 		pending: prometheus.NewDesc("caddy_pingback_tasks_pending",
 			"Tracked tasks whose result has not arrived yet, by provider.", []string{"provider"}, nil),

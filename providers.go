@@ -109,6 +109,15 @@ type ProviderConfig struct {
 	// always a JSON POST.
 	ResultMethod string `json:"result_method,omitempty"`
 
+	// The oldest a result of this provider may be and still be replayed
+	// or delivered from a poll, measured from its task's submission when
+	// the task was tracked, else from its receipt. An older one is kept,
+	// not forwarded, and marked expired (state expired, expired_reason
+	// max_age); a replay by hand still delivers it. The live forward of a
+	// pingback is never held back by it. Default: none (every result is
+	// forwarded whatever its age). Needs no api_key.
+	MaxAge caddy.Duration `json:"max_age,omitempty"`
+
 	endpoint    string                  // resolved, without trailing slash
 	apiEndpoint string                  // resolved, without trailing slash
 	accounts    []account               // resolved api_key entries, in order
@@ -338,6 +347,9 @@ func oneOf[T any](provider, option, given string, def T, words []word[T]) (T, er
 // validate checks the provider block against the poll settings: its
 // give_up must leave time for a first poll.
 func (pc *ProviderConfig) validate(name string, p *PollConfig) error {
+	if err := pc.validateMaxAge(name); err != nil {
+		return err
+	}
 	if pc.GiveUp > 0 && time.Duration(pc.GiveUp) <= p.firstPoll() {
 		return fmt.Errorf("provider %s: give_up (%s) must be longer than the first poll time (%s): every task would expire unpolled",
 			name, time.Duration(pc.GiveUp), afterText(p))

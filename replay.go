@@ -97,7 +97,7 @@ func (a *App) replayDue() {
 		return // every route being drained is paused or at its limit
 	}
 	claimed, err := st.Claim(a.loopCtx, store.ClaimRequest{
-		Now: now, Limit: limit, Lease: a.leaseFor(st), DecideRecord: decide(now),
+		Now: now, Limit: limit, Lease: a.leaseFor(st), DecideRecord: decide(now, a.maxAgeOf),
 		Reserved: (a.Replay.Concurrency + 1) / 2,
 		Route:    routeOfRecord, Room: room,
 	})
@@ -111,6 +111,9 @@ func (a *App) replayDue() {
 		if rec.State != store.StateForwarding {
 			if rec.State == store.StateParked {
 				a.noteParked(rec.Key(), rec.Delivery)
+			}
+			if rec.State == store.StateExpired {
+				a.noteMaxAgeExpired(rec)
 			}
 			continue
 		}
@@ -156,6 +159,7 @@ func (a *App) housekeeping() {
 	a.handle.storeErrors.flush(a.logger, zap.ErrorLevel, "provider")
 	a.handle.quarantined.flush(a.logger, zap.WarnLevel, "provider")
 	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
+	a.handle.expired.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
 	a.pruneHistory(st)
 	a.erasePayloads(st, a.now().UTC())
@@ -177,6 +181,9 @@ func (a *App) expireUndelivered(st store.Store) {
 			if e.State == store.StateQuarantined {
 				a.quarantineChanged(st, e.Key.Provider)
 				continue // counted; a forgery flood would otherwise flood the log
+			}
+			if e.State == store.StateExpired {
+				continue // counted; logged when it expired for max_age
 			}
 			a.logger.Warn("result expired at retention without having been delivered",
 				zap.String("key", e.Key.String()), zap.String("state", string(e.State)))
@@ -235,6 +242,7 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 				d.Interrupts++
 			}
 			d.State, d.UpdatedAt = store.StateForwarding, now
+			d.ExpiredReason = "" // an expired result replayed by hand
 			d.Attempts++
 			d.StartAttempt(src, now)
 		},
@@ -275,8 +283,10 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 // attempt starts in the history with the source the app is sent
 // (sourceFor): correction, poll or callback for a record's first forward
 // (a polled result, or a pingback that waited for its confirmation or its
-// task's commit), else replay. It is pure.
-func decide(now time.Time) func(rec *store.Record, d *store.Delivery, lapsed bool) {
+// task's commit), else replay. A replay or polled delivery of a result
+// older than its provider's maxAge is not claimed but expired
+// (expireIfTooOld). It is pure.
+func decide(now time.Time, maxAge func(provider string) time.Duration) func(rec *store.Record, d *store.Delivery, lapsed bool) {
 	return func(rec *store.Record, d *store.Delivery, lapsed bool) {
 		d.UpdatedAt = now
 		if lapsed {
@@ -286,6 +296,9 @@ func decide(now time.Time) func(rec *store.Record, d *store.Delivery, lapsed boo
 				park(d, interruptsReason(d))
 				return
 			}
+		}
+		if expireIfTooOld(rec, d, maxAge(rec.Provider), now) {
+			return
 		}
 		d.State = store.StateForwarding
 		d.Attempts++

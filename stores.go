@@ -261,6 +261,7 @@ type storeHandle struct {
 	storeErrors     *throttledLog // results not stored, by provider
 	quarantined     *throttledLog // pingbacks quarantined (or refused: quarantine full), by provider
 	confirmsDropped *throttledLog // confirmations dropped (queue full), by provider
+	expired         *throttledLog // results expired for max_age, by provider
 
 	mu        sync.Mutex
 	apps      []*App                          // started apps, oldest first; the last one owns the loops
@@ -323,6 +324,7 @@ func openStoreHandle(mod StoreModule, minFree int64, logger *zap.Logger, legacy 
 		quarantined:     newThrottledLog(20, 100, "pingbacks quarantined in the last minute"),
 		confirmsDropped: newThrottledLog(20, 100, "confirmations dropped in the last minute (queue full)"),
 		history:         newHistoryRecorder(s, logger),
+		expired:         newExpiredLog(),
 	}, nil
 }
 

@@ -34,7 +34,7 @@ func (api *API) startReplays(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if f.State == store.StateDelivered || f.State == store.StateForwarding || f.State == store.StateQuarantined {
-		return BadInput("state %s cannot be replayed in bulk (use failed, rejected, parked or queued; quarantined results are released one by one)", f.State)
+		return BadInput("state %s cannot be replayed in bulk (use failed, rejected, parked, expired or queued; quarantined results are released one by one)", f.State)
 	}
 	b, err := api.backend()
 	if err != nil {

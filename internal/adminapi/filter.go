@@ -32,7 +32,7 @@ func (f *ReplayFilter) Parse(knownProvider func(name string) error) error {
 		}
 	}
 	if f.State != "" && !slices.Contains(store.States, f.State) {
-		return fmt.Errorf("unknown state %q (queued, forwarding, delivered, failed, rejected, parked or quarantined)", f.State)
+		return fmt.Errorf("unknown state %q (queued, forwarding, delivered, failed, rejected, parked, quarantined or expired)", f.State)
 	}
 	for _, x := range []struct {
 		name string

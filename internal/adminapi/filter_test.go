@@ -27,6 +27,7 @@ func TestReplayFilterParse(t *testing.T) {
 		{name: "all fields", f: ReplayFilter{Provider: "2captcha", State: store.StateParked,
 			ReceivedAfter: "2026-01-01T00:00:00Z", ReceivedBefore: "2026-01-02T00:00:00Z"}},
 		{name: "unknown provider", f: ReplayFilter{Provider: "x", State: "lost"}, err: "unknown provider x"},
+		{name: "expired state", f: ReplayFilter{State: store.StateExpired}},
 		{name: "unknown state", f: ReplayFilter{State: "lost"}, err: `unknown state "lost"`},
 		{name: "bad after", f: ReplayFilter{ReceivedAfter: "yesterday"}, err: "received_after must be an RFC 3339 time"},
 		{name: "bad before", f: ReplayFilter{ReceivedBefore: "2026-01-02"}, err: "received_before must be an RFC 3339 time"},

@@ -20,7 +20,7 @@ func recordsCommand() *cobra.Command {
 		Short: "Lists stored results (the dead-letter queue: --state failed, rejected or parked)",
 		Args:  cobra.NoArgs,
 	}, runRecords)
-	cmd.Flags().String("state", "", "Only results in this state (queued, forwarding, delivered, failed, rejected, parked, quarantined)")
+	cmd.Flags().String("state", "", "Only results in this state (queued, forwarding, delivered, failed, rejected, parked, quarantined, expired)")
 	cmd.Flags().String("provider", "", "Only this provider's results")
 	cmd.Flags().String("since", "", "Only results received after this (RFC 3339, or a duration ago such as 2h)")
 	cmd.Flags().Int("limit", 100, "At most this many results (read page by page)")

@@ -26,7 +26,7 @@ as its first forward (POST /pingback/records/<provider>/<id>/replay), and
 shows it after the attempt. A result the app already has (delivered) is
 refused unless --force.
 
-With --state (parked, failed, rejected or queued): starts a bulk replay
+With --state (parked, failed, rejected, expired or queued): starts a bulk replay
 (POST /pingback/replays) of every result in that state (of --provider, and
 received after --since: RFC 3339 or a duration such as 2h), and waits for it
 with a progress bar on a terminal, one progress line a second otherwise.`,

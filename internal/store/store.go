@@ -92,10 +92,15 @@ const (
 	// hand (or superseded by the provider's own answer). Its task is not
 	// marked done by it.
 	StateQuarantined State = "quarantined"
+	// StateExpired: a result older than its provider's max_age when a
+	// replay or its polled delivery was due (Delivery.ExpiredReason
+	// says why); kept and visible, never forwarded automatically and
+	// never retried; a replay by hand still delivers it.
+	StateExpired State = "expired"
 )
 
 // States lists every state, in the order of a delivery's life.
-var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, StateRejected, StateParked, StateQuarantined}
+var States = []State{StateQueued, StateForwarding, StateDelivered, StateFailed, StateRejected, StateParked, StateQuarantined, StateExpired}
 
 // Source says how a result reached the plugin (Record.Source: callback or
 // poll) and how a forward reaches the app (the X-Pingback-Source header:
@@ -250,6 +255,10 @@ type Delivery struct {
 	// first and the latest, at most MaxHistory (see StartAttempt); empty
 	// for a result stored before the store kept it.
 	History []Attempt `json:"history"`
+	// ExpiredReason says why a record is in StateExpired: "max_age" (it
+	// was older than its provider's max_age when it was due); empty in
+	// every other state.
+	ExpiredReason string `json:"expired_reason,omitempty"`
 }
 
 // Filter selects records for List. Empty fields match everything.

@@ -319,8 +319,8 @@ func (w *batch) leaseChange(k store.Key, d *store.Delivery, start bool) {
 }
 
 // stateIndexKey is the v/ entry of a delivery in a state List finds by
-// index (queued, failed, rejected, parked), else nil: the happy path
-// (forwarding, then delivered) writes none.
+// index (queued, failed, rejected, parked, quarantined, expired), else
+// nil: the happy path (forwarding, then delivered) writes none.
 func stateIndexKey(k store.Key, d *store.Delivery) []byte {
 	if !indexedState(d.State) {
 		return nil
@@ -329,7 +329,8 @@ func stateIndexKey(k store.Key, d *store.Delivery) []byte {
 }
 
 func indexedState(s store.State) bool {
-	return s == store.StateQueued || s == store.StateFailed || s == store.StateRejected || s == store.StateParked || s == store.StateQuarantined
+	return s == store.StateQueued || s == store.StateFailed || s == store.StateRejected || s == store.StateParked || s == store.StateQuarantined ||
+		s == store.StateExpired
 }
 
 // dueIndexKey is the q/ entry of a queued or failed delivery, else nil.

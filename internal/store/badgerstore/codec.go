@@ -21,7 +21,9 @@ import (
 //	record   tagRecord1   delivery provider id code source received_at
 //	                      submitted_at server request expires_at answer
 //	                      (then history, below) verified tracked quarantine
-//	                      other_code correction payload_erased
+//	                      other_code correction (then the delivery's
+//	                      expired_reason, appended later) payload_erased
+//	                      (a flag, written only when set)
 //	request               method uri host proto remote_addr local_addr tls
 //	                      header body
 //	delivery tagDelivery1 (stand-alone, s/) or inside a record, without tag:
@@ -30,7 +32,9 @@ import (
 //	                      updated_at
 //	  then, appended: history (the delivery's, at the end of the
 //	  record's and of the stand-alone delivery's encoding): uvarint count,
-//	  each attempt source started_at ended_at status outcome error
+//	  each attempt source started_at ended_at status outcome error;
+//	  then, appended after the history (the stand-alone delivery's) or
+//	  after correction (a record's): expired_reason
 //	task     tagTask1     provider id method submitted_at pingback_url
 //	                      state next_poll_at polls last_error updated_at
 //	                      expires_at api server app_polls app_polled_at
@@ -63,7 +67,7 @@ var (
 		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer",
 		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction", "PayloadErased"}
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
-		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
+		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History", "ExpiredReason"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",
 		"Polls", "LastError", "UpdatedAt", "ExpiresAt", "API", "Server", "AppPolls", "AppPolledAt", "ResultAt",
 		"Token", "Account"}
@@ -168,7 +172,10 @@ func recordLayout(f fields, r *store.Record) {
 		f.str(&r.OtherCode)
 		f.bool(&r.Correction)
 	}
-	f.flag(&r.PayloadErased) // appended after correction, only when set
+	if f.more() { // the delivery's expired_reason, appended after correction
+		f.str(&r.ExpiredReason)
+	}
+	f.flag(&r.PayloadErased) // appended after expired_reason, only when set
 }
 
 // decodeRecordDelivery decodes only the delivery state of an r/ value.
@@ -202,6 +209,16 @@ func decodeRecordDelivery(v []byte, x *store.Delivery) error {
 	if d.more() {
 		x.History = d.history()
 	}
+	if d.more() { // verified tracked quarantine other_code correction
+		d.raw()
+		d.bool()
+		d.raw()
+		d.raw()
+		d.bool()
+	}
+	if d.more() {
+		x.ExpiredReason = d.str()
+	}
 	return d.err
 }
 
@@ -233,6 +250,9 @@ func deliveryAloneLayout(f fields, d *store.Delivery) {
 	deliveryLayout(f, d)
 	if f.more() {
 		f.history(&d.History)
+	}
+	if f.more() { // appended after the history
+		f.str(&d.ExpiredReason)
 	}
 }
 

@@ -224,19 +224,23 @@ func TestCodecAppendedFields(t *testing.T) {
 	r := filled[store.Record](t)
 	r.Verified, r.Tracked, r.Quarantine, r.OtherCode, r.Correction = "", false, "", "", false
 	r.PayloadErased = false // a flag, written only when set: unset, the layout is the earlier one
+	r.ExpiredReason = ""
 	vb, err := encodeRecord(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "record without the appended verification", r, vb[:len(vb)-5], decodeRecord) // three empty strings, two false
+	roundTrip(t, "record without the appended expired_reason", r, vb[:len(vb)-1], decodeRecord) // one empty string
+	roundTrip(t, "record without the appended verification", r, vb[:len(vb)-6], decodeRecord)   // three empty strings, two false more
 	r.Answer, r.History = nil, nil
 	b, err := encodeRecord(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, "record without the appended history", r, b[:len(b)-6], decodeRecord) // its empty history was one byte, after the verification
-	roundTrip(t, "record without the appended answer", r, b[:len(b)-7], decodeRecord)  // and its empty answer one more
-	roundTrip(t, "delivery without the appended history", &r.Delivery, encodeDelivery(&r.Delivery)[:len(encodeDelivery(&r.Delivery))-1], decodeDelivery)
+	roundTrip(t, "record without the appended history", r, b[:len(b)-7], decodeRecord) // its empty history was one byte, after the verification
+	roundTrip(t, "record without the appended answer", r, b[:len(b)-8], decodeRecord)  // and its empty answer one more
+	db := encodeDelivery(&r.Delivery)
+	roundTrip(t, "delivery without the appended expired_reason", &r.Delivery, db[:len(db)-1], decodeDelivery)
+	roundTrip(t, "delivery without the appended history", &r.Delivery, db[:len(db)-2], decodeDelivery)
 	task := filled[store.Task](t)
 	task.API, task.Server, task.AppPolls, task.AppPolledAt, task.ResultAt, task.Token, task.Account = "", "", 0, time.Time{}, time.Time{}, "", ""
 	tb, err := encodeTask(task)
@@ -244,7 +248,7 @@ func TestCodecAppendedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	roundTrip(t, "task without the appended fields", task, tb[:len(tb)-7], decodeTask) // four empty strings, 0, two zero times
-	if err := decodeRecord(b[:len(b)-8], new(store.Record)); err == nil {
+	if err := decodeRecord(b[:len(b)-9], new(store.Record)); err == nil {
 		t.Error("a record cut inside its fixed fields decoded without error")
 	}
 }

@@ -88,9 +88,9 @@ func readCounts(w *batch) (*memCounts, error) {
 
 // countKeys counts what the store holds from its keys alone (no value is
 // read), as readCounts would find it: records by r/, their states by the
-// state index v/ (queued, failed, rejected, parked, quarantined) and the
-// lease index l/ (forwarding), the rest delivered; pending tasks by the
-// task order. The format 8 upgrade persists what it counts; tests
+// state index v/ (queued, failed, rejected, parked, quarantined,
+// expired) and the lease index l/ (forwarding), the rest delivered;
+// pending tasks by the task order. The format 8 upgrade persists what it counts; tests
 // (SelfCheck) compare it with the persisted counts at each open. If
 // buckets is not nil, every record with an expiry is also counted in the
 // bucket of its expiry second and state.

@@ -191,7 +191,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 	keys := make([]store.Key, 0, n)
 	var (
 		provs, ids, sources, servers, states, lastErrs []string
-		verifieds, quarantines                         []string
+		verifieds, quarantines, expiredReasons         []string
 		trackeds, corrections, erased                  []bool
 		codes, answers, reqs, others, histories        [][]byte
 		received, subs, dues, abs, updated             []*int64
@@ -228,6 +228,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		verifieds, quarantines = append(verifieds, c.Verified), append(quarantines, c.Quarantine)
 		trackeds, corrections = append(trackeds, c.Tracked), append(corrections, c.Correction)
 		erased = append(erased, c.PayloadErased)
+		expiredReasons = append(expiredReasons, c.ExpiredReason)
 		var other []byte
 		if c.OtherCode != "" {
 			other = []byte(c.OtherCode)
@@ -253,15 +254,15 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 			CASE WHEN u.lease_owner IS NOT NULL THEN coalesce(u.lease_abs, now_ns() + u.lease_rel) END,
 			u.last_status, u.last_error, u.updated_at, u.expires_at, u.history,
 			u.verified, u.tracked OR (t.id IS NOT NULL AND u.state <> 'quarantined' AND coalesce(t.submitted_at, 0) <= u.received_at),
-			u.quarantine, u.other_code, u.correction, u.payload_erased
+			u.quarantine, u.other_code, u.correction, u.payload_erased, u.expired_reason
 		FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[],
 			$9::text[], $10::int[], $11::int[], $12::int[], $13::bigint[], $14::text[], $15::bigint[], $16::bigint[],
 			$17::int[], $18::text[], $19::bigint[], $20::bigint[], $21::bytea[], $22::bytea[],
-			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[], $28::bool[])
+			$23::text[], $24::bool[], $25::text[], $26::bytea[], $27::bool[], $28::bool[], $29::text[])
 			WITH ORDINALITY AS u(provider, id, code, source, received_at, submitted_at, server, request,
 				state, attempts, failures, interrupts, due_at, lease_owner, lease_abs, lease_rel,
 				last_status, last_error, updated_at, expires_at, answer, history,
-				verified, tracked, quarantine, other_code, correction, payload_erased, ord)
+				verified, tracked, quarantine, other_code, correction, payload_erased, expired_reason, ord)
 		LEFT JOIN tasks t ON t.provider = u.provider AND t.id = u.id
 		WHERE NOT EXISTS (SELECT 1 FROM purged g WHERE g.provider = u.provider AND g.id = u.id)
 		ORDER BY u.ord
@@ -270,7 +271,7 @@ func (p *Postgres) insertAttempt(ctx context.Context, ops []*pgOp[*pgInsert], c 
 		provs, ids, codes, sources, received, subs, servers, reqs,
 		states, attempts, failures, interrupts, dues, owners, abs, rel,
 		lastStatus, lastErrs, updated, expires, answers, histories,
-		verifieds, trackeds, quarantines, others, corrections, erased)
+		verifieds, trackeds, quarantines, others, corrections, erased, expiredReasons)
 	// Only results inserted now complete their tasks (a duplicate's task
 	// was settled by the first), never quarantined ones, nor results
 	// received before their task was submitted.
@@ -418,7 +419,7 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 			var k store.Key
 			var d pgDelivery
 			if err := rows.Scan(&k.Provider, &k.ID, &d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until,
-				&d.LastStatus, &d.LastError, &d.updated, &d.history); err != nil {
+				&d.LastStatus, &d.LastError, &d.updated, &d.history, &d.ExpiredReason); err != nil {
 				return err
 			}
 			if cur[k], err = d.delivery(); err != nil {
@@ -460,6 +461,7 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 			due, until, up []*int64
 			ow             []*string
 			hi             [][]byte
+			er             []string // expired_reason
 		)
 		for _, k := range keys {
 			if !changed[k] {
@@ -476,15 +478,16 @@ func (p *Postgres) updateAttempt(ctx context.Context, ops []*pgOp[*pgUpdate], c 
 			}
 			ow, ls, le = append(ow, o), append(ls, int32(d.LastStatus)), append(le, d.LastError)
 			hi = append(hi, historyJSON(d.History))
+			er = append(er, d.ExpiredReason)
 		}
 		write.Queue(`UPDATE records r SET state = u.state, attempts = u.attempts, failures = u.failures, interrupts = u.interrupts,
 				due_at = u.due_at, lease_owner = u.lease_owner, lease_until = u.lease_until, last_status = u.last_status,
-				last_error = u.last_error, updated_at = u.updated_at, history = u.history
+				last_error = u.last_error, updated_at = u.updated_at, history = u.history, expired_reason = u.expired_reason
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[], $7::bigint[], $8::text[], $9::bigint[],
-				$10::int[], $11::text[], $12::bigint[], $13::bytea[])
-				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history)
+				$10::int[], $11::text[], $12::bigint[], $13::bytea[], $14::text[])
+				AS u(provider, id, state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history, expired_reason)
 			WHERE r.provider = u.provider AND r.id = u.id`,
-			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi)
+			wp, wi, st, at, fa, in, due, ow, until, ls, le, up, hi, er)
 	}
 	write.Queue("COMMIT")
 	c.sent = true

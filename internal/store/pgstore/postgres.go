@@ -442,10 +442,10 @@ func (p *Postgres) exec(ctx context.Context, sql string, args ...any) (pgconn.Co
 // The columns of a record, in the order scanRecord reads them.
 const pgRecordCols = `provider, id, code, answer, source, received_at, submitted_at, server, request,
 	state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, expires_at, history,
-	verified, tracked, quarantine, other_code, correction, payload_erased`
+	verified, tracked, quarantine, other_code, correction, payload_erased, expired_reason`
 
 // The columns of a delivery state, in the order scanDelivery reads them.
-const pgDeliveryCols = `state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history`
+const pgDeliveryCols = `state, attempts, failures, interrupts, due_at, lease_owner, lease_until, last_status, last_error, updated_at, history, expired_reason`
 
 func scanRecord(row pgx.Row) (*store.Record, error) {
 	var r store.Record
@@ -454,7 +454,7 @@ func scanRecord(row pgx.Row) (*store.Record, error) {
 	var d pgDelivery
 	err := row.Scan(&r.Provider, &r.ID, &code, &r.Answer, &r.Source, &received, &sub, &r.Server, &req,
 		&d.State, &d.Attempts, &d.Failures, &d.Interrupts, &d.due, &d.owner, &d.until, &d.LastStatus, &d.LastError, &d.updated, &expires, &d.history,
-		&r.Verified, &r.Tracked, &r.Quarantine, &other, &r.Correction, &r.PayloadErased)
+		&r.Verified, &r.Tracked, &r.Quarantine, &other, &r.Correction, &r.PayloadErased, &d.ExpiredReason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, store.ErrNotFound
 	}
@@ -599,10 +599,12 @@ func (p *Postgres) Get(ctx context.Context, key store.Key) (*store.Record, error
 // queueDelivery queues the update of key's delivery state to d.
 func queueDelivery(b *pgx.Batch, key store.Key, d *store.Delivery) {
 	b.Queue(`UPDATE records SET state = $3, attempts = $4, failures = $5, interrupts = $6, due_at = $7,
-		lease_owner = $8, lease_until = $9, last_status = $10, last_error = $11, updated_at = $12, history = $13
+		lease_owner = $8, lease_until = $9, last_status = $10, last_error = $11, updated_at = $12, history = $13,
+		expired_reason = $14
 		WHERE provider = $1 AND id = $2`,
 		key.Provider, key.ID, string(d.State), d.Attempts, d.Failures, d.Interrupts, ns(d.DueAt),
-		nullString(d.Lease.Owner), ns(d.Lease.Until), d.LastStatus, d.LastError, ns(d.UpdatedAt), historyJSON(d.History))
+		nullString(d.Lease.Owner), ns(d.Lease.Until), d.LastStatus, d.LastError, ns(d.UpdatedAt), historyJSON(d.History),
+		d.ExpiredReason)
 }
 
 // UpdateDelivery implements Store: group-committed with the updates
@@ -651,13 +653,13 @@ func (p *Postgres) UpdateRecord(ctx context.Context, key store.Key, fn func(*sto
 				state = $10, attempts = $11, failures = $12, interrupts = $13, due_at = $14, lease_owner = $15, lease_until = $16,
 				last_status = $17, last_error = $18, updated_at = $19, expires_at = $20,
 				verified = $21, tracked = $22, quarantine = $23, other_code = $24, correction = $25, history = $26,
-				payload_erased = $27
+				payload_erased = $27, expired_reason = $28
 				WHERE provider = $1 AND id = $2`,
 				key.Provider, key.ID, []byte(cur.Code), cur.Answer, string(cur.Source), ns(cur.ReceivedAt), ns(cur.SubmittedAt), cur.Server, req,
 				string(cur.State), cur.Attempts, cur.Failures, cur.Interrupts, ns(cur.DueAt), nullString(cur.Lease.Owner), ns(cur.Lease.Until),
 				cur.LastStatus, cur.LastError, ns(cur.UpdatedAt), pgNano(cur.ExpiresAt),
 				cur.Verified, cur.Tracked, cur.Quarantine, other, cur.Correction, historyJSON(cur.History),
-				cur.PayloadErased)
+				cur.PayloadErased, cur.ExpiredReason)
 			// The task after the record, as the insert batch orders them:
 			// the count triggers then take record rows before task rows in
 			// every transaction, so two never wait for each other's.

@@ -136,6 +136,7 @@ func Run(t *testing.T, h Harness) {
 		{"ResultBeforeSubmission", testResultBeforeSubmission},
 		{"UpdateRecord", testUpdateRecord},
 		{"UpdateRecordReleases", testUpdateRecordReleases},
+		{"ExpiredState", testExpiredState},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
