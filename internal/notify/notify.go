@@ -17,6 +17,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -25,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -138,6 +140,7 @@ type coalesceKey struct{ event, provider string }
 type gathering struct {
 	msg   Message
 	since time.Time // when the first of them was noted
+	order uint64    // the order of the first of them among all gatherings
 }
 
 // queued is a message waiting to be sent.
@@ -186,7 +189,8 @@ func (n *Notifier) Notify(ev Event) {
 	n.mu.Lock()
 	g := n.pending[k]
 	if g == nil {
-		g = &gathering{msg: Message{Event: ev.Name, Provider: ev.Provider, FirstAt: ev.FirstAt.UTC()}, since: n.now()}
+		n.seq++
+		g = &gathering{msg: Message{Event: ev.Name, Provider: ev.Provider, FirstAt: ev.FirstAt.UTC()}, since: n.now(), order: n.seq}
 		n.pending[k] = g
 	}
 	g.msg.Count += ev.Count
@@ -245,20 +249,26 @@ func (n *Notifier) run(ctx context.Context) {
 func (n *Notifier) collect(now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	var due []coalesceKey
 	for k, g := range n.pending {
-		due := g.since.Add(min(Gather, n.interval))
+		at := g.since.Add(min(Gather, n.interval))
 		if last, ok := n.lastSent[k]; ok {
-			if next := last.Add(n.interval); next.After(due) {
-				due = next
+			if next := last.Add(n.interval); next.After(at) {
+				at = next
 			}
 		}
-		if now.Before(due) {
-			continue
+		if !now.Before(at) {
+			due = append(due, k)
 		}
+	}
+	// In the order their first events came, so that the oldest are
+	// dropped first.
+	slices.SortFunc(due, func(x, y coalesceKey) int { return cmp.Compare(n.pending[x].order, n.pending[y].order) })
+	for _, k := range due {
+		n.seq++
+		n.queue = append(n.queue, queued{seq: n.seq, msg: n.pending[k].msg})
 		delete(n.pending, k)
 		n.lastSent[k] = now
-		n.seq++
-		n.queue = append(n.queue, queued{seq: n.seq, msg: g.msg})
 	}
 	for k, last := range n.lastSent {
 		if now.Sub(last) >= n.interval && n.pending[k] == nil {
