@@ -81,6 +81,10 @@ type App struct {
 	// How tracked tasks whose pingback is overdue are polled.
 	Poll *PollConfig `json:"poll,omitempty"`
 
+	// Notifications of the plugin's events: failing_after, and a URL
+	// that receives them as signed JSON POSTs.
+	Notify *NotifyConfig `json:"notify,omitempty"`
+
 	ctx      caddy.Context
 	logger   *zap.Logger
 	storeMod StoreModule // the store module (storage_dir: Badger)
@@ -139,6 +143,14 @@ type App struct {
 	// confirmWait, if set, replaces the timer of App.confirmAfter: tests
 	// set it on the running app before any traffic.
 	confirmWait func(ctx context.Context, d time.Duration) bool
+
+	// Events ([App.emitEvent]): the config's events app (nil: none), the
+	// emitter started by Start, and the notifier's HTTP client and clock
+	// (nil: the defaults; tests set them before Start).
+	eventsApp    *caddyevents.App
+	emitter      *eventEmitter
+	notifyClient *http.Client
+	notifyNow    func() time.Time
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.
@@ -275,6 +287,9 @@ func (a *App) Validate() error {
 	case a.MinFreeSpace < 0:
 		return fmt.Errorf("min_free_space must not be negative, got %d", a.MinFreeSpace)
 	}
+	if err := a.validateNotify(); err != nil {
+		return err
+	}
 	return a.validatePolling()
 }
 
@@ -288,6 +303,9 @@ func (a *App) Start() error {
 	defer a.endStarting()
 	defer close(a.ready)
 	if err := a.checkProviderKeys(); err != nil {
+		return err
+	}
+	if err := a.startEvents(); err != nil {
 		return err
 	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
@@ -347,6 +365,7 @@ func (a *App) Cleanup() error {
 		_, _ = submissionPool.Delete(a.dir) // a no-op Destruct: no error
 	}
 	a.releaseAdminState()
+	a.stopEvents()
 	if !a.held {
 		return nil // never opened (validation run, or Start failed)
 	}
@@ -406,6 +425,7 @@ func (a *App) watchStopping(ctx caddy.Context) {
 	if !ok {
 		return
 	}
+	a.eventsApp = ev
 	if err := ev.On("stopping", stoppingHandler{a}); err != nil {
 		a.logger.Warn("cannot watch the stopping event: forwards are cut only from this app's Stop", zap.Error(err))
 	}

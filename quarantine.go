@@ -269,6 +269,7 @@ func (a *App) logQuarantined(provider string) bool {
 // countQuarantined counts and logs (throttled) a quarantined pingback.
 func (h *Handler) countQuarantined(key store.Key, why string) {
 	h.app.metrics.callbacks.WithLabelValues(h.Provider, "quarantined").Inc()
+	h.app.noteQuarantinedEvent(h.Provider)
 	h.countQuarantinedLog(key, why)
 }
 

@@ -156,6 +156,7 @@ func (a *App) housekeeping() {
 	a.handle.quarantined.flush(a.logger, zap.WarnLevel, "provider")
 	a.handle.confirmsDropped.flush(a.logger, zap.WarnLevel, "provider")
 	a.expireUndelivered(st)
+	a.checkExpiring(st)
 }
 
 // expireUndelivered counts and logs the results whose retention ended
@@ -190,6 +191,7 @@ func (a *App) noteParked(key store.Key, d store.Delivery) {
 	a.logger.Warn("result parked; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
 		zap.String("key", key.String()), zap.Int("attempts", d.Attempts), zap.Int("failures", d.Failures),
 		zap.String("last_error", d.LastError))
+	a.emitEvent(EventResultParked, key.Provider, map[string]any{"attempts": d.Attempts, "failures": d.Failures})
 }
 
 // errInFlight means a record's forward is under way (its lease holds).

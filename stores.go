@@ -293,6 +293,11 @@ type storeHandle struct {
 	// quarantine is the bytes quarantined per provider, as this process
 	// knows them (App.quarantineUsed).
 	quarantine quarantineUsage
+
+	// health is every route's delivery health ([routeHealth]), events
+	// what the emitted events remember ([eventState]).
+	health routeHealth
+	events eventState
 }
 
 // logStoreError reports whether a result of provider that was not
