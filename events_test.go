@@ -1,0 +1,271 @@
+package pingback
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+
+	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/testkit"
+)
+
+func init() {
+	caddy.RegisterModule(eventRecorder{})
+}
+
+// recordedEvents are the pingback_* events the test subscriber module
+// received, across configs.
+var recordedEvents eventLog
+
+// eventLog is the events a test subscriber received.
+type eventLog struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+type recordedEvent struct {
+	name string
+	data map[string]any
+	raw  []byte // data as JSON
+}
+
+func (l *eventLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = nil
+}
+
+// named returns the events named name received so far.
+func (l *eventLog) named(name string) []recordedEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []recordedEvent
+	for _, e := range l.events {
+		if e.name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// eventRecorder is a test-only events handler module
+// (events.handlers.pingback_test_recorder) that records every pingback_*
+// event into recordedEvents, as any subscriber of Caddy's events app
+// would receive them.
+type eventRecorder struct{}
+
+// CaddyModule returns the Caddy module information.
+func (eventRecorder) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "events.handlers.pingback_test_recorder",
+		New: func() caddy.Module { return new(eventRecorder) },
+	}
+}
+
+// Handle implements caddyevents.Handler.
+func (eventRecorder) Handle(_ context.Context, e caddy.Event) error {
+	if !strings.HasPrefix(e.Name(), "pingback_") {
+		return nil
+	}
+	raw, err := json.Marshal(e.Data)
+	if err != nil {
+		return err
+	}
+	recordedEvents.mu.Lock()
+	defer recordedEvents.mu.Unlock()
+	recordedEvents.events = append(recordedEvents.events, recordedEvent{e.Name(), e.Data, raw})
+	return nil
+}
+
+// startCaddyRecording is startCaddy with the config's events app
+// subscribing the test recorder to every event (recordedEvents, emptied
+// first).
+func startCaddyRecording(t *testing.T, pingbackGlobal, sites string) {
+	t.Helper()
+	recordedEvents.reset()
+	dir := t.TempDir()
+	cfg := selfChecked(t, adaptWarned(t, caddyfileFor("storage_dir "+dir+"\n"+pingbackGlobal, sites)))
+	var m map[string]any
+	if err := json.Unmarshal(cfg, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["apps"].(map[string]any)["events"] = map[string]any{
+		"subscriptions": []any{map[string]any{"handlers": []any{map[string]any{"handler": "pingback_test_recorder"}}}},
+	}
+	cfg, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loadAdapted(t, cfg)
+	t.Cleanup(func() { unloadCaddy(t) })
+}
+
+// TestEventsOfParkedResults: every result parked is an event for Caddy's
+// events app, and to the notify receiver (signed, after a first POST it
+// refused) one message per interval with the count of a flood; a route
+// failing for failing_after is reported once, and its recovery too;
+// neither ever carries a code or a body.
+func TestEventsOfParkedResults(t *testing.T) {
+	app := newAppStub(t)
+	app.SetStatus(http.StatusServiceUnavailable)
+	rcv := newNotifyReceiver(t, "notify-test-secret")
+	rcv.fail = 1 // the first POST is refused, then retried
+	t.Setenv("PINGBACK_TEST_NOTIFY_SECRET", "notify-test-secret")
+	startCaddyRecording(t, fmt.Sprintf(`replay {
+	backoff 20ms 40ms
+	max_attempts 1
+}
+notify %s {
+	secret {env.PINGBACK_TEST_NOTIFY_SECRET}
+	interval 1h
+}
+failing_after 1s`, rcv.srv.URL), pingbackSite("captchaai", "", app))
+
+	const flood = 30
+	var wg sync.WaitGroup
+	for i := range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if status, _ := testkit.Get(t, fmt.Sprintf("%s/cb?id=%d&code=SECRETCODE%d", testBase, 36000+i, i)); status != http.StatusOK {
+				t.Errorf("pingback %d answered %d", i, status)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range flood {
+		waitForState(t, 10*time.Second, "captchaai", fmt.Sprint(36000+i), store.StateParked)
+	}
+
+	// Caddy's events app: one event per parked result.
+	testkit.WaitFor(t, 10*time.Second, "an event per parked result", func() bool {
+		return len(recordedEvents.named(EventResultParked)) == flood
+	})
+	e := recordedEvents.named(EventResultParked)[0]
+	if e.data["provider"] != "captchaai" || e.data["failures"] != 1 || e.data["count"] != 1 {
+		t.Errorf("parked event data %v, want provider captchaai, failures 1, count 1", e.data)
+	}
+
+	// The route fails for failing_after: reported once.
+	testkit.WaitFor(t, 10*time.Second, "pingback_route_failing", func() bool {
+		return len(recordedEvents.named(EventRouteFailing)) == 1
+	})
+	failing := recordedEvents.named(EventRouteFailing)[0].data
+	route := "localhost:" + testHTTPPort + "/cb"
+	if failing["route"] != route || failing["provider"] != "captchaai" || failing["failures"] != flood || failing["failing_since"] == nil {
+		t.Errorf("route failing data %v, want route %s, provider captchaai, failures %d and failing_since", failing, route, flood)
+	}
+
+	// The notify receiver: the flood coalesced into the messages of one
+	// interval (the first is sent a second after the first event; the
+	// rest wait out the interval, 1h), signed (the receiver checks).
+	msgs := waitNotified(t, rcv, EventResultParked, "captchaai", 1)
+	testkit.HoldsFor(t, 1500*time.Millisecond, "one parked message", func() bool {
+		return len(rcv.messages(EventResultParked, "captchaai")) == 1
+	})
+	m := msgs[0]
+	if m.Count < 1 || m.Count > flood || m.FirstAt.IsZero() || m.LastAt.Before(m.FirstAt) {
+		t.Errorf("parked message %+v, want a count of the flood and its times", m)
+	}
+	rcv.mu.Lock()
+	refused := rcv.fail
+	rcv.mu.Unlock()
+	if refused != 0 {
+		t.Errorf("the receiver's 500 was never met")
+	}
+	waitNotified(t, rcv, EventRouteFailing, "captchaai", 1)
+
+	// The route recovers: one replay by hand delivers.
+	app.SetStatus(http.StatusOK)
+	if status, body := adminDo(t, http.MethodPost, "/pingback/records/captchaai/36000/replay", ""); status != http.StatusOK {
+		t.Fatalf("replay: %d %s", status, body)
+	}
+	testkit.WaitFor(t, 10*time.Second, "pingback_route_recovered", func() bool {
+		return len(recordedEvents.named(EventRouteRecovered)) == 1
+	})
+	waitNotified(t, rcv, EventRouteRecovered, "captchaai", 1)
+
+	// Never a code or a body, in either channel.
+	var all []byte
+	recordedEvents.mu.Lock()
+	for _, e := range recordedEvents.events {
+		all = append(all, e.raw...)
+	}
+	recordedEvents.mu.Unlock()
+	for what, b := range map[string][]byte{"events": all, "notify": rcv.raw()} {
+		if bytes.Contains(b, []byte("SECRETCODE")) || bytes.Contains(b, []byte("code=")) || bytes.Contains(b, []byte("notify-test-secret")) {
+			t.Errorf("%s carry a code or the secret: %s", what, b)
+		}
+	}
+
+	// /pingback/status lists them, newest first.
+	status, body := adminDo(t, http.MethodGet, "/pingback/status", "")
+	if status != http.StatusOK {
+		t.Fatalf("status: %d %s", status, body)
+	}
+	var ans adminapi.StatusAnswer
+	if err := json.Unmarshal(body, &ans); err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Notifications) == 0 || ans.Notifications[0].Event != EventRouteRecovered {
+		t.Errorf("notifications %+v, want the recovery first", ans.Notifications)
+	}
+	if len(ans.Notifications) > recentNotifications {
+		t.Errorf("%d notifications listed, want at most %d", len(ans.Notifications), recentNotifications)
+	}
+}
+
+// TestEventsOfAQuarantineFlood: a flood of forgeries is summarised, one
+// pingback_results_quarantined per provider and interval with the count,
+// never one event per forgery.
+func TestEventsOfAQuarantineFlood(t *testing.T) {
+	app := newAppStub(t)
+	p := newTrkProvider(t)
+	rcv := newNotifyReceiver(t, "q-secret")
+	startCaddyRecording(t, vfyGlobal(p)+fmt.Sprintf("\nnotify %s {\n\tsecret q-secret\n\tinterval 2s\n}", rcv.srv.URL),
+		vfySite("", "pingback_url "+trkCallbackURL, p.URL, app))
+	const flood = 40
+	for i := range flood {
+		vfyPingback(t, "/cb", fmt.Sprint(46000+i), fmt.Sprintf("FORGEDCODE%d", i))
+	}
+	if got := quarantinedCount(t); got < flood {
+		t.Fatalf("%v quarantined, want %d", got, flood)
+	}
+	var summed int
+	testkit.WaitFor(t, 20*time.Second, "the flood summarised", func() bool {
+		summed = 0
+		for _, e := range recordedEvents.named(EventResultsQuarantined) {
+			summed += e.data["count"].(int)
+		}
+		return summed >= flood
+	})
+	events := recordedEvents.named(EventResultsQuarantined)
+	if summed != flood || len(events) > 3 {
+		t.Errorf("%d events counting %d, want at most 3 counting %d", len(events), summed, flood)
+	}
+	for _, e := range events {
+		if e.data["provider"] != "2captcha" || e.data["first_at"] == nil || e.data["last_at"] == nil {
+			t.Errorf("quarantined event data %v", e.data)
+		}
+		if bytes.Contains(e.raw, []byte("FORGEDCODE")) {
+			t.Errorf("quarantined event carries a code: %s", e.raw)
+		}
+	}
+	waitNotified(t, rcv, EventResultsQuarantined, "2captcha", flood)
+	if b := rcv.raw(); bytes.Contains(b, []byte("FORGEDCODE")) {
+		t.Errorf("notify message carries a code: %s", b)
+	}
+}
+
+// Interface guards
+var _ caddyevents.Handler = eventRecorder{}
