@@ -269,3 +269,43 @@ func TestEventsOfAQuarantineFlood(t *testing.T) {
 
 // Interface guards
 var _ caddyevents.Handler = eventRecorder{}
+
+// TestEventsOfResultsExpiring: undelivered results with an hour of
+// retention left are counted per provider in one event, each result once
+// however often the housekeeping looks.
+func TestEventsOfResultsExpiring(t *testing.T) {
+	app := newAppStub(t)
+	startCaddyRecording(t, "retention 2h", pingbackSite("captchaai", "", app))
+	now := time.Now().UTC()
+	for i, c := range []struct {
+		state store.State
+		age   time.Duration
+	}{
+		{store.StateParked, 70 * time.Minute},    // 50 min left: expiring
+		{store.StateRejected, 80 * time.Minute},  // expiring
+		{store.StateFailed, 30 * time.Minute},    // 90 min left: not yet
+		{store.StateDelivered, 90 * time.Minute}, // delivered: nothing to say
+	} {
+		rec := storedCallback(t, fmt.Sprint(38000+i), c.state, 1, time.Time{})
+		rec.ReceivedAt = now.Add(-c.age)
+		rec.ExpiresAt = rec.ReceivedAt.Add(2 * time.Hour)
+		if c.state == store.StateFailed {
+			rec.DueAt = now.Add(time.Hour)
+		}
+		insertRecord(t, rec)
+	}
+	a := runningApp(t)
+	st := a.store(time.Second)
+	a.checkExpiring(st)
+	testkit.WaitFor(t, 5*time.Second, "pingback_results_expiring", func() bool {
+		return len(recordedEvents.named(EventResultsExpiring)) == 1
+	})
+	e := recordedEvents.named(EventResultsExpiring)[0]
+	if e.data["provider"] != "captchaai" || e.data["count"] != 2 || e.data["first_expires_at"] != rfc3339(now.Add(-80*time.Minute+2*time.Hour)) {
+		t.Errorf("expiring event %v, want captchaai, count 2, the first expiry", e.data)
+	}
+	a.checkExpiring(st)
+	testkit.HoldsFor(t, 300*time.Millisecond, "no second event for the same results", func() bool {
+		return len(recordedEvents.named(EventResultsExpiring)) == 1
+	})
+}
