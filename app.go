@@ -27,7 +27,7 @@ import (
 )
 
 func init() {
-	caddy.RegisterModule(App{})
+	caddy.RegisterModule(new(App))
 }
 
 // Defaults of the app's configuration.
@@ -190,8 +190,10 @@ type ReplayConfig struct {
 	StuckAfter caddy.Duration `json:"stuck_after,omitempty"`
 }
 
-// CaddyModule returns the Caddy module information.
-func (App) CaddyModule() caddy.ModuleInfo {
+// CaddyModule returns the Caddy module information. Its receiver is a
+// pointer: the events app calls it on the running app (an event's origin),
+// which must not copy fields the loops write.
+func (*App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "pingback",
 		New: func() caddy.Module { return new(App) },
