@@ -1,6 +1,7 @@
 package pingback
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -33,7 +34,7 @@ const (
 	eventQueueSize            = 1024
 	recentNotifications       = 50
 	expiringNotice            = time.Hour // pingback_results_expiring: this much retention left
-	expiringScanMax           = 10_000    // records looked at per housekeeping round
+	expiringScanMax           = 10_000    // records looked at per housekeeping round, at least
 	quarantineSummaryGathered = time.Second
 )
 
@@ -68,9 +69,14 @@ type eventState struct {
 	// quarantineSent when each provider's last summary was emitted.
 	quarantined    map[string]*adminapi.Notification
 	quarantineSent map[string]time.Time
-	// expiringUpTo is the received time up to which records were already
-	// counted for pingback_results_expiring.
-	expiringUpTo time.Time
+	// expiringFrom and expiringTo are the window of received times
+	// pingback_results_expiring last looked at (checkExpiring), and
+	// expiringCursor where in it the next round goes on (nil: it was
+	// looked at whole).
+	expiringFrom, expiringTo time.Time
+	expiringCursor           *store.Position
+	// scanMax, if set, replaces expiringScanMax (tests).
+	scanMax int
 }
 
 // emitEvent emits the event name about provider ("" for none) with data,
@@ -314,59 +320,80 @@ func (a *App) noteAccountEvent(name string, acct store.Account) {
 	a.emitEvent(name, acct.Provider, map[string]any{"account": acct.ID})
 }
 
-// undeliveredStates are the states of results not yet delivered that
-// pingback_results_expiring counts (quarantined ones are suspected
+// undelivered reports whether a result in state is not yet delivered, as
+// pingback_results_expiring counts it (quarantined ones are suspected
 // forgeries: not counted).
-var undeliveredStates = []store.State{store.StateQueued, store.StateFailed, store.StateForwarding, store.StateParked, store.StateRejected}
+func undelivered(state store.State) bool {
+	switch state {
+	case store.StateQueued, store.StateFailed, store.StateForwarding, store.StateParked, store.StateRejected:
+		return true
+	}
+	return false
+}
 
 // checkExpiring emits one pingback_results_expiring per provider for the
 // undelivered results that entered their last hour of retention since the
-// last check: each result is counted once in this process (the received
-// times already looked at are remembered), not every round. The
-// housekeeping of the replay loop calls it.
+// last check: each result is counted once in this process (the window of
+// received times already looked at is remembered), not every round. A
+// round looks at expiringScanMax records at most and goes on from there
+// in the next. The housekeeping of the replay loop calls it.
 func (a *App) checkExpiring(st store.Store) {
-	h := a.handle
+	s := &a.handle.events
 	now := a.now().UTC()
-	upTo := now.Add(expiringNotice - time.Duration(a.Retention))
-	h.events.mu.Lock()
-	from := h.events.expiringUpTo
-	h.events.mu.Unlock()
-	if !upTo.After(from) {
-		return
-	}
-	counts := map[string]int{}
-	oldest := map[string]time.Time{}
-	scanned := 0
-	for _, state := range undeliveredStates {
-		q := store.ListQuery{State: state, ReceivedAfter: from, ReceivedBefore: upTo, Limit: 500}
-		for scanned < expiringScanMax {
-			page, err := st.ListPage(a.loopCtx, q)
-			if err != nil {
-				if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
-					a.logger.Warn("looking for results near the end of their retention", zap.Error(err))
-				}
-				return // looked at again next round
-			}
-			for _, rec := range page.Records {
-				scanned++
-				counts[rec.Provider]++
-				if o, ok := oldest[rec.Provider]; !ok || rec.ExpiresAt.Before(o) {
-					oldest[rec.Provider] = rec.ExpiresAt
-				}
-			}
-			if page.Next == nil {
-				break
-			}
-			q.After = page.Next
+	s.mu.Lock()
+	q := store.ListQuery{ReceivedAfter: s.expiringFrom, ReceivedBefore: s.expiringTo, After: s.expiringCursor}
+	scanMax := cmp.Or(s.scanMax, expiringScanMax)
+	s.mu.Unlock()
+	q.Limit = min(1000, scanMax)
+	if q.After == nil {
+		// A new window: from where the last one ended (at start, from
+		// the retention's start: older results are being swept) to an
+		// hour of retention left.
+		q.ReceivedAfter = now.Add(-time.Duration(a.Retention))
+		if q.ReceivedBefore.After(q.ReceivedAfter) {
+			q.ReceivedAfter = q.ReceivedBefore
+		}
+		q.ReceivedBefore = now.Add(expiringNotice - time.Duration(a.Retention))
+		if !q.ReceivedBefore.After(q.ReceivedAfter) {
+			return
 		}
 	}
-	h.events.mu.Lock()
-	h.events.expiringUpTo = upTo
-	h.events.mu.Unlock()
-	providers := slices.Sorted(maps.Keys(counts))
-	for _, p := range providers {
+	counts := map[string]int{}
+	first := map[string]time.Time{}
+	var next *store.Position
+	for scanned := 0; ; {
+		page, err := st.ListPage(a.loopCtx, q)
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
+				a.logger.Warn("looking for results near the end of their retention", zap.Error(err))
+			}
+			return // looked at again next round
+		}
+		for _, rec := range page.Records {
+			if !undelivered(rec.State) {
+				continue
+			}
+			counts[rec.Provider]++
+			if f, ok := first[rec.Provider]; !ok || rec.ExpiresAt.Before(f) {
+				first[rec.Provider] = rec.ExpiresAt
+			}
+		}
+		scanned += len(page.Records)
+		if page.Next == nil {
+			break
+		}
+		q.After = page.Next
+		if scanned >= scanMax {
+			next = page.Next
+			break
+		}
+	}
+	s.mu.Lock()
+	s.expiringFrom, s.expiringTo, s.expiringCursor = q.ReceivedAfter, q.ReceivedBefore, next
+	s.mu.Unlock()
+	for _, p := range slices.Sorted(maps.Keys(counts)) {
 		a.emitEvent(EventResultsExpiring, p, map[string]any{
-			"count": counts[p], "first_expires_at": rfc3339(oldest[p]),
+			"count": counts[p], "first_expires_at": rfc3339(first[p]),
 			"retention_seconds": int64(time.Duration(a.Retention).Seconds()),
 		})
 	}

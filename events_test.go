@@ -309,3 +309,36 @@ func TestEventsOfResultsExpiring(t *testing.T) {
 		return len(recordedEvents.named(EventResultsExpiring)) == 1
 	})
 }
+
+// TestEventsOfResultsExpiringInRounds: a round that looks at its most
+// records goes on where it stopped in the next, counting each result once.
+func TestEventsOfResultsExpiringInRounds(t *testing.T) {
+	app := newAppStub(t)
+	startCaddyRecording(t, "retention 2h", pingbackSite("captchaai", "", app))
+	now := time.Now().UTC()
+	for i := range 3 {
+		rec := storedCallback(t, fmt.Sprint(38100+i), store.StateParked, 1, time.Time{})
+		rec.ReceivedAt = now.Add(-70*time.Minute - time.Duration(i)*time.Second)
+		rec.ExpiresAt = rec.ReceivedAt.Add(2 * time.Hour)
+		insertRecord(t, rec)
+	}
+	a := runningApp(t)
+	a.handle.events.mu.Lock()
+	a.handle.events.scanMax = 1
+	a.handle.events.mu.Unlock()
+	st := a.store(time.Second)
+	for range 5 {
+		a.checkExpiring(st)
+	}
+	testkit.WaitFor(t, 5*time.Second, "three events", func() bool {
+		return len(recordedEvents.named(EventResultsExpiring)) == 3
+	})
+	for _, e := range recordedEvents.named(EventResultsExpiring) {
+		if e.data["count"] != 1 {
+			t.Errorf("event %v, want a count of 1 per round", e.data)
+		}
+	}
+	testkit.HoldsFor(t, 300*time.Millisecond, "no fourth event", func() bool {
+		return len(recordedEvents.named(EventResultsExpiring)) == 3
+	})
+}
