@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/protocol"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
@@ -341,4 +342,28 @@ func TestEventsOfResultsExpiringInRounds(t *testing.T) {
 	testkit.HoldsFor(t, 300*time.Millisecond, "no fourth event", func() bool {
 		return len(recordedEvents.named(EventResultsExpiring)) == 3
 	})
+}
+
+// TestEventsOfARejectedKey: a key the provider rejects is one event,
+// naming the account by its id, never the key, however often it is
+// answered so.
+func TestEventsOfARejectedKey(t *testing.T) {
+	app := newAppStub(t)
+	startCaddyRecording(t, "", pingbackSite("captchaai", "", app))
+	a := runningApp(t)
+	acct := store.Account{Provider: "2captcha", ID: accountID("2captcha", "the-api-key-itself")}
+	as := a.handle.account(acct)
+	for range 3 {
+		a.onAnswer(acct, as, nil, protocol.Answer{Kind: protocol.KeyError, Code: "ERROR_KEY_DOES_NOT_EXIST"}, time.Now())
+	}
+	testkit.WaitFor(t, 5*time.Second, "pingback_api_key_rejected", func() bool {
+		return len(recordedEvents.named(EventAPIKeyRejected)) == 1
+	})
+	testkit.HoldsFor(t, 300*time.Millisecond, "one event", func() bool {
+		return len(recordedEvents.named(EventAPIKeyRejected)) == 1
+	})
+	e := recordedEvents.named(EventAPIKeyRejected)[0]
+	if e.data["provider"] != "2captcha" || e.data["account"] != acct.ID || bytes.Contains(e.raw, []byte("the-api-key-itself")) {
+		t.Errorf("key rejected event %s, want 2captcha's account %s and no key", e.raw, acct.ID)
+	}
 }
