@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,5 +367,45 @@ func TestEventsOfARejectedKey(t *testing.T) {
 	e := recordedEvents.named(EventAPIKeyRejected)[0]
 	if e.data["provider"] != "2captcha" || e.data["account"] != acct.ID || bytes.Contains(e.raw, []byte("the-api-key-itself")) {
 		t.Errorf("key rejected event %s, want 2captcha's account %s and no key", e.raw, acct.ID)
+	}
+}
+
+// switchedStore is a store whose availability the test sets.
+type switchedStore struct {
+	store.Store
+	up atomic.Bool
+}
+
+func (s *switchedStore) Available() bool { return s.up.Load() }
+
+// TestEventsOfStoreAvailability: the store going away and coming back are
+// one event each, however many rounds look at it meanwhile.
+func TestEventsOfStoreAvailability(t *testing.T) {
+	app := newAppStub(t)
+	startCaddyRecording(t, "", pingbackSite("captchaai", "", app))
+	a := runningApp(t)
+	sw := &switchedStore{}
+	sw.up.Store(true)
+	h := &storeHandle{store: sw}
+	names := func() []string {
+		var out []string
+		recordedEvents.mu.Lock()
+		defer recordedEvents.mu.Unlock()
+		for _, e := range recordedEvents.events {
+			if e.name == EventStoreAvailable || e.name == EventStoreUnavailable {
+				out = append(out, e.name)
+			}
+		}
+		return out
+	}
+	for _, up := range []bool{true, true, false, false, false, true, true} {
+		sw.up.Store(up)
+		a.checkStoreAvailability(h)
+	}
+	want := []string{EventStoreUnavailable, EventStoreAvailable}
+	testkit.WaitFor(t, 5*time.Second, "unavailable, then available", func() bool { return slices.Equal(names(), want) })
+	testkit.HoldsFor(t, 300*time.Millisecond, "two events", func() bool { return slices.Equal(names(), want) })
+	if e := recordedEvents.named(EventStoreUnavailable)[0]; e.data["provider"] != "" || e.data["store"] != "badger" {
+		t.Errorf("store event data %v, want no provider and the store's kind", e.data)
 	}
 }
