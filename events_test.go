@@ -409,3 +409,28 @@ func TestEventsOfStoreAvailability(t *testing.T) {
 		t.Errorf("store event data %v, want no provider and the store's kind", e.data)
 	}
 }
+
+// TestEventsOfAnAccountOutOfBudget: an account whose res.php budget is
+// spent is one event naming the account id.
+func TestEventsOfAnAccountOutOfBudget(t *testing.T) {
+	app := newAppStub(t)
+	startCaddyRecording(t, "", pingbackSite("captchaai", "", app))
+	a := runningApp(t)
+	acc := account{id: accountID("2captcha", "budget-key"), key: "budget-key"}
+	as := a.handle.account(store.Account{Provider: "2captcha", ID: acc.id})
+	as.mu.Lock()
+	as.polls = 10 * pollAllowance
+	as.mu.Unlock()
+	for range 3 {
+		a.pollAccount("2captcha", acc, nil, time.Now())
+	}
+	testkit.WaitFor(t, 5*time.Second, "pingback_account_out_of_budget", func() bool {
+		return len(recordedEvents.named(EventAccountOutOfBudget)) == 1
+	})
+	testkit.HoldsFor(t, 300*time.Millisecond, "one event", func() bool {
+		return len(recordedEvents.named(EventAccountOutOfBudget)) == 1
+	})
+	if e := recordedEvents.named(EventAccountOutOfBudget)[0]; e.data["account"] != acc.id || bytes.Contains(e.raw, []byte("budget-key")) {
+		t.Errorf("out of budget event %s, want account %s and no key", e.raw, acc.id)
+	}
+}
