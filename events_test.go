@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -92,8 +93,8 @@ func (eventRecorder) Handle(_ context.Context, e caddy.Event) error {
 
 // startCaddyRecording is startCaddy with the config's events app
 // subscribing the test recorder to every event (recordedEvents, emptied
-// first).
-func startCaddyRecording(t *testing.T, pingbackGlobal, sites string) {
+// first); it returns the config loaded.
+func startCaddyRecording(t *testing.T, pingbackGlobal, sites string) []byte {
 	t.Helper()
 	recordedEvents.reset()
 	dir := t.TempDir()
@@ -111,6 +112,7 @@ func startCaddyRecording(t *testing.T, pingbackGlobal, sites string) {
 	}
 	loadAdapted(t, cfg)
 	t.Cleanup(func() { unloadCaddy(t) })
+	return cfg
 }
 
 // TestEventsOfParkedResults: every result parked is an event for Caddy's
@@ -432,5 +434,37 @@ func TestEventsOfAnAccountOutOfBudget(t *testing.T) {
 	})
 	if e := recordedEvents.named(EventAccountOutOfBudget)[0]; e.data["account"] != acc.id || bytes.Contains(e.raw, []byte("budget-key")) {
 		t.Errorf("out of budget event %s, want account %s and no key", e.raw, acc.id)
+	}
+}
+
+// TestEventsStopWithTheConfig: the emitter's, the watcher's and the
+// notifier's goroutines end when their config is unloaded, and a reload
+// leaves one set running.
+func TestEventsStopWithTheConfig(t *testing.T) {
+	rcv := newNotifyReceiver(t, "s")
+	app := newAppStub(t)
+	global := fmt.Sprintf("notify %s {\n\tsecret s\n}", rcv.srv.URL)
+	cfg := startCaddyRecording(t, global, pingbackSite("captchaai", "", app))
+	running := func(fn string) int {
+		buf := make([]byte, 8<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), fn+"(")
+	}
+	fns := []string{"pingback.(*App).emitLoop", "pingback.(*App).watchLoop", "notify.(*Notifier).run"}
+	for _, fn := range fns {
+		if n := running(fn); n != 1 {
+			t.Errorf("%d goroutines in %s while running, want 1", n, fn)
+		}
+	}
+	before := runningApp(t)
+	loadAdapted(t, cfg) // a reload: the old config's stop
+	if runningApp(t) == before {
+		t.Fatal("the config was not reloaded")
+	}
+	for _, fn := range fns {
+		testkit.WaitFor(t, 5*time.Second, fn+" once after a reload", func() bool { return running(fn) == 1 })
+	}
+	unloadCaddy(t)
+	for _, fn := range fns {
+		testkit.WaitFor(t, 5*time.Second, fn+" to end", func() bool { return running(fn) == 0 })
 	}
 }
