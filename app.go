@@ -144,13 +144,10 @@ type App struct {
 	// set it on the running app before any traffic.
 	confirmWait func(ctx context.Context, d time.Duration) bool
 
-	// Events ([App.emitEvent]): the config's events app (nil: none), the
-	// emitter started by Start, and the notifier's HTTP client and clock
-	// (nil: the defaults; tests set them before Start).
-	eventsApp    *caddyevents.App
-	emitter      *eventEmitter
-	notifyClient *http.Client
-	notifyNow    func() time.Time
+	// Events ([App.emitEvent]): the config's events app (nil: none) and
+	// the emitter Start starts.
+	eventsApp *caddyevents.App
+	emitter   *eventEmitter
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.

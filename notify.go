@@ -97,7 +97,6 @@ func (a *App) newNotifier() (*notify.Notifier, error) {
 		return nil, errors.New("notify secret is empty once its placeholders are resolved (is the environment variable set?)")
 	}
 	return notify.New(notify.Config{
-		URL: n.URL, Secret: secret, Interval: a.notifyInterval(),
-		Client: a.notifyClient, Logger: a.logger.Named("notify"), Now: a.notifyNow,
+		URL: n.URL, Secret: secret, Interval: a.notifyInterval(), Logger: a.logger.Named("notify"),
 	}), nil
 }
