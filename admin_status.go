@@ -44,6 +44,7 @@ func (a *App) Status(ctx context.Context) (adminapi.StatusAnswer, error) {
 	if ans.Routes == nil {
 		ans.Routes = map[string]adminapi.RouteStatus{}
 	}
+	ans.RouteHealth, ans.Notifications = a.routeHealthStatuses(), a.recentNotifications()
 	if ans.LastCallbackAt == nil {
 		ans.LastCallbackAt = map[string]time.Time{}
 	}

@@ -27,7 +27,7 @@ import (
 )
 
 func init() {
-	caddy.RegisterModule(App{})
+	caddy.RegisterModule(new(App))
 }
 
 // Defaults of the app's configuration.
@@ -89,6 +89,10 @@ type App struct {
 	// How tracked tasks whose pingback is overdue are polled.
 	Poll *PollConfig `json:"poll,omitempty"`
 
+	// Notifications of the plugin's events: failing_after, and a URL
+	// that receives them as signed JSON POSTs.
+	Notify *NotifyConfig `json:"notify,omitempty"`
+
 	ctx      caddy.Context
 	logger   *zap.Logger
 	storeMod StoreModule // the store module (storage_dir: Badger)
@@ -147,6 +151,11 @@ type App struct {
 	// confirmWait, if set, replaces the timer of App.confirmAfter: tests
 	// set it on the running app before any traffic.
 	confirmWait func(ctx context.Context, d time.Duration) bool
+
+	// Events ([App.emitEvent]): the config's events app (nil: none) and
+	// the emitter Start starts.
+	eventsApp *caddyevents.App
+	emitter   *eventEmitter
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.
@@ -186,8 +195,10 @@ type ReplayConfig struct {
 	StuckAfter caddy.Duration `json:"stuck_after,omitempty"`
 }
 
-// CaddyModule returns the Caddy module information.
-func (App) CaddyModule() caddy.ModuleInfo {
+// CaddyModule returns the Caddy module information. Its receiver is a
+// pointer: the events app calls it on the running app (an event's origin),
+// which must not copy fields the loops write.
+func (*App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "pingback",
 		New: func() caddy.Module { return new(App) },
@@ -290,6 +301,9 @@ func (a *App) Validate() error {
 	if err := a.validateKeepPayload(); err != nil {
 		return err
 	}
+	if err := a.validateNotify(); err != nil {
+		return err
+	}
 	return a.validatePolling()
 }
 
@@ -303,6 +317,9 @@ func (a *App) Start() error {
 	defer a.endStarting()
 	defer close(a.ready)
 	if err := a.checkProviderKeys(); err != nil {
+		return err
+	}
+	if err := a.startEvents(); err != nil {
 		return err
 	}
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
@@ -362,6 +379,7 @@ func (a *App) Cleanup() error {
 		_, _ = submissionPool.Delete(a.dir) // a no-op Destruct: no error
 	}
 	a.releaseAdminState()
+	a.stopEvents()
 	if !a.held {
 		return nil // never opened (validation run, or Start failed)
 	}
@@ -421,6 +439,7 @@ func (a *App) watchStopping(ctx caddy.Context) {
 	if !ok {
 		return
 	}
+	a.eventsApp = ev
 	if err := ev.On("stopping", stoppingHandler{a}); err != nil {
 		a.logger.Warn("cannot watch the stopping event: forwards are cut only from this app's Stop", zap.Error(err))
 	}

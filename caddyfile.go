@@ -73,6 +73,11 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //			batch <n>
 //			rate <n>
 //		}
+//		notify <url> {
+//			secret <secret>
+//			interval <duration>
+//		}
+//		failing_after <duration>
 //	}
 //
 // Every subdirective is optional and may appear once (provider once per
@@ -103,6 +108,10 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "poll":
 			a.Poll = new(PollConfig)
 			return blockArg(d, a.Poll.unmarshalCaddyfile)
+		case "notify":
+			return a.notifyConfig().unmarshalCaddyfile(d)
+		case "failing_after":
+			return durationArg(d, &a.notifyConfig().FailingAfter)
 		default:
 			return d.Errf("unrecognized pingback option '%s'", name)
 		}
@@ -213,6 +222,28 @@ func (pc *ProviderConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return durationArg(d, &pc.MaxAge)
 		default:
 			return d.Errf("unrecognized provider option '%s'", name)
+		}
+	})
+}
+
+// unmarshalCaddyfile parses `notify <url> { secret <secret> interval
+// <duration> }`.
+func (n *NotifyConfig) unmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.Errf("notify takes the URL to POST events to")
+	}
+	n.URL = d.Val()
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	return eachSubdirective(d, "notify ", nil, func(name string) error {
+		switch name {
+		case "secret":
+			return oneArg(d, &n.Secret)
+		case "interval":
+			return durationArg(d, &n.Interval)
+		default:
+			return d.Errf("unrecognized notify option '%s'", name)
 		}
 	})
 }

@@ -82,8 +82,7 @@ func (a *App) deliver(ctx context.Context, d delivery) outcome {
 	a.metrics.forwardDuration.WithLabelValues(string(d.src), out.class.String()).Observe(took.Seconds())
 	a.noteForwardEnded(d, out)
 	a.observeRoute(d, out)
-	if out.class == delivered {
-	}
+	a.noteRouteHealth(d, out)
 	if h := a.readyHandle(); h != nil && (out.class.failed() || out.class == rejected) && h.failures.allow(d.route) {
 		a.logger.Warn("forward to the app failed (further ones are counted in a summary line each minute)",
 			zap.String("key", d.rec.Key().String()), zap.Int("attempt", attempt), zap.String("route", d.route),

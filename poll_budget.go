@@ -59,6 +59,7 @@ func (a *App) takePoll(acct store.Account, as *accountState) (ok, overBudget boo
 		if as.setOnce(&as.budgetLogged) {
 			a.logger.Warn("res.php budget reached (shared by every instance on this store): polling slowed to stay well under the provider's 20 requests per task",
 				zap.String("provider", acct.Provider), zap.String("account", acct.ID), zap.Int64("polls", g.Polls), zap.Int64("tasks", g.Tracked))
+			a.noteAccountEvent(EventAccountOutOfBudget, acct)
 		}
 	}
 	return g.OK, g.OverBudget, g.Wait

@@ -151,6 +151,7 @@ func (a *App) pollAccount(name string, acc account, tasks []*store.Task, now tim
 	if logBudget {
 		a.logger.Warn("res.php budget reached: polling slowed to stay well under the provider's 20 requests per task",
 			zap.String("provider", name), zap.String("account", acc.id), zap.Int("polls", polls), zap.Int("tasks", tracked))
+		a.noteAccountEvent(EventAccountOutOfBudget, acct)
 	}
 	if stopped || overBudget {
 		// Nothing to do now; look again next interval, not every tick.
@@ -295,6 +296,7 @@ func (a *App) onAnswer(acct store.Account, as *accountState, t *store.Task, ans 
 		if as.setOnce(&as.stopped) {
 			a.logger.Error("provider rejected the API key: polling stopped for this account (its other accounts go on)",
 				zap.String("provider", acct.Provider), zap.String("account", acct.ID), zap.String("answer", ans.Code))
+			a.noteAccountEvent(EventAPIKeyRejected, acct)
 		}
 		return false
 	case protocol.Backoff:

@@ -269,6 +269,7 @@ func (a *App) logQuarantined(provider string) bool {
 // countQuarantined counts and logs (throttled) a quarantined pingback.
 func (h *Handler) countQuarantined(key store.Key, why string) {
 	h.app.countReceived(h.Provider, "quarantined")
+	h.app.noteQuarantinedEvent(h.Provider)
 	h.countQuarantinedLog(key, why)
 }
 

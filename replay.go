@@ -163,6 +163,7 @@ func (a *App) housekeeping() {
 	a.expireUndelivered(st)
 	a.pruneHistory(st)
 	a.erasePayloads(st, a.now().UTC())
+	a.checkExpiring(st)
 }
 
 // expireUndelivered counts and logs the results whose retention ended
@@ -201,6 +202,7 @@ func (a *App) noteParked(key store.Key, d store.Delivery) {
 	a.logger.Warn("result parked; replay it by hand (POST /pingback/records/<provider>/<id>/replay on the admin endpoint)",
 		zap.String("key", key.String()), zap.Int("attempts", d.Attempts), zap.Int("failures", d.Failures),
 		zap.String("last_error", d.LastError))
+	a.emitEvent(EventResultParked, key.Provider, map[string]any{"attempts": d.Attempts, "failures": d.Failures})
 }
 
 // errInFlight means a record's forward is under way (its lease holds).

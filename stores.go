@@ -298,6 +298,10 @@ type storeHandle struct {
 	// history counts this process's figures of the minute and writes
 	// them once a minute (App.historyRound) and at Destruct.
 	history *historyRecorder
+	// health is every route's delivery health ([routeHealth]), events
+	// what the emitted events remember ([eventState]).
+	health routeHealth
+	events eventState
 }
 
 // logStoreError reports whether a result of provider that was not

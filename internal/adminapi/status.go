@@ -37,6 +37,39 @@ type StatusAnswer struct {
 	// route is held back. Per process: another instance on the same
 	// PostgreSQL database keeps its own.
 	Routes map[string]RouteStatus `json:"routes"`
+	// RouteHealth is route → its delivery health in this process: every
+	// route forwarded to (live, replays, polled results) since the
+	// process started. Always present; {} when none.
+	RouteHealth map[string]RouteHealth `json:"route_health"`
+	// Notifications are the last 50 events this process emitted, newest
+	// first. Always present; [] when none.
+	Notifications []Notification `json:"notifications"`
+}
+
+// RouteHealth is one route's delivery health in StatusAnswer.
+type RouteHealth struct {
+	// Provider is the provider of the route's last forward.
+	Provider string `json:"provider"`
+	// LastSuccess is when a forward to the route last succeeded (RFC
+	// 3339, UTC); null when none did in this process.
+	LastSuccess *time.Time `json:"last_success"`
+	// FailingSince is the first failure of the route's current run of
+	// failures; null while its last forward succeeded.
+	FailingSince *time.Time `json:"failing_since"`
+	// Failures is how many forwards to the route failed in a row.
+	Failures int `json:"failures"`
+}
+
+// Notification is one event the plugin emitted, in StatusAnswer.
+type Notification struct {
+	Event    string `json:"event"`
+	Provider string `json:"provider"`
+	// Count is how many things the event stands for (1, or a summary's
+	// count).
+	Count int `json:"count"`
+	// FirstAt and LastAt are when the first and last of them happened.
+	FirstAt time.Time `json:"first_at"`
+	LastAt  time.Time `json:"last_at"`
 }
 
 // RouteStatus is one route's replay flow control in StatusAnswer, set by
