@@ -319,10 +319,10 @@ func (a *App) noteForwardEnded(d delivery, out outcome) {
 // noteParked counts a result parked in the history.
 func (h *storeHandle) noteParked() { h.history.countNow(deliveries, "parked") }
 
-// noteExpired counts in the history a result of provider that expired
-// for its max_age (never forwarded). The history counts every provider
-// together; provider is for the callers' symmetry with the metrics.
-func (h *storeHandle) noteExpired(provider string) {
+// noteExpired counts in the history a result that expired for its
+// provider's max_age (never forwarded). The history counts every provider
+// together.
+func (h *storeHandle) noteExpired() {
 	h.history.countNow(deliveries, "expired")
 }
 

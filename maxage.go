@@ -94,6 +94,9 @@ func expireIfTooOld(rec *store.Record, d *store.Delivery, maxAge time.Duration, 
 func (a *App) noteMaxAgeExpired(rec *store.Record) {
 	maxAgeExpired.WithLabelValues(rec.Provider, rec.ExpiredReason).Inc()
 	h := a.readyHandle()
+	if h != nil {
+		h.noteExpired()
+	}
 	if h == nil || !h.expired.allow(rec.Provider) {
 		return
 	}
