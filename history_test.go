@@ -132,7 +132,7 @@ func TestHistoryScriptedHour(t *testing.T) {
 			a.handle.noteParked()
 		}
 		for range m.expired {
-			a.handle.noteExpired("captchaai")
+			a.handle.noteExpired()
 		}
 		if i%10 == 0 && i > 0 { // one more failed record every ten minutes
 			if _, err := h.store.Insert(ctx, backlogRecord(strconv.Itoa(i), store.StateFailed, clock.Now())); err != nil {
