@@ -61,7 +61,8 @@ var (
 	recordFields = []string{"Provider", "ID", "Code", "Source", "ReceivedAt", "SubmittedAt", "Server",
 		"Request", "Request.Method", "Request.URI", "Request.Host", "Request.Proto", "Request.RemoteAddr",
 		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer",
-		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction"}
+		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction",
+		"Held"} // Held: computed when shown, never stored (not in recordLayout)
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",

@@ -98,7 +98,9 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 
 	t.Run("record", func(t *testing.T) {
-		for name, r := range map[string]*store.Record{"filled": filled[store.Record](t), "zero": {}} {
+		full := filled[store.Record](t)
+		full.Held = false // computed when shown, never stored
+		for name, r := range map[string]*store.Record{"filled": full, "zero": {}} {
 			b, err := encodeRecord(r)
 			if err != nil {
 				t.Fatal(err)

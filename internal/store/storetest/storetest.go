@@ -134,6 +134,7 @@ func Run(t *testing.T, h Harness) {
 		{"ResultBeforeSubmission", testResultBeforeSubmission},
 		{"UpdateRecord", testUpdateRecord},
 		{"UpdateRecordReleases", testUpdateRecordReleases},
+		{"Pauses", testPauses}, {"ClaimSkipProviders", testClaimSkipProviders},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
