@@ -39,7 +39,7 @@ func (a *App) Logger() *zap.Logger { return a.logger }
 // quarantined is an admin.Conflict; no open store an admin.Unavailable.
 func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
 	rec, err := a.redrive(ctx, key, force, store.SourceManual)
-	return rec, adminError(err, errDelivered, errInFlight, errQuarantined)
+	return rec, adminError(err, errDelivered, errInFlight, errQuarantined, errProviderPaused)
 }
 
 // ReleaseResult delivers the quarantined result of key now, by hand
@@ -47,7 +47,7 @@ func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*sto
 // no open store an admin.Unavailable.
 func (a *App) ReleaseResult(ctx context.Context, key store.Key) (*store.Record, error) {
 	rec, err := a.release(ctx, key)
-	return rec, adminError(err, errNotQuarantined)
+	return rec, adminError(err, errNotQuarantined, errProviderPaused)
 }
 
 // adminError marks err for the admin routes: an admin.Conflict if it is
@@ -75,7 +75,7 @@ func (a *App) PurgedResults(ctx context.Context, st store.Store, provider string
 }
 
 // PublicRecord is rec as an admin answer shows it (publicRecord).
-func (a *App) PublicRecord(rec *store.Record) *store.Record { return publicRecord(rec) }
+func (a *App) PublicRecord(rec *store.Record) *store.Record { return a.showHeld(publicRecord(rec)) }
 
 // PublicTask is t as an admin answer shows it (publicTask).
 func (a *App) PublicTask(t *store.Task) *store.Task { return publicTask(t) }

@@ -139,6 +139,9 @@ type App struct {
 	// confirmWait, if set, replaces the timer of App.confirmAfter: tests
 	// set it on the running app before any traffic.
 	confirmWait func(ctx context.Context, d time.Duration) bool
+
+	// pause is this config's part of pausing deliveries (pauseState).
+	pause *pauseState
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.
@@ -199,6 +202,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.stopping = make(chan struct{})
 	a.probes = new(sync.Map)
 	a.trackersMu = new(sync.Mutex)
+	a.pause = new(pauseState)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -311,6 +315,7 @@ func (a *App) Start() error {
 	a.loopDone = make(chan struct{})
 	a.pollDone = make(chan struct{})
 	a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
+	a.startPauses() // before the loops: nothing held is claimed
 	go a.replayLoop()
 	go a.pollLoop()
 	a.logger.Info("pingback store ready", zap.String("store", a.name))
@@ -334,6 +339,7 @@ func (a *App) Stop() error {
 	a.handle.leave(a)
 	<-a.loopDone
 	<-a.pollDone
+	<-a.pause.done
 	a.beginCut()
 	a.handle.wake() // the new owner's loop takes over at once
 	return nil

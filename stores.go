@@ -293,6 +293,9 @@ type storeHandle struct {
 	// quarantine is the bytes quarantined per provider, as this process
 	// knows them (App.quarantineUsed).
 	quarantine quarantineUsage
+
+	// pauses are the pauses of deliveries as last read ([App.refreshPauses]).
+	pauses pauseView
 }
 
 // logStoreError reports whether a result of provider that was not

@@ -29,6 +29,7 @@ import (
 //	GET  /pingback/tasks/<provider>/<id>             one tracked task (API.getTask)
 //	GET  /pingback/status                            the overview (API.status)
 //	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (API.startReplays)
+//	GET|POST /pingback/pauses, DELETE /pingback/pauses/<provider>  pauses of deliveries (API.pauses, API.resumePause)
 //
 // GET of one result answers the record (200) or 404 (saying so for a
 // purged one). The replay route answers the
@@ -76,6 +77,8 @@ func (api *API) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/replays", Handler: api.whileStarting(api.startReplays)},
 		{Pattern: "/pingback/replays/", Handler: api.whileStarting(api.replayJob)},
 		{Pattern: "/pingback/purges", Handler: api.whileStarting(api.purges)},
+		{Pattern: "/pingback/pauses", Handler: api.whileStarting(api.pauses)},
+		{Pattern: "/pingback/pauses/", Handler: api.whileStarting(api.resumePause)},
 	}
 }
 

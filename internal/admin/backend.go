@@ -62,6 +62,16 @@ type Backend interface {
 	// caddy.APIErrors.
 	Status(ctx context.Context) (adminapi.StatusAnswer, error)
 
+	// PutPause pauses the deliveries of p.Provider (store.PauseAll:
+	// every provider) and returns the pause as stored; a provider the
+	// config does not name is a caddy.APIError with status 400.
+	PutPause(ctx context.Context, p store.Pause) (store.Pause, error)
+	// DeletePause resumes provider (by: api, cli or console) and returns
+	// the pause removed; store.ErrNotFound when it has none.
+	DeletePause(ctx context.Context, provider, by string) (store.Pause, error)
+	// ListPauses returns the pauses in force, by provider.
+	ListPauses(ctx context.Context) ([]store.Pause, error)
+
 	// PublicRecord and PublicTask are a record and a task as an admin
 	// answer shows them: credential headers and pingback tokens redacted.
 	PublicRecord(rec *store.Record) *store.Record

@@ -40,6 +40,9 @@ func (api *API) startReplays(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if err := pausedConflict(r.Context(), b, f.Provider); err != nil {
+		return err
+	}
 	j, err := api.startBulkReplay(r.Context(), b, f)
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
