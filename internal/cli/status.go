@@ -85,6 +85,9 @@ func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 	if err := writeRoutes(out, s.Routes, now); err != nil {
 		return err
 	}
+	if err := writePauses(out, s.Pauses, now); err != nil {
+		return err
+	}
 	for _, loop := range []string{"replay", "poll"} {
 		fmt.Fprintf(out, "loop %s: last run %s\n", loop, ago(s.Loops[loop].LastRunAt, now))
 	}
