@@ -31,6 +31,10 @@ func sendHeldPingback(t *testing.T, id string) {
 	}
 }
 
+// reconnect drops the idle keep-alive connections of the default client,
+// which a reload closed.
+func reconnect() { http.DefaultTransport.(*http.Transport).CloseIdleConnections() }
+
 // adminRecord reads a record through the admin API, as an operator sees it.
 func adminRecord(t *testing.T, provider, id string) store.Record {
 	t.Helper()
@@ -118,10 +122,12 @@ func TestPauseHoldsSurvivesAndResumes(t *testing.T) {
 	// A reload, then a restart: the pause holds.
 	global := pauseGlobal + "\n\t\tstorage_dir " + dir
 	startCaddy(t, global, site)
+	reconnect()
 	sendHeldPingback(t, "610")
 	held = append(held, "610")
 	unloadCaddy(t)
 	startCaddy(t, global, site)
+	reconnect()
 	sendHeldPingback(t, "611")
 	held = append(held, "611")
 	if ps := listPauses(t, testAdmin); len(ps) != 1 || ps[0].Provider != "2captcha" || ps[0].Reason != "deploy" || !ps[0].Since.Equal(p.Since) {
@@ -269,12 +275,12 @@ func TestPauseResumeLiveLatency(t *testing.T) {
 	wg.Wait()
 	drainedAtEnd := 0
 	for _, id := range ids {
-		if app.Deliveries(id) > 0 {
+		if app.Deliveries("captchaai:"+id) > 0 {
 			drainedAtEnd++
 		}
 	}
 	for i := range live {
-		if n := app.Deliveries(drainLiveID(i)); n != 1 {
+		if n := app.Deliveries("captchaai:" + drainLiveID(i)); n != 1 {
 			t.Errorf("live pingback %s reached the app %d times, want once", drainLiveID(i), n)
 		}
 	}
@@ -289,7 +295,7 @@ func TestPauseResumeLiveLatency(t *testing.T) {
 		t.Errorf("live delivery p99 %s after a resume with %d held, want under %s", p99, backlog, budget)
 	}
 	testkit.WaitFor(t, 120*time.Second, "every held result delivered", func() bool {
-		for len(ids) > 0 && app.Deliveries(ids[0]) > 0 {
+		for len(ids) > 0 && app.Deliveries("captchaai:"+ids[0]) > 0 {
 			ids = ids[1:]
 		}
 		return len(ids) == 0
