@@ -36,15 +36,16 @@ func (a *App) Logger() *zap.Logger { return a.logger }
 // ReplayResult replays the stored result of key now, by hand
 // (App.redrive with store.SourceManual), and returns the record after the
 // attempt. A result that is delivered (without force), in flight or
-// quarantined is an admin.Conflict; no open store an admin.Unavailable.
+// quarantined, or of a paused provider, is an admin.Conflict; no open
+// store an admin.Unavailable.
 func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
 	rec, err := a.redrive(ctx, key, force, store.SourceManual)
 	return rec, adminError(err, errDelivered, errInFlight, errQuarantined, errProviderPaused)
 }
 
 // ReleaseResult delivers the quarantined result of key now, by hand
-// (App.release). A result that is not quarantined is an admin.Conflict;
-// no open store an admin.Unavailable.
+// (App.release). A result that is not quarantined, or of a paused
+// provider, is an admin.Conflict; no open store an admin.Unavailable.
 func (a *App) ReleaseResult(ctx context.Context, key store.Key) (*store.Record, error) {
 	rec, err := a.release(ctx, key)
 	return rec, adminError(err, errNotQuarantined, errProviderPaused)
@@ -74,7 +75,8 @@ func (a *App) PurgedResults(ctx context.Context, st store.Store, provider string
 	quarantinePurged(ctx, st, provider)
 }
 
-// PublicRecord is rec as an admin answer shows it (publicRecord).
+// PublicRecord is rec as an admin answer shows it (publicRecord), with
+// Held set while its provider is paused (App.showHeld).
 func (a *App) PublicRecord(rec *store.Record) *store.Record { return a.showHeld(publicRecord(rec)) }
 
 // PublicTask is t as an admin answer shows it (publicTask).

@@ -70,6 +70,9 @@ type pauseState struct {
 	mu    sync.Mutex
 	named map[string]bool
 	done  chan struct{} // closed when the pause loop has returned
+	// failing is set while the loop's reads fail (one log line per
+	// outage, not four a second); only the pause loop uses it.
+	failing bool
 }
 
 // noteProviderNamed records that the config has a pingback handler or a
@@ -164,10 +167,15 @@ func (a *App) pauseLoop() {
 		}
 		a.recovering("pause loop", func() {
 			if err := a.refreshPauses(a.loopCtx); err != nil {
-				if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
-					a.logger.Warn("reading the pauses of deliveries", zap.Error(err))
+				if !a.pause.failing && !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
+					a.logger.Warn("reading the pauses of deliveries failed; the last ones read stay in force until a read succeeds", zap.Error(err))
+					a.pause.failing = true
 				}
 				return
+			}
+			if a.pause.failing {
+				a.pause.failing = false
+				a.logger.Info("reading the pauses of deliveries again")
 			}
 			a.resumeDue()
 		})

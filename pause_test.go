@@ -109,6 +109,10 @@ func TestPauseHoldsSurvivesAndResumes(t *testing.T) {
 	if status != http.StatusConflict || !strings.Contains(string(body), "paused") {
 		t.Errorf("replay by hand of a held record: %d %s, want 409 saying the provider is paused", status, body)
 	}
+	status, body = adminDo(t, http.MethodPost, "/pingback/records/2captcha/500/release", "")
+	if status != http.StatusConflict || !strings.Contains(string(body), "paused") {
+		t.Errorf("release by hand of a result of a paused provider: %d %s, want 409 saying the provider is paused", status, body)
+	}
 	status, body = adminDo(t, http.MethodPost, "/pingback/replays", `{"provider": "2captcha", "state": "queued"}`)
 	if status != http.StatusConflict || !strings.Contains(string(body), "paused") {
 		t.Errorf("bulk replay of a paused provider: %d %s, want 409", status, body)

@@ -80,7 +80,7 @@ type Backend interface {
 
 // Conflict marks a Backend error that the routes answer 409: the request
 // conflicts with the result's state (delivered, in flight, quarantined,
-// not quarantined). Its text is Err's.
+// not quarantined, its provider paused). Its text is Err's.
 type Conflict struct{ Err error }
 
 func (c Conflict) Error() string { return c.Err.Error() }
