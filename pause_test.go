@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-pingback/pingback/internal/adminapi"
+	"github.com/caddy-pingback/pingback/internal/captchasim"
 	"github.com/caddy-pingback/pingback/internal/store"
 	"github.com/caddy-pingback/pingback/internal/testkit"
 )
@@ -342,5 +343,47 @@ func TestPausePostgresHoldsOnEveryInstance(t *testing.T) {
 	})
 	if n := app.Count("captchaai:4242"); n != 1 {
 		t.Errorf("the held result reached the app %d times, want once", n)
+	}
+}
+
+// TestPausePolledResultsHeld: the polled results of a paused provider are
+// stored queued, with no attempt, and held; on resume each reaches the
+// app once, as a polled result.
+func TestPausePolledResultsHeld(t *testing.T) {
+	sim := newPollerSim(t, captchasim.Config{Seed: 36, DropRate: 1, SolveMax: 300 * time.Millisecond})
+	app := newAppStub(t)
+	startPollerCaddy(t, pollBlock("after 1s", "interval 5s"), app, pollerRoute{provider: "2captcha", sim: sim})
+	if status, body := adminDo(t, http.MethodPost, "/pingback/pauses", `{"provider": "2captcha"}`); status != http.StatusOK {
+		t.Fatalf("pause: %d %s", status, body)
+	}
+	tasks := submitTasks(t, taskSpec{provider: "2captcha", method: "userrecaptcha", n: 3})
+	st := runningApp(t).store(time.Second)
+	testkit.WaitFor(t, 10*time.Second, "every result polled and stored", func() bool {
+		for _, pt := range tasks {
+			if _, err := st.Get(t.Context(), store.Key{Provider: pt.provider, ID: pt.id}); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, pt := range tasks {
+		rec := adminRecord(t, pt.provider, pt.id)
+		if rec.Source != store.SourcePoll || rec.State != store.StateQueued || rec.Attempts != 0 || !rec.Held {
+			t.Errorf("polled result %s while paused: source %s, state %s, attempts %d, held %v; want poll, queued, 0, held",
+				pt.key(), rec.Source, rec.State, rec.Attempts, rec.Held)
+		}
+	}
+	if n := len(app.Requests()); n != 0 {
+		t.Fatalf("the app got %d requests while 2captcha was paused", n)
+	}
+	if status, _ := adminDo(t, http.MethodDelete, "/pingback/pauses/2captcha", ""); status != http.StatusOK {
+		t.Fatalf("resume: %d", status)
+	}
+	testkit.WaitFor(t, 10*time.Second, "every polled result delivered", func() bool { return allReceived(app, tasks) })
+	for _, pt := range tasks {
+		got := app.WithKey(pt.key())
+		if len(got) != 1 || got[0].Header.Get(HeaderSource) != "poll" {
+			t.Errorf("%s reached the app %d times (source %v), want once as poll", pt.key(), len(got), got)
+		}
 	}
 }
