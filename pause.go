@@ -144,7 +144,9 @@ func (h *storeHandle) claimSkips() (all bool, skip []string) {
 // reloads and restarts) and starts the pause loop.
 func (a *App) startPauses() {
 	a.pause.done = make(chan struct{})
-	if err := a.refreshPauses(a.loopCtx); err != nil {
+	ctx, cancel := context.WithTimeout(a.loopCtx, 5*time.Second)
+	defer cancel()
+	if err := a.refreshPauses(ctx); err != nil {
 		a.logger.Error("reading the pauses of deliveries at start; retrying every 250ms", zap.Error(err))
 	}
 	go a.pauseLoop()
