@@ -36,19 +36,20 @@ func (a *App) Logger() *zap.Logger { return a.logger }
 // ReplayResult replays the stored result of key now, by hand
 // (App.redrive with store.SourceManual), and returns the record after the
 // attempt. A result that is delivered (without force), in flight,
-// quarantined or whose payload was erased is an admin.Conflict; no open
-// store an admin.Unavailable.
+// quarantined, whose payload was erased or of a paused provider is an
+// admin.Conflict; no open store an admin.Unavailable.
 func (a *App) ReplayResult(ctx context.Context, key store.Key, force bool) (*store.Record, error) {
 	rec, err := a.redrive(ctx, key, force, store.SourceManual)
-	return rec, adminError(err, errDelivered, errInFlight, errQuarantined, errPayloadErased)
+	return rec, adminError(err, errDelivered, errInFlight, errQuarantined, errPayloadErased, errProviderPaused)
 }
 
 // ReleaseResult delivers the quarantined result of key now, by hand
-// (App.release). A result that is not quarantined (or whose payload was
-// erased) is an admin.Conflict; no open store an admin.Unavailable.
+// (App.release). A result that is not quarantined, whose payload was
+// erased or of a paused provider is an admin.Conflict; no open store an
+// admin.Unavailable.
 func (a *App) ReleaseResult(ctx context.Context, key store.Key) (*store.Record, error) {
 	rec, err := a.release(ctx, key)
-	return rec, adminError(err, errNotQuarantined, errPayloadErased)
+	return rec, adminError(err, errNotQuarantined, errPayloadErased, errProviderPaused)
 }
 
 // adminError marks err for the admin routes: an admin.Conflict if it is
@@ -75,8 +76,9 @@ func (a *App) PurgedResults(ctx context.Context, st store.Store, provider string
 	quarantinePurged(ctx, st, provider)
 }
 
-// PublicRecord is rec as an admin answer shows it (publicRecord).
-func (a *App) PublicRecord(rec *store.Record) *store.Record { return publicRecord(rec) }
+// PublicRecord is rec as an admin answer shows it (publicRecord), with
+// Held set while its provider is paused (App.showHeld).
+func (a *App) PublicRecord(rec *store.Record) *store.Record { return a.showHeld(publicRecord(rec)) }
 
 // PublicTask is t as an admin answer shows it (publicTask).
 func (a *App) PublicTask(t *store.Task) *store.Task { return publicTask(t) }

@@ -38,6 +38,7 @@ func (a *App) Status(ctx context.Context) (adminapi.StatusAnswer, error) {
 	ans := adminapi.StatusAnswer{Records: c.Records, Tasks: map[string]adminapi.TaskStatus{}, Loops: map[string]adminapi.LoopStatus{},
 		OldestUndeliveredAgeSeconds: map[string]float64{}, LastCallbackAt: ages.LastCallback, Budget: providerBudgets(budget),
 		Accounts: accounts, Routes: a.routeStatuses(time.Now())}
+	ans.Pauses = adminapi.PausesOf(a.pauseList())
 	if ans.Records == nil {
 		ans.Records = map[string]map[store.State]int64{}
 	}

@@ -156,6 +156,8 @@ type App struct {
 	// the emitter Start starts.
 	eventsApp *caddyevents.App
 	emitter   *eventEmitter
+	// pause is this config's part of pausing deliveries (pauseState).
+	pause *pauseState
 }
 
 // ReplayConfig configures the replay loop of the dead-letter queue.
@@ -218,6 +220,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.stopping = make(chan struct{})
 	a.probes = new(sync.Map)
 	a.trackersMu = new(sync.Mutex)
+	a.pause = new(pauseState)
 	if a.httpClient == nil {
 		a.httpClient = &http.Client{Timeout: 30 * time.Second}
 	}
@@ -343,6 +346,7 @@ func (a *App) Start() error {
 	a.loopDone = make(chan struct{})
 	a.pollDone = make(chan struct{})
 	a.metrics.storeAvailable.Set(boolGauge(a.handle.store.Available()))
+	a.startPauses() // before the loops: nothing held is claimed
 	go a.replayLoop()
 	go a.pollLoop()
 	a.logger.Info("pingback store ready", zap.String("store", a.name))
@@ -366,6 +370,7 @@ func (a *App) Stop() error {
 	a.handle.leave(a)
 	<-a.loopDone
 	<-a.pollDone
+	<-a.pause.done
 	a.beginCut()
 	a.handle.wake() // the new owner's loop takes over at once
 	return nil

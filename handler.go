@@ -262,6 +262,7 @@ type exchange struct {
 	v        trust              // what judge decided
 	res      store.InsertResult // what the insert found
 	err      error              // the insert's error; nil once the result is stored
+	held     bool               // stored queued, not forwarded: the provider is paused (holdIfPaused)
 
 	reply reply
 }
@@ -364,6 +365,7 @@ func (x *exchange) judge() bool {
 		x.reply.send(http.StatusOK, "OK")
 		return false
 	}
+	x.holdIfPaused()
 	return true
 }
 
@@ -379,7 +381,7 @@ func (x *exchange) insert() {
 		}
 		return
 	}
-	if x.v.why == "" {
+	if x.rec.State == store.StateForwarding {
 		x.rec.Lease.Until = x.now.Add(x.h.app.leaseFor(x.st))
 	}
 	// The store retries a transient fault only within what is left of
@@ -542,6 +544,10 @@ func (x *exchange) settleQuarantined() {
 // answers the provider: 200 when the result is stored or the app took
 // it, else 503, logged.
 func (x *exchange) forward(next caddyhttp.Handler) {
+	if x.held {
+		x.answerHeld() // the provider is paused: nothing is forwarded
+		return
+	}
 	h, r, body := x.h, x.r, x.cb.body
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -607,6 +613,7 @@ func provisionProvider(ctx caddy.Context, name string) (provider, *App, error) {
 	if err != nil {
 		return provider{}, nil, err
 	}
+	app.noteProviderNamed(name) // a provider that can be paused
 	return p, app, nil
 }
 

@@ -131,7 +131,7 @@ func registerMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return theMetrics, nil
 	}
 	for _, c := range append([]prometheus.Collector{theMetrics.callbacks, theMetrics.forwards, theMetrics.tasks, theMetrics.unpollable, theMetrics.parked, theMetrics.resphp, theMetrics.expiredUndelivered, theMetrics.storeAvailable,
-		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.deliveryAge, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations, maxAgeExpired}, theMetrics.storeWrites...) {
+		theMetrics.loopLastRun, theMetrics.forwardDuration, theMetrics.deliveryAge, theMetrics.routeReplayConcurrency, theMetrics.routePausedUntil, newCountGauges(), quarantineBytes, confirmations, maxAgeExpired, pausedGauge}, theMetrics.storeWrites...) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

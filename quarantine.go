@@ -312,6 +312,9 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 	if st == nil {
 		return nil, errStoreUnavailable
 	}
+	if err := a.refusePaused(key.Provider); err != nil {
+		return nil, err
+	}
 	h := a.readyHandle()
 	if h == nil || !h.track() {
 		return nil, errStoreUnavailable

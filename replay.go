@@ -96,10 +96,15 @@ func (a *App) replayDue() {
 	if limit <= 0 {
 		return // every route being drained is paused or at its limit
 	}
+	allPaused, skip := a.handle.claimSkips()
+	if allPaused {
+		return // every provider is paused: their results are held
+	}
 	claimed, err := st.Claim(a.loopCtx, store.ClaimRequest{
 		Now: now, Limit: limit, Lease: a.leaseFor(st), DecideRecord: decide(now, a.maxAgeOf),
 		Reserved: (a.Replay.Concurrency + 1) / 2,
 		Route:    routeOfRecord, Room: room,
+		SkipProviders: skip, // paused providers' results stay held
 	})
 	if err != nil {
 		if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
@@ -229,6 +234,9 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	st := a.store(time.Second)
 	if st == nil {
 		return nil, errStoreUnavailable
+	}
+	if err := a.refusePaused(key.Provider); err != nil {
+		return nil, err
 	}
 	now := a.now().UTC()
 	claimed, err := st.Claim(ctx, store.ClaimRequest{

@@ -142,6 +142,8 @@ var startingRequests = map[string][]struct{ method, path, body string }{
 	"/pingback/replays":  {{"POST", "/pingback/replays", `{"state":"failed"}`}},
 	"/pingback/replays/": {{"GET", "/pingback/replays/1", ""}, {"DELETE", "/pingback/replays/1", ""}},
 	"/pingback/purges":   {{"POST", "/pingback/purges", `{"state":"failed"}`}},
+	"/pingback/pauses":   {{"GET", "/pingback/pauses", ""}, {"POST", "/pingback/pauses", `{"provider":"captchaai"}`}},
+	"/pingback/pauses/":  {{"DELETE", "/pingback/pauses/captchaai", ""}},
 }
 
 // wantStarting checks that every admin route answers 503 {"error":

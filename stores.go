@@ -302,6 +302,8 @@ type storeHandle struct {
 	// what the emitted events remember ([eventState]).
 	health routeHealth
 	events eventState
+	// pauses are the pauses of deliveries as last read ([App.refreshPauses]).
+	pauses pauseView
 }
 
 // logStoreError reports whether a result of provider that was not

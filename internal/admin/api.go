@@ -31,6 +31,7 @@ import (
 //	POST /pingback/replays, GET|DELETE /pingback/replays/<id>  bulk replays (API.startReplays)
 //	GET  /pingback/history?from=&to=                 the per-minute history (API.history)
 //	GET  /pingback/deadletters                       parked, rejected and failed results grouped (API.deadLetters)
+//	GET|POST /pingback/pauses, DELETE /pingback/pauses/<provider>  pauses of deliveries (API.pauses, API.resumePause)
 //
 // GET of one result answers the record (200) or 404 (saying so for a
 // purged one). The replay route answers the
@@ -80,6 +81,8 @@ func (api *API) Routes() []caddy.AdminRoute {
 		{Pattern: "/pingback/purges", Handler: api.whileStarting(api.purges)},
 		{Pattern: "/pingback/history", Handler: api.whileStarting(api.history)},
 		{Pattern: "/pingback/deadletters", Handler: api.whileStarting(api.deadLetters)},
+		{Pattern: "/pingback/pauses", Handler: api.whileStarting(api.pauses)},
+		{Pattern: "/pingback/pauses/", Handler: api.whileStarting(api.resumePause)},
 	}
 }
 

@@ -69,6 +69,15 @@ type Backend interface {
 	History(ctx context.Context, from, to time.Time) (adminapi.HistoryAnswer, error)
 	// HistorySpan is the longest range History answers: the retention.
 	HistorySpan() time.Duration
+	// PutPause pauses the deliveries of p.Provider (store.PauseAll:
+	// every provider) and returns the pause as stored; a provider the
+	// config does not name is a caddy.APIError with status 400.
+	PutPause(ctx context.Context, p store.Pause) (store.Pause, error)
+	// DeletePause resumes provider (by: api, cli or console) and returns
+	// the pause removed; store.ErrNotFound when it has none.
+	DeletePause(ctx context.Context, provider, by string) (store.Pause, error)
+	// ListPauses returns the pauses in force, by provider.
+	ListPauses(ctx context.Context) ([]store.Pause, error)
 
 	// PublicRecord and PublicTask are a record and a task as an admin
 	// answer shows them: credential headers and pingback tokens redacted.
@@ -78,7 +87,7 @@ type Backend interface {
 
 // Conflict marks a Backend error that the routes answer 409: the request
 // conflicts with the result's state (delivered, in flight, quarantined,
-// not quarantined). Its text is Err's.
+// not quarantined, its provider paused). Its text is Err's.
 type Conflict struct{ Err error }
 
 func (c Conflict) Error() string { return c.Err.Error() }

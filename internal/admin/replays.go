@@ -24,7 +24,8 @@ var errNoJob = errors.New("no such bulk replay in this process (jobs live in the
 // {"provider", "state" (default "parked"), "received_after",
 // "received_before"} (RFC 3339 times); it starts a bulk replay and
 // answers 202 {"id", "status": "running", ...} with a Location header,
-// 400 for a bad filter, 503 while the store is not open.
+// 400 for a bad filter, 409 while the filter's provider (any provider,
+// while "*" is) is paused, 503 while the store is not open.
 func (api *API) startReplays(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost {
 		return methodNotAllowed(r, "POST")
@@ -38,6 +39,9 @@ func (api *API) startReplays(w http.ResponseWriter, r *http.Request) error {
 	}
 	b, err := api.backend()
 	if err != nil {
+		return err
+	}
+	if err := pausedConflict(r.Context(), b, f.Provider); err != nil {
 		return err
 	}
 	j, err := api.startBulkReplay(r.Context(), b, f)

@@ -37,6 +37,10 @@ type StatusAnswer struct {
 	// route is held back. Per process: another instance on the same
 	// PostgreSQL database keeps its own.
 	Routes map[string]RouteStatus `json:"routes"`
+
+	// Pauses are the pauses of deliveries in force, by provider ("*" for
+	// every provider). Always present; [] when none.
+	Pauses []Pause `json:"pauses"`
 	// RouteHealth is route → its delivery health in this process: every
 	// route forwarded to (live, replays, polled results) since the
 	// process started. Always present; {} when none.

@@ -1,8 +1,9 @@
 // Package cli is `caddy pingback`'s subcommands that speak to the admin
 // endpoint of a running Caddy: status, records, show, replay, release,
-// purge and tasks. They only send HTTP requests to the plugin's admin API
-// and print its answers (the shapes of internal/adminapi); the root
-// package registers them under `caddy pingback`.
+// purge, tasks, pause and resume. They only send HTTP requests to the
+// plugin's admin API and print its answers (the shapes of
+// internal/adminapi); the root package registers them under `caddy
+// pingback`.
 //
 // Every subcommand takes the same flags:
 //
@@ -25,7 +26,7 @@ import (
 
 // Commands builds the subcommands of `caddy pingback` that talk to the
 // admin endpoint, in the order they are added: purge, records, show,
-// release, replay, status, tasks. Each call builds new commands.
+// release, replay, status, tasks, pause, resume. Each call builds new commands.
 func Commands() []*cobra.Command {
 	return []*cobra.Command{
 		purgeCommand(),
@@ -35,6 +36,8 @@ func Commands() []*cobra.Command {
 		replayCommand(),
 		statusCommand(),
 		tasksCommand(),
+		pauseCommand(),
+		resumeCommand(),
 	}
 }
 

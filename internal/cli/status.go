@@ -31,7 +31,8 @@ pending and unpollable tasks, which tell when a rotated-out key can be
 removed; the routes whose replays this process holds back after the app
 answered 429 (or 503 with Retry-After), if any: until when they are
 paused and how many replays of each may be in flight, of the replay
-concurrency; then when the replay and poll loops last ran, and the store.`,
+concurrency; the pauses of deliveries (caddy pingback pause), if any; then
+when the replay and poll loops last ran, and the store.`,
 		Args: cobra.NoArgs,
 	}, runStatus)
 }
@@ -93,6 +94,9 @@ func writeStatus(out io.Writer, s adminapi.StatusAnswer, now time.Time) error {
 		return err
 	}
 	if err := writeRoutes(out, s.Routes, now); err != nil {
+		return err
+	}
+	if err := writePauses(out, s.Pauses, now); err != nil {
 		return err
 	}
 	for _, loop := range []string{"replay", "poll"} {

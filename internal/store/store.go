@@ -220,6 +220,11 @@ type Record struct {
 	// result was delivered (see PayloadEraser): the record only dedupes
 	// and accounts for the result from then on.
 	PayloadErased bool `json:"payload_erased,omitempty"`
+
+	// Held reports, in an admin answer, that the record is queued or
+	// failed while its provider is paused (see Pauser): computed when the
+	// record is shown, never stored.
+	Held bool `json:"held,omitempty"`
 }
 
 // Key returns the record's deduplication key.
@@ -331,6 +336,13 @@ type ClaimRequest struct {
 	// Keys.
 	Route func(rec *Record) string
 	Room  map[string]int
+
+	// SkipProviders names providers whose records this claim leaves
+	// alone (paused: see Pauser): not shown to Decide, not returned, and
+	// not counted against ClaimSkipBudget, so that any number of them
+	// ahead of the others costs no claim of another provider's record.
+	// Ignored with Keys.
+	SkipProviders []string
 }
 
 // FewFailures is the most failures a due record may have to be claimed in
@@ -454,4 +466,5 @@ type Store interface {
 	Lister
 	Purger
 	PayloadEraser
+	Pauser
 }

@@ -25,6 +25,7 @@ type claimScan struct {
 	req   *store.ClaimRequest
 	room  map[string]int // nil: no route is limited
 	taken map[store.Key]bool
+	skip  map[string]bool // ClaimRequest.SkipProviders
 	out   []pick
 }
 
@@ -67,6 +68,12 @@ func (b *Badger) claimable(w *batch, req store.ClaimRequest) ([]pick, error) {
 			}
 		}
 		return s.out, nil
+	}
+	for _, p := range req.SkipProviders {
+		if s.skip == nil {
+			s.skip = map[string]bool{}
+		}
+		s.skip[p] = true
 	}
 	if req.Route != nil && len(req.Room) > 0 {
 		s.room = make(map[string]int, len(req.Room))
@@ -141,7 +148,8 @@ func (s *claimScan) due(prefix string, p *claimPass, accept func(d *store.Delive
 }
 
 // walk runs pass p over the index under prefix from start (nil: its
-// first key). parse reads an index key: the record's key, whether the
+// first key). Keys of the providers the claim skips are passed over
+// without being counted. parse reads an index key: the record's key, whether the
 // key could be read, and whether the walk goes on (false: past the last
 // candidate). The index keys are read a chunk at a time, and the records
 // behind them between chunks, never under an open iterator.
@@ -158,7 +166,7 @@ func (s *claimScan) walk(prefix string, start []byte, p *claimPass, parse func(k
 				return false
 			}
 			last = append(last[:0], k...)
-			if ok && !s.taken[key] {
+			if ok && !s.taken[key] && !s.skip[key.Provider] {
 				keys = append(keys, key)
 			}
 			full = len(keys) >= chunk

@@ -65,7 +65,8 @@ var (
 	recordFields = []string{"Provider", "ID", "Code", "Source", "ReceivedAt", "SubmittedAt", "Server",
 		"Request", "Request.Method", "Request.URI", "Request.Host", "Request.Proto", "Request.RemoteAddr",
 		"Request.LocalAddr", "Request.TLS", "Request.Header", "Request.Body", "Delivery", "ExpiresAt", "Answer",
-		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction", "PayloadErased"}
+		"Verified", "Tracked", "Quarantine", "OtherCode", "Correction", "PayloadErased",
+		"Held"} // Held: computed when shown, never stored (not in recordLayout)
 	deliveryFields = []string{"State", "Attempts", "Failures", "Interrupts", "DueAt", "Lease", "Lease.Owner",
 		"Lease.Until", "LastStatus", "LastError", "UpdatedAt", "History", "ExpiredReason"}
 	taskFields = []string{"Provider", "ID", "Method", "SubmittedAt", "PingbackURL", "State", "NextPollAt",

@@ -827,7 +827,7 @@ func (p *Postgres) claimable(ctx context.Context, tx pgx.Tx, req store.ClaimRequ
 		})
 		return recs, nil
 	}
-	c := &pgClaimScan{p: p, ctx: ctx, tx: tx, req: &req, now: now.UnixNano()}
+	c := &pgClaimScan{p: p, ctx: ctx, tx: tx, req: &req, now: now.UnixNano(), skip: append([]string{}, req.SkipProviders...)}
 	if req.Route != nil && len(req.Room) > 0 {
 		c.room = make(map[string]int, len(req.Room))
 		for r, n := range req.Room {
@@ -865,14 +865,15 @@ var (
 )
 
 // query is the pass's query of a chunk: $1 the claim's time, $2 and $3
-// the providers and ids to leave out, $4 the chunk's size and, after the
-// first chunk, $5 to $7 the order column, provider and id of the last row
-// read.
+// the providers and ids to leave out, $4 the chunk's size, $5 the
+// providers skipped (ClaimRequest.SkipProviders) and, after the first
+// chunk, $6 to $8 the order column, provider and id of the last row read.
 func (x pgClaimPass) query(after bool) string {
 	q := `SELECT ` + pgRecordCols + ` FROM records WHERE ` + x.where + `
-		AND (provider, id) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))`
+		AND (provider, id) NOT IN (SELECT * FROM unnest($2::text[], $3::text[]))
+		AND provider <> ALL($5::text[])`
 	if after {
-		q += ` AND ` + x.order + ` >= $5 AND (` + x.order + `, provider, id) > ($5, $6, $7)`
+		q += ` AND ` + x.order + ` >= $6 AND (` + x.order + `, provider, id) > ($6, $7, $8)`
 	}
 	return q + ` ORDER BY ` + x.order + `, provider, id LIMIT $4 FOR UPDATE SKIP LOCKED`
 }
@@ -889,6 +890,7 @@ type pgClaimScan struct {
 	out   []*store.Record
 	provs []string // the keys of out, for the next pass to leave out
 	ids   []string
+	skip  []string // ClaimRequest.SkipProviders, never nil (an empty array)
 }
 
 // pass takes up to need rows of pass x, locked (FOR UPDATE SKIP LOCKED:
@@ -906,7 +908,7 @@ func (c *pgClaimScan) pass(x pgClaimPass, need int) error {
 		if c.room == nil {
 			chunk = need - took // nothing is skipped
 		}
-		args := []any{c.now, c.provs, c.ids, chunk}
+		args := []any{c.now, c.provs, c.ids, chunk, c.skip}
 		if after != nil {
 			at := after.DueAt
 			if x.order == "lease_until" {

@@ -245,7 +245,7 @@ func TestPostgresFairClaimIndex(t *testing.T) {
 		}
 	}
 	for _, after := range []bool{false, true} {
-		args := []any{int64(6000), []string{}, []string{}, 4}
+		args := []any{int64(6000), []string{}, []string{}, 4, []string{}} // $5: no provider skipped
 		if after {
 			args = append(args, int64(5001), "p", "f1")
 		}

@@ -137,6 +137,7 @@ func Run(t *testing.T, h Harness) {
 		{"UpdateRecord", testUpdateRecord},
 		{"UpdateRecordReleases", testUpdateRecordReleases},
 		{"ExpiredState", testExpiredState},
+		{"Pauses", testPauses}, {"ClaimSkipProviders", testClaimSkipProviders},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
