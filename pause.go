@@ -259,12 +259,16 @@ func (a *App) pauseChanged(paused bool, p store.Pause, by string) {
 	}
 	fields := []zap.Field{zap.String("provider", p.Provider), zap.String("reason", p.Reason),
 		zap.Any("until", until), zap.String("by", by)}
+	data := map[string]any{"reason": p.Reason, "until": until, "by": by}
 	if paused {
 		a.logger.Warn("deliveries paused: results are received and stored, and held until resumed", fields...)
+		a.emitEvent(EventProviderPaused, p.Provider, data)
 		return
 	}
 	a.logger.Info("deliveries resumed: held results are delivered through the replay loop",
 		append(fields, zap.Time("since", p.Since))...)
+	data["since"] = p.Since.UTC().Format(time.RFC3339)
+	a.emitEvent(EventProviderResumed, p.Provider, data)
 }
 
 // PutPause pauses the deliveries of p.Provider (admin.Backend): stored,
