@@ -468,3 +468,28 @@ func TestEventsStopWithTheConfig(t *testing.T) {
 		testkit.WaitFor(t, 5*time.Second, fn+" to end", func() bool { return running(fn) == 0 })
 	}
 }
+
+// TestEventsOfAPauseAndResume: a pause and a resume by hand are events
+// for Caddy's events app, each naming the provider, the reason and who
+// made it.
+func TestEventsOfAPauseAndResume(t *testing.T) {
+	app := newAppStub(t)
+	startCaddyRecording(t, "", pingbackSite("captchaai", "", app))
+	if status, body := adminDo(t, http.MethodPost, "/pingback/pauses", `{"provider": "captchaai", "reason": "deploy", "by": "cli"}`); status != http.StatusOK {
+		t.Fatalf("pause: %d %s", status, body)
+	}
+	if status, body := adminDo(t, http.MethodDelete, "/pingback/pauses/captchaai?by=console", ""); status != http.StatusOK {
+		t.Fatalf("resume: %d %s", status, body)
+	}
+	testkit.WaitFor(t, 5*time.Second, "pingback_provider_paused and pingback_provider_resumed", func() bool {
+		return len(recordedEvents.named(EventProviderPaused)) == 1 && len(recordedEvents.named(EventProviderResumed)) == 1
+	})
+	for _, tc := range []struct {
+		name, by string
+	}{{EventProviderPaused, "cli"}, {EventProviderResumed, "console"}} {
+		e := recordedEvents.named(tc.name)[0]
+		if e.data["provider"] != "captchaai" || e.data["reason"] != "deploy" || e.data["by"] != tc.by {
+			t.Errorf("%s: %s, want captchaai, reason deploy, by %s", tc.name, e.raw, tc.by)
+		}
+	}
+}

@@ -198,7 +198,8 @@ func TestReceiveForms(t *testing.T) {
 			}
 			for name := range seen.Header {
 				if sent[name] == nil && !slices.Contains(forwardedHeaders, name) &&
-					name != HeaderIdempotencyKey && name != HeaderSource && name != HeaderAttempt && name != HeaderVerified && name != HeaderTracked {
+					name != HeaderIdempotencyKey && name != HeaderSource && name != HeaderAttempt && name != HeaderVerified && name != HeaderTracked &&
+					name != HeaderReceivedAt {
 					t.Errorf("app saw an extra header %s: %q", name, seen.Header[name])
 				}
 			}

@@ -137,13 +137,15 @@ var startingRequests = map[string][]struct{ method, path, body string }{
 	"/pingback/records": {{"GET", "/pingback/records?state=failed", ""}},
 	"/pingback/records/": {{"GET", "/pingback/records/captchaai/1", ""}, {"DELETE", "/pingback/records/captchaai/1", ""},
 		{"POST", "/pingback/records/captchaai/1/replay", ""}, {"POST", "/pingback/records/captchaai/1/release", ""}},
-	"/pingback/tasks/":   {{"GET", "/pingback/tasks/captchaai/1", ""}},
-	"/pingback/status":   {{"GET", "/pingback/status", ""}},
-	"/pingback/replays":  {{"POST", "/pingback/replays", `{"state":"failed"}`}},
-	"/pingback/replays/": {{"GET", "/pingback/replays/1", ""}, {"DELETE", "/pingback/replays/1", ""}},
-	"/pingback/purges":   {{"POST", "/pingback/purges", `{"state":"failed"}`}},
-	"/pingback/pauses":   {{"GET", "/pingback/pauses", ""}, {"POST", "/pingback/pauses", `{"provider":"captchaai"}`}},
-	"/pingback/pauses/":  {{"DELETE", "/pingback/pauses/captchaai", ""}},
+	"/pingback/tasks/":      {{"GET", "/pingback/tasks/captchaai/1", ""}},
+	"/pingback/status":      {{"GET", "/pingback/status", ""}},
+	"/pingback/replays":     {{"POST", "/pingback/replays", `{"state":"failed"}`}},
+	"/pingback/replays/":    {{"GET", "/pingback/replays/1", ""}, {"DELETE", "/pingback/replays/1", ""}},
+	"/pingback/purges":      {{"POST", "/pingback/purges", `{"state":"failed"}`}},
+	"/pingback/pauses":      {{"GET", "/pingback/pauses", ""}, {"POST", "/pingback/pauses", `{"provider":"captchaai"}`}},
+	"/pingback/pauses/":     {{"DELETE", "/pingback/pauses/captchaai", ""}},
+	"/pingback/history":     {{"GET", "/pingback/history", ""}},
+	"/pingback/deadletters": {{"GET", "/pingback/deadletters", ""}},
 }
 
 // wantStarting checks that every admin route answers 503 {"error":

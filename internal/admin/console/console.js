@@ -415,7 +415,7 @@
 		const have = [...sel.options].map((o) => o.value).slice(1);
 		if (have.join(' ') === providers.join(' ')) return;
 		const chosen = sel.value;
-		sel.replaceChildren(el('option', {value: '*'}, 'every provider'), providers.map((p) => el('option', {value: p}, p)));
+		sel.replaceChildren(el('option', {value: '*'}, 'every provider'), ...providers.map((p) => el('option', {value: p}, p)));
 		sel.value = [...sel.options].some((o) => o.value === chosen) ? chosen : '*';
 	}
 
