@@ -31,8 +31,9 @@ const (
 )
 
 // consolePage is console/index.html, filled in with the page's action
-// token, the store's states and the providers the plugin knows (the
-// search by task id asks each) at each load.
+// token, the store's states, the providers the plugin knows (the search
+// by task id asks each) and the backend's time (Backend.Now: the page's
+// clock for its charts' range and its "ago"s) at each load.
 var consolePage = template.Must(template.ParseFS(consoleFiles, "console/index.html"))
 
 // Console serves the operator's web page of one pingback app (the root
@@ -132,7 +133,7 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request) error {
 	}
 	var buf bytes.Buffer
 	err := consolePage.Execute(&buf, map[string]string{"Token": c.NewToken(), "States": strings.Join(states, " "),
-		"Providers": strings.Join(protocol.Names(), " ")})
+		"Providers": strings.Join(protocol.Names(), " "), "Now": c.pageNow().UTC().Format(time.RFC3339Nano)})
 	if err != nil {
 		return caddy.APIError{HTTPStatus: http.StatusInternalServerError, Err: err}
 	}
@@ -140,6 +141,15 @@ func (c *Console) servePage(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_, err = w.Write(buf.Bytes())
 	return err
+}
+
+// pageNow is the time the page is told it is: the backend's clock, or
+// the console's without a backend.
+func (c *Console) pageNow() time.Time {
+	if c.backend == nil {
+		return c.now()
+	}
+	return c.backend.Now()
 }
 
 // serveConsoleAsset answers one of the embedded files.

@@ -12,6 +12,15 @@
 	const TOKEN = meta('pingback-console-token');
 	const STATES = meta('pingback-states').split(' ').filter(Boolean);
 	const PROVIDERS = meta('pingback-providers').split(' ').filter(Boolean);
+	// serverNow is the server's clock (the page's load time as the server
+	// wrote it, plus the time since): the charts' range and every "ago" are
+	// measured by it, as the admin API's default range is, whatever the
+	// browser's clock says.
+	const SKEW = (() => {
+		const t = Date.parse(meta('pingback-now'));
+		return isNaN(t) ? 0 : t - Date.now();
+	})();
+	const serverNow = () => Date.now() + SKEW;
 	const TASK_STATES = ['pending', 'done', 'expired'];
 	const PAGE = 50;
 	const main = document.getElementById('main');
@@ -129,7 +138,7 @@
 		const d = new Date(t);
 		if (isNaN(d)) return t;
 		const iso = d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
-		return el('time', {datetime: t, title: iso}, iso + ' (' + ago((Date.now() - d.getTime()) / 1000) + ')');
+		return el('time', {datetime: t, title: iso}, iso + ' (' + ago((serverNow() - d.getTime()) / 1000) + ')');
 	}
 
 	function duration(seconds) {
@@ -337,7 +346,7 @@
 
 	function shortTime(t) {
 		const d = new Date(t);
-		return isNaN(d) ? String(t) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago((Date.now() - d.getTime()) / 1000) + ')';
+		return isNaN(d) ? String(t) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago((serverNow() - d.getTime()) / 1000) + ')';
 	}
 
 	// pauseButton is Resume for a paused provider (its own pause; a
@@ -493,7 +502,7 @@
 	}
 
 	async function loadHistory(gen, charts, seconds) {
-		const to = new Date();
+		const to = new Date(serverNow());
 		const from = new Date(to.getTime() - seconds * 1000);
 		const q = new URLSearchParams({from: rfc3339(from), to: rfc3339(to)});
 		const r = await api('GET', 'history?' + q);
