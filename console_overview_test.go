@@ -51,8 +51,7 @@ func docScreenshot(t *testing.T, b *browserTab, name string) {
 // received-time filter is a date-time picker whose local time goes into
 // the link as RFC 3339 and filters the list; the charts draw where the
 // admin API has a history, and the page says "no history" where it has
-// none. With PINGBACK_SCREENSHOTS=1 it writes docs/console-overview.png
-// and docs/console-record.png.
+// none. (TestConsoleChartsOfAScriptedHour writes the docs' screenshots.)
 func TestConsoleOverview(t *testing.T) {
 	b := newBrowserTab(t)
 	app := newAppStub(t)
@@ -101,7 +100,6 @@ func TestConsoleOverview(t *testing.T) {
 	if n := evalJS[string](t, b, `document.querySelector('#deadletters [data-group] .count').textContent`); n != "3" {
 		t.Errorf("the group counts %q, want 3", n)
 	}
-	docScreenshot(t, b, "console-overview.png")
 
 	// The history: charts where the admin API has it, "no history" where not.
 	b.do(t, "history", until(`(document.querySelector('#charts')||{}).dataset?.history`))
@@ -166,7 +164,6 @@ func TestConsoleOverview(t *testing.T) {
 	if text := evalJS[string](t, b, `document.querySelector('#record').innerText`); strings.Contains(text, "undefined") || strings.Contains(text, "[object") {
 		t.Errorf("the record reads %q: a value rendered as undefined or [object ...]", text)
 	}
-	docScreenshot(t, b, "console-record.png")
 
 	// The received-time filter: a date-time picker, its local time in the
 	// link as RFC 3339.
