@@ -181,6 +181,16 @@ func TestConsoleChartsOfAScriptedHour(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &charts); err != nil {
 		t.Fatalf("the charts' data %.300s: %v", raw, err)
 	}
+	// Every y axis is wide enough for its labels (the delay's run to
+	// 40,000 ms): none is cut at the page's edge.
+	if cut := evalJS[string](t, b, `[...document.querySelectorAll('#charts [data-chart]')].map((box) => {
+		const u = box.plot, a = u.axes[1];
+		u.ctx.font = a.font[0];
+		const widest = Math.max(0, ...(a._values || []).map((v) => u.ctx.measureText(v).width / devicePixelRatio));
+		return a._size >= widest + a.ticks.size + a.gap ? '' : box.dataset.chart + ': ' + a._size + ' px for ' + a._values.join(' ');
+	}).filter(Boolean).join('; ')`); cut != "" {
+		t.Errorf("y axes too narrow for their labels: %s", cut)
+	}
 	asked := evalJS[string](t, b, `performance.getEntriesByType('resource').map((e) => e.name).find((u) => u.includes('/api/history?'))`)
 	u, err := url.Parse(asked)
 	if err != nil {

@@ -556,11 +556,22 @@
 				width, height: 170,
 				series: [{}, ...series.map(([label], i) => ({label, stroke: SERIES_COLORS[label] || PALETTE[i % PALETTE.length], width: 1.5,
 					value: (u, v) => (v === null || v === undefined ? '—' : v + (unit ? ' ' + unit : ''))}))],
-				axes: [{}, {size: 50}],
+				axes: [{}, {size: axisFit}],
 				scales: {x: {time: true}},
 			};
 			box.plot = new uPlot(opts, [xs, ...series.map(([, ys]) => ys)], box);
 		}
+	}
+
+	// axisFit is a y axis' width (uPlot's axis size callback): its widest
+	// label, its ticks and its gap, so that no label (a delay of 40,000 ms)
+	// is cut at the page's edge.
+	function axisFit(u, values, axisIdx, cycle) {
+		const a = u.axes[axisIdx];
+		if (cycle > 1) return a._size;
+		u.ctx.font = a.font[0];
+		const widest = Math.max(0, ...(values || []).map((v) => u.ctx.measureText(v).width / devicePixelRatio));
+		return Math.max(40, Math.ceil(widest + a.ticks.size + a.gap + 2));
 	}
 
 	// SERIES_COLORS keeps a meaning's colour from chart to chart: what went
