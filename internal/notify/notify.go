@@ -9,7 +9,9 @@
 // error or a status other than 2xx) is retried with backoff from 5 s to
 // 10 min and given up after a day with one log line; that at most
 // [MaxQueued] messages wait, the oldest dropped first with a throttled log
-// line; and that [Notifier.Stop] returns once its goroutine has.
+// line; that its lines name the receiver by scheme and host only (a chat
+// webhook's path or query is often its credential); and that
+// [Notifier.Stop] returns once its goroutine has.
 //
 // It relies on its caller to put nothing secret in an event's data: the
 // data is sent as given.
@@ -23,9 +25,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -112,6 +116,7 @@ type Config struct {
 // Notifier coalesces events and POSTs them; see the package doc.
 type Notifier struct {
 	url      string
+	logURL   string // url's scheme and host: what the lines name (its path or query may be a credential)
 	secret   []byte
 	interval time.Duration
 	client   *http.Client
@@ -153,7 +158,7 @@ type queued struct {
 // New returns a notifier for cfg; Start starts it.
 func New(cfg Config) *Notifier {
 	n := &Notifier{
-		url: cfg.URL, secret: []byte(cfg.Secret), interval: cfg.Interval,
+		url: cfg.URL, logURL: logURL(cfg.URL), secret: []byte(cfg.Secret), interval: cfg.Interval,
 		client: cfg.Client, logger: cfg.Logger, now: cfg.Now, tick: time.Second,
 		wake:     make(chan struct{}, 1),
 		pending:  make(map[coalesceKey]*gathering),
@@ -312,7 +317,7 @@ func (n *Notifier) send(ctx context.Context, now time.Time) {
 	n.mu.Unlock()
 	if gaveUp > 0 {
 		n.logger.Error("notify messages given up: the receiver refused them for a day",
-			zap.Int("messages", gaveUp), zap.String("url", n.url))
+			zap.Int("messages", gaveUp), zap.String("url", n.logURL))
 	}
 	if len(batch) == 0 {
 		return
@@ -329,7 +334,7 @@ func (n *Notifier) send(ctx context.Context, now time.Time) {
 		n.nextTry = now.Add(min(wait, BackoffMax))
 		if n.failures == 1 {
 			n.logger.Warn("notify receiver refused a POST; retrying with backoff",
-				zap.String("url", n.url), zap.Error(err))
+				zap.String("url", n.logURL), zap.Error(err))
 		}
 		return
 	}
@@ -363,6 +368,10 @@ func (n *Notifier) post(ctx context.Context, batch []Message) error {
 	req.Header.Set(SignatureHeader, Sign(n.secret, body))
 	resp, err := n.client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return ue.Err // without the URL, which the lines must not carry
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -371,6 +380,16 @@ func (n *Notifier) post(ctx context.Context, batch []Message) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// logURL is u's scheme and host, as the notifier's lines name the
+// receiver: a chat webhook's path or query is often its credential.
+func logURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return p.Scheme + "://" + p.Host
 }
 
 // Sign returns the signature header's value for body: "sha256=" and the

@@ -3,9 +3,11 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -245,4 +247,42 @@ func TestStopEndsTheGoroutine(t *testing.T) {
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
+}
+
+// TestLogsNeverCarryTheURLsPathOrQuery: a chat webhook's URL carries its
+// credential in the path (Slack's /services/T…/B…/<token>) or the query;
+// the notifier's lines name the receiver by scheme and host only, for a
+// refused POST, a transport error and a give-up alike.
+func TestLogsNeverCarryTheURLsPathOrQuery(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer refusing.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens there: a transport error
+	for _, base := range []string{refusing.URL, closed.URL} {
+		core, logs := observer.New(zap.DebugLevel)
+		clock := testkit.NewClock(t0)
+		n := New(Config{URL: base + "/services/T0/B0/hooktoken?sig=querytoken", Secret: "k", Interval: time.Minute,
+			Now: clock.Now, Logger: zap.New(core)})
+		n.Notify(Event{Name: "pingback_route_failing", Provider: "captchaai"})
+		clock.Advance(Gather)
+		for clock.Now().Before(t0.Add(GiveUpAfter + time.Hour)) {
+			n.collect(clock.Now())
+			n.send(context.Background(), clock.Now())
+			clock.Advance(BackoffMax)
+		}
+		if logs.Len() < 2 {
+			t.Fatalf("%s: %d lines, want the refusal and the give-up", base, logs.Len())
+		}
+		for _, e := range logs.All() {
+			line := e.Message + fmt.Sprint(e.ContextMap())
+			if strings.Contains(line, "hooktoken") || strings.Contains(line, "querytoken") {
+				t.Errorf("%s: a line carries the URL's path or query: %s", base, line)
+			}
+			if !strings.Contains(line, strings.TrimPrefix(base, "http://")) {
+				t.Errorf("%s: a line does not name the receiver's host: %s", base, line)
+			}
+		}
+	}
 }
