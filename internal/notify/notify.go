@@ -1,8 +1,9 @@
 // Package notify POSTs the plugin's operational events to one URL the
 // operator gives, as signed JSON, for users with no other alerting.
 //
-// It guarantees that [Notifier.Notify] never blocks on the network (it
-// takes a mutex, adds to a map and returns), so it may be called on a
+// It guarantees that [Notifier.Notify] never blocks on the network nor on
+// a log line (it takes a mutex that no POST or log write is made under,
+// adds to a map and returns), so it may be called on a
 // pingback's path; that at most one message per event name and provider
 // leaves per interval, carrying the count and the first and last time of
 // the events it stands for; that a POST the receiver refuses (a transport
@@ -250,8 +251,18 @@ func (n *Notifier) run(ctx context.Context) {
 
 // collect turns the gatherings that are due at now into queued messages:
 // a gathering is due Gather after its first event, and no sooner than
-// interval after the last message of its key.
+// interval after the last message of its key. Its line is written after
+// the mutex is released: Notify never waits for a log sink.
 func (n *Notifier) collect(now time.Time) {
+	if dropped := n.collectLocked(now); dropped > 0 {
+		n.logger.Warn("notify queue full: the oldest messages were dropped",
+			zap.Int("dropped", dropped), zap.Int("max_queued", MaxQueued))
+	}
+}
+
+// collectLocked is collect under the mutex; it returns the messages
+// dropped to report now (0: no line due).
+func (n *Notifier) collectLocked(now time.Time) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var due []coalesceKey
@@ -285,10 +296,11 @@ func (n *Notifier) collect(now time.Time) {
 		n.dropped += over
 	}
 	if n.dropped > 0 && (n.dropLog.IsZero() || now.Sub(n.dropLog) >= dropLogEvery) {
-		n.logger.Warn("notify queue full: the oldest messages were dropped",
-			zap.Int("dropped", n.dropped), zap.Int("max_queued", MaxQueued))
+		dropped := n.dropped
 		n.dropped, n.dropLog = 0, now
+		return dropped
 	}
+	return 0
 }
 
 // send POSTs the oldest waiting messages (up to maxBatch) unless the
@@ -323,21 +335,24 @@ func (n *Notifier) send(ctx context.Context, now time.Time) {
 		return
 	}
 	err := n.post(ctx, batch)
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
+		n.mu.Lock()
 		n.failures++
+		first := n.failures == 1
 		wait := BackoffMin << min(n.failures-1, 16)
 		n.nextTry = now.Add(min(wait, BackoffMax))
-		if n.failures == 1 {
+		n.mu.Unlock()
+		if first { // written without the mutex: Notify never waits for it
 			n.logger.Warn("notify receiver refused a POST; retrying with backoff",
 				zap.String("url", n.logURL), zap.Error(err))
 		}
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.failures, n.nextTry = 0, time.Time{}
 	i := 0
 	for i < len(n.queue) && n.queue[i].seq <= last {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/testkit"
@@ -284,5 +285,78 @@ func TestLogsNeverCarryTheURLsPathOrQuery(t *testing.T) {
 				t.Errorf("%s: a line does not name the receiver's host: %s", base, line)
 			}
 		}
+	}
+}
+
+// blockingCore is a zap core whose writes wait until release is closed,
+// telling entered of each: a log sink that stalls (a full pipe).
+type blockingCore struct {
+	zapcore.LevelEnabler
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *blockingCore) With([]zapcore.Field) zapcore.Core { return c }
+func (c *blockingCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	return ce.AddCore(e, c)
+}
+func (c *blockingCore) Write(zapcore.Entry, []zapcore.Field) error {
+	c.entered <- struct{}{}
+	<-c.release
+	return nil
+}
+func (c *blockingCore) Sync() error { return nil }
+
+// TestNotifyNeverWaitsForALogLine: while the notifier writes one of its
+// lines (the queue's drop line, a refusal) to a log sink that stalls,
+// Notify, which a pingback's path calls, still returns at once.
+func TestNotifyNeverWaitsForALogLine(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer refusing.Close()
+	for _, tc := range []struct {
+		name  string
+		fill  int // events noted before the step, each of its own provider
+		which string
+	}{
+		{"drop line", MaxQueued + 1, "collect"},
+		{"refusal line", 1, "send"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core := &blockingCore{LevelEnabler: zapcore.DebugLevel, entered: make(chan struct{}, 1), release: make(chan struct{})}
+			clock := testkit.NewClock(t0)
+			n := New(Config{URL: refusing.URL, Secret: "k", Now: clock.Now, Logger: zap.New(core)})
+			for i := range tc.fill {
+				n.Notify(Event{Name: "pingback_result_parked", Provider: itoa(i)})
+			}
+			clock.Advance(Gather)
+			if tc.which == "send" {
+				n.collect(clock.Now())
+			}
+			stepped := make(chan struct{})
+			go func() {
+				defer close(stepped)
+				if tc.which == "collect" {
+					n.collect(clock.Now())
+				} else {
+					n.send(context.Background(), clock.Now())
+				}
+			}()
+			<-core.entered // the line is being written, and stalls
+			noted := make(chan struct{})
+			go func() {
+				defer close(noted)
+				n.Notify(Event{Name: "pingback_store_unavailable"})
+			}()
+			select {
+			case <-noted:
+			case <-time.After(5 * time.Second):
+				t.Error("Notify waited for the notifier's log line")
+			}
+			close(core.release)
+			<-stepped
+			<-noted
+		})
 	}
 }
