@@ -71,7 +71,7 @@ func TestPauseHoldsSurvivesAndResumes(t *testing.T) {
 	dir := startCaddy(t, pauseGlobal, site)
 
 	sendHeldPingback(t, "500") // fails: the app is down
-	failed := waitForState(t, 5*time.Second, "2captcha", "500", store.StateFailed)
+	waitForState(t, 5*time.Second, "2captcha", "500", store.StateFailed)
 
 	status, body := adminDo(t, http.MethodPost, "/pingback/pauses", `{"provider": "2captcha", "reason": "deploy"}`)
 	var p adminapi.Pause
@@ -94,7 +94,7 @@ func TestPauseHoldsSurvivesAndResumes(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "a whole replay round after the pause", func() bool {
 		return runningApp(t).loopLastRun("replay").After(round)
 	})
-	failed = waitForState(t, 5*time.Second, "2captcha", "500", store.StateFailed)
+	failed := waitForState(t, 5*time.Second, "2captcha", "500", store.StateFailed)
 	before := len(app.Requests())
 	if before != failed.Attempts {
 		t.Fatalf("the app got %d requests for %d attempts of the failed result", before, failed.Attempts)
