@@ -72,14 +72,18 @@ func (a *App) maxAgeOf(provider string) time.Duration {
 // (decide): if the forward that attempt number d.Attempts+1 would start is
 // a replay or a polled delivery (not the first forward of a pingback that
 // waited for its confirmation or its task's commit, which is the live
-// delivery, never held back by max_age) and rec is older than maxAge at
+// delivery, never held back by max_age, unless it was received more than
+// maxAge ago: held by a pause) and rec is older than maxAge at
 // now, it moves d to store.StateExpired with reason max_age, and reports
 // so. Pure, as a claim's Decide must be.
 func expireIfTooOld(rec *store.Record, d *store.Delivery, maxAge time.Duration, now time.Time) bool {
 	if maxAge <= 0 || now.Sub(resultBorn(rec)) <= maxAge {
 		return false
 	}
-	if sourceFor(rec, d.Attempts+1) == store.SourceCallback {
+	if sourceFor(rec, d.Attempts+1) == store.SourceCallback && now.Sub(rec.ReceivedAt) <= maxAge {
+		// The live delivery of a pingback that waited for its
+		// confirmation or its task's commit. One held longer than maxAge
+		// since its receipt (a pause) is no longer live: it expires.
 		return false
 	}
 	d.State, d.ExpiredReason = store.StateExpired, expiredMaxAge

@@ -312,9 +312,7 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 	if st == nil {
 		return nil, errStoreUnavailable
 	}
-	if err := a.refusePaused(key.Provider); err != nil {
-		return nil, err
-	}
+	paused := a.refusePaused(key.Provider) // refused once the record is known
 	h := a.readyHandle()
 	if h == nil || !h.track() {
 		return nil, errStoreUnavailable
@@ -324,6 +322,9 @@ func (a *App) release(ctx context.Context, key store.Key) (*store.Record, error)
 	rec, err := st.UpdateRecord(ctx, key, func(r *store.Record) error {
 		if r.PayloadErased {
 			return errPayloadErased
+		}
+		if paused != nil {
+			return paused
 		}
 		if r.State != store.StateQuarantined {
 			return errNotQuarantined

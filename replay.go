@@ -235,14 +235,15 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	if st == nil {
 		return nil, errStoreUnavailable
 	}
-	if err := a.refusePaused(key.Provider); err != nil {
-		return nil, err
-	}
+	// Paused: the record is left as it is, and refused once what it is
+	// has been answered (unknown, in flight, erased, quarantined,
+	// delivered without force come first: a resume would not change them).
+	paused := a.refusePaused(key.Provider)
 	now := a.now().UTC()
 	claimed, err := st.Claim(ctx, store.ClaimRequest{
 		Now: now, Limit: 1, Keys: []store.Key{key}, Lease: a.leaseFor(st),
 		DecideRecord: func(rec *store.Record, d *store.Delivery, lapsed bool) {
-			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined || rec.PayloadErased {
+			if (d.State == store.StateDelivered && !force) || d.State == store.StateQuarantined || rec.PayloadErased || paused != nil {
 				// Quarantined: only a release (App.release) delivers it;
 				// erased: nothing is left to deliver.
 				return
@@ -272,6 +273,12 @@ func (a *App) redrive(ctx context.Context, key store.Key, force bool, src store.
 	}
 	if rec.State == store.StateQuarantined {
 		return rec, errQuarantined
+	}
+	if rec.State == store.StateDelivered && !force {
+		return rec, errDelivered
+	}
+	if paused != nil {
+		return rec, paused
 	}
 	if rec.State != store.StateForwarding {
 		return rec, errDelivered

@@ -1,15 +1,18 @@
 // Package notify POSTs the plugin's operational events to one URL the
 // operator gives, as signed JSON, for users with no other alerting.
 //
-// It guarantees that [Notifier.Notify] never blocks on the network (it
-// takes a mutex, adds to a map and returns), so it may be called on a
+// It guarantees that [Notifier.Notify] never blocks on the network nor on
+// a log line (it takes a mutex that no POST or log write is made under,
+// adds to a map and returns), so it may be called on a
 // pingback's path; that at most one message per event name and provider
 // leaves per interval, carrying the count and the first and last time of
 // the events it stands for; that a POST the receiver refuses (a transport
 // error or a status other than 2xx) is retried with backoff from 5 s to
 // 10 min and given up after a day with one log line; that at most
 // [MaxQueued] messages wait, the oldest dropped first with a throttled log
-// line; and that [Notifier.Stop] returns once its goroutine has.
+// line; that its lines name the receiver by scheme and host only (a chat
+// webhook's path or query is often its credential); and that
+// [Notifier.Stop] returns once its goroutine has.
 //
 // It relies on its caller to put nothing secret in an event's data: the
 // data is sent as given.
@@ -23,9 +26,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -112,6 +117,7 @@ type Config struct {
 // Notifier coalesces events and POSTs them; see the package doc.
 type Notifier struct {
 	url      string
+	logURL   string // url's scheme and host: what the lines name (its path or query may be a credential)
 	secret   []byte
 	interval time.Duration
 	client   *http.Client
@@ -153,7 +159,7 @@ type queued struct {
 // New returns a notifier for cfg; Start starts it.
 func New(cfg Config) *Notifier {
 	n := &Notifier{
-		url: cfg.URL, secret: []byte(cfg.Secret), interval: cfg.Interval,
+		url: cfg.URL, logURL: logURL(cfg.URL), secret: []byte(cfg.Secret), interval: cfg.Interval,
 		client: cfg.Client, logger: cfg.Logger, now: cfg.Now, tick: time.Second,
 		wake:     make(chan struct{}, 1),
 		pending:  make(map[coalesceKey]*gathering),
@@ -245,8 +251,18 @@ func (n *Notifier) run(ctx context.Context) {
 
 // collect turns the gatherings that are due at now into queued messages:
 // a gathering is due Gather after its first event, and no sooner than
-// interval after the last message of its key.
+// interval after the last message of its key. Its line is written after
+// the mutex is released: Notify never waits for a log sink.
 func (n *Notifier) collect(now time.Time) {
+	if dropped := n.collectLocked(now); dropped > 0 {
+		n.logger.Warn("notify queue full: the oldest messages were dropped",
+			zap.Int("dropped", dropped), zap.Int("max_queued", MaxQueued))
+	}
+}
+
+// collectLocked is collect under the mutex; it returns the messages
+// dropped to report now (0: no line due).
+func (n *Notifier) collectLocked(now time.Time) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var due []coalesceKey
@@ -280,10 +296,11 @@ func (n *Notifier) collect(now time.Time) {
 		n.dropped += over
 	}
 	if n.dropped > 0 && (n.dropLog.IsZero() || now.Sub(n.dropLog) >= dropLogEvery) {
-		n.logger.Warn("notify queue full: the oldest messages were dropped",
-			zap.Int("dropped", n.dropped), zap.Int("max_queued", MaxQueued))
+		dropped := n.dropped
 		n.dropped, n.dropLog = 0, now
+		return dropped
 	}
+	return 0
 }
 
 // send POSTs the oldest waiting messages (up to maxBatch) unless the
@@ -312,27 +329,30 @@ func (n *Notifier) send(ctx context.Context, now time.Time) {
 	n.mu.Unlock()
 	if gaveUp > 0 {
 		n.logger.Error("notify messages given up: the receiver refused them for a day",
-			zap.Int("messages", gaveUp), zap.String("url", n.url))
+			zap.Int("messages", gaveUp), zap.String("url", n.logURL))
 	}
 	if len(batch) == 0 {
 		return
 	}
 	err := n.post(ctx, batch)
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
+		n.mu.Lock()
 		n.failures++
+		first := n.failures == 1
 		wait := BackoffMin << min(n.failures-1, 16)
 		n.nextTry = now.Add(min(wait, BackoffMax))
-		if n.failures == 1 {
+		n.mu.Unlock()
+		if first { // written without the mutex: Notify never waits for it
 			n.logger.Warn("notify receiver refused a POST; retrying with backoff",
-				zap.String("url", n.url), zap.Error(err))
+				zap.String("url", n.logURL), zap.Error(err))
 		}
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	n.failures, n.nextTry = 0, time.Time{}
 	i := 0
 	for i < len(n.queue) && n.queue[i].seq <= last {
@@ -363,6 +383,10 @@ func (n *Notifier) post(ctx context.Context, batch []Message) error {
 	req.Header.Set(SignatureHeader, Sign(n.secret, body))
 	resp, err := n.client.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return ue.Err // without the URL, which the lines must not carry
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -371,6 +395,16 @@ func (n *Notifier) post(ctx context.Context, batch []Message) error {
 		return fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// logURL is u's scheme and host, as the notifier's lines name the
+// receiver: a chat webhook's path or query is often its credential.
+func logURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable url)"
+	}
+	return p.Scheme + "://" + p.Host
 }
 
 // Sign returns the signature header's value for body: "sha256=" and the

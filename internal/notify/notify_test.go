@@ -3,14 +3,17 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/caddy-pingback/pingback/internal/testkit"
@@ -245,4 +248,115 @@ func TestStopEndsTheGoroutine(t *testing.T) {
 func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
+}
+
+// TestLogsNeverCarryTheURLsPathOrQuery: a chat webhook's URL carries its
+// credential in the path (Slack's /services/T…/B…/<token>) or the query;
+// the notifier's lines name the receiver by scheme and host only, for a
+// refused POST, a transport error and a give-up alike.
+func TestLogsNeverCarryTheURLsPathOrQuery(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer refusing.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens there: a transport error
+	for _, base := range []string{refusing.URL, closed.URL} {
+		core, logs := observer.New(zap.DebugLevel)
+		clock := testkit.NewClock(t0)
+		n := New(Config{URL: base + "/services/T0/B0/hooktoken?sig=querytoken", Secret: "k", Interval: time.Minute,
+			Now: clock.Now, Logger: zap.New(core)})
+		n.Notify(Event{Name: "pingback_route_failing", Provider: "captchaai"})
+		clock.Advance(Gather)
+		for clock.Now().Before(t0.Add(GiveUpAfter + time.Hour)) {
+			n.collect(clock.Now())
+			n.send(context.Background(), clock.Now())
+			clock.Advance(BackoffMax)
+		}
+		if logs.Len() < 2 {
+			t.Fatalf("%s: %d lines, want the refusal and the give-up", base, logs.Len())
+		}
+		for _, e := range logs.All() {
+			line := e.Message + fmt.Sprint(e.ContextMap())
+			if strings.Contains(line, "hooktoken") || strings.Contains(line, "querytoken") {
+				t.Errorf("%s: a line carries the URL's path or query: %s", base, line)
+			}
+			if !strings.Contains(line, strings.TrimPrefix(base, "http://")) {
+				t.Errorf("%s: a line does not name the receiver's host: %s", base, line)
+			}
+		}
+	}
+}
+
+// blockingCore is a zap core whose writes wait until release is closed,
+// telling entered of each: a log sink that stalls (a full pipe).
+type blockingCore struct {
+	zapcore.LevelEnabler
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (c *blockingCore) With([]zapcore.Field) zapcore.Core { return c }
+func (c *blockingCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	return ce.AddCore(e, c)
+}
+func (c *blockingCore) Write(zapcore.Entry, []zapcore.Field) error {
+	c.entered <- struct{}{}
+	<-c.release
+	return nil
+}
+func (c *blockingCore) Sync() error { return nil }
+
+// TestNotifyNeverWaitsForALogLine: while the notifier writes one of its
+// lines (the queue's drop line, a refusal) to a log sink that stalls,
+// Notify, which a pingback's path calls, still returns at once.
+func TestNotifyNeverWaitsForALogLine(t *testing.T) {
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer refusing.Close()
+	for _, tc := range []struct {
+		name  string
+		fill  int // events noted before the step, each of its own provider
+		which string
+	}{
+		{"drop line", MaxQueued + 1, "collect"},
+		{"refusal line", 1, "send"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core := &blockingCore{LevelEnabler: zapcore.DebugLevel, entered: make(chan struct{}, 1), release: make(chan struct{})}
+			clock := testkit.NewClock(t0)
+			n := New(Config{URL: refusing.URL, Secret: "k", Now: clock.Now, Logger: zap.New(core)})
+			for i := range tc.fill {
+				n.Notify(Event{Name: "pingback_result_parked", Provider: itoa(i)})
+			}
+			clock.Advance(Gather)
+			if tc.which == "send" {
+				n.collect(clock.Now())
+			}
+			stepped := make(chan struct{})
+			go func() {
+				defer close(stepped)
+				if tc.which == "collect" {
+					n.collect(clock.Now())
+				} else {
+					n.send(context.Background(), clock.Now())
+				}
+			}()
+			<-core.entered // the line is being written, and stalls
+			noted := make(chan struct{})
+			go func() {
+				defer close(noted)
+				n.Notify(Event{Name: "pingback_store_unavailable"})
+			}()
+			select {
+			case <-noted:
+			case <-time.After(5 * time.Second):
+				t.Error("Notify waited for the notifier's log line")
+			}
+			close(core.release)
+			<-stepped
+			<-noted
+		})
+	}
 }

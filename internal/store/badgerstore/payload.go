@@ -18,6 +18,10 @@ import (
 // moved to the record's delivery time, when the walk reaches it.
 const deliveredPrefix = "w/"
 
+// eraseStaleFactor bounds the entries one ErasePayloads settles to this
+// many times its limit (those of records that moved on included).
+const eraseStaleFactor = 4
+
 // watchDelivered writes the delivered watch of a delivery d that becomes
 // delivered (old, nil for a new record, was not). The delivery a purge or
 // an expiry leaves behind (dropDelivery: no time) writes nothing.
@@ -38,31 +42,45 @@ func (b *Badger) ErasePayloads(ctx context.Context, before time.Time, limit int)
 		return 0, errors.New("erase payloads: need a positive limit")
 	}
 	n := 0
-	o := &op{size: 512 * limit, apply: func(w *batch) error {
+	// Entries whose record moved on (purged, replayed, delivered again)
+	// are settled on the way without counting: the walk goes on past
+	// them, up to staleMax entries, so that a batch short of limit means
+	// that nothing more is due (the caller stops there).
+	staleMax := eraseStaleFactor * limit
+	o := &op{size: 512*limit + 64*staleMax, apply: func(w *batch) error {
 		n = 0
-		var keys [][]byte
-		err := w.scan(deliveredPrefix, func(k []byte) bool {
-			at, _, ok := parseTimeKey(deliveredPrefix, k)
-			if ok && at.After(before) {
-				return false
-			}
-			keys = append(keys, append([]byte(nil), k...))
-			return len(keys) < limit
-		})
-		if err != nil {
-			return err
-		}
+		settled := 0
+		var start []byte
 		// A record delivered twice may have two entries here: the
 		// operation does not read its own writes, so it is erased once.
-		seen := make(map[store.Key]bool, len(keys))
-		for _, wk := range keys {
-			erased, err := w.erasePayload(wk, before, seen)
+		seen := make(map[store.Key]bool)
+		for n < limit && settled < staleMax {
+			var keys [][]byte
+			err := w.scanFrom(deliveredPrefix, start, func(k []byte) bool {
+				at, _, ok := parseTimeKey(deliveredPrefix, k)
+				if ok && at.After(before) {
+					return false
+				}
+				keys = append(keys, append([]byte(nil), k...))
+				return len(keys) < limit-n
+			})
 			if err != nil {
 				return err
 			}
-			if erased {
-				n++
+			if len(keys) == 0 {
+				return nil
 			}
+			for _, wk := range keys {
+				erased, err := w.erasePayload(wk, before, seen)
+				if err != nil {
+					return err
+				}
+				if erased {
+					n++
+				}
+			}
+			settled += len(keys)
+			start = append(keys[len(keys)-1], 0) // the next key after the last
 		}
 		return nil
 	}}

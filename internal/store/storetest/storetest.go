@@ -125,7 +125,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListPage", testListPage},
 		{"ListTaskPage", testListTaskPage},
 		{"Purge", testPurge},
-		{"ErasePayloads", testErasePayloads},
+		{"ErasePayloads", testErasePayloads}, {"EraseBatchPastStaleEntries", testEraseBatchPastStaleEntries},
 		{"Ages", testAges},
 		{"History", testHistory},
 		{"HistoryMinutes", testHistoryMinutes},
