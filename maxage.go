@@ -69,13 +69,13 @@ func (a *App) maxAgeOf(provider string) time.Duration {
 }
 
 // expireIfTooOld is the max_age part of the replay loop's claim policy
-// (decide): if the forward that attempt number d.Attempts+1 would start is
-// a replay or a polled delivery (not the first forward of a pingback that
-// waited for its confirmation or its task's commit, which is the live
-// delivery, never held back by max_age, unless it was received more than
-// maxAge ago: held by a pause) and rec is older than maxAge at
-// now, it moves d to store.StateExpired with reason max_age, and reports
-// so. Pure, as a claim's Decide must be.
+// (decide): if rec is older than maxAge at now and the forward that attempt
+// number d.Attempts+1 would start is a replay, a polled delivery, or the
+// first forward of a pingback received more than maxAge ago (held by a
+// pause), it moves d to store.StateExpired with reason max_age, and
+// reports so. The first forward of a pingback received within maxAge (one
+// that waited for its confirmation or its task's commit: the live
+// delivery) is never held back. Pure, as a claim's Decide must be.
 func expireIfTooOld(rec *store.Record, d *store.Delivery, maxAge time.Duration, now time.Time) bool {
 	if maxAge <= 0 || now.Sub(resultBorn(rec)) <= maxAge {
 		return false

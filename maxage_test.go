@@ -371,6 +371,7 @@ func TestDecideMaxAge(t *testing.T) {
 		{"first forward of a pingback that waited", "2captcha", store.SourceCallback, time.Second, 6 * time.Minute, 0, false, false, store.StateForwarding},
 		{"first forward of a pingback held by a pause past max_age", "2captcha", store.SourceCallback, 6 * time.Minute, 0, 0, false, false, store.StateExpired},
 		{"first forward of a tracked pingback held past max_age", "2captcha", store.SourceCallback, 6 * time.Minute, 7 * time.Minute, 0, false, false, store.StateExpired},
+		{"first forward of a pingback held less than max_age", "2captcha", store.SourceCallback, 4 * time.Minute, 0, 0, false, false, store.StateForwarding},
 		{"no max_age", "captchaai", store.SourceCallback, time.Hour, 0, 1, false, false, store.StateForwarding},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
