@@ -266,7 +266,7 @@ func (a *App) pauseChanged(paused bool, p store.Pause, by string) {
 		return
 	}
 	a.logger.Info("deliveries resumed: held results are delivered through the replay loop",
-		append(fields, zap.Time("since", p.Since))...)
+		append(fields, zap.String("since", p.Since.UTC().Format(time.RFC3339)))...)
 	data["since"] = p.Since.UTC().Format(time.RFC3339)
 	a.emitEvent(EventProviderResumed, p.Provider, data)
 }

@@ -31,7 +31,7 @@ const (
 
 // errPayloadErased is why a result whose payload was erased is not
 // replayed or released: there is nothing left to deliver.
-var errPayloadErased = errors.New("payload erased keep_payload after its delivery: nothing is left to deliver")
+var errPayloadErased = errors.New("payload erased (keep_payload) after its delivery: nothing is left to deliver")
 
 // validateKeepPayload checks keep_payload: more than 0 and at most
 // retention (Provision defaults it to retention).

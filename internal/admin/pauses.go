@@ -124,7 +124,7 @@ func (api *API) resumePause(w http.ResponseWriter, r *http.Request) error {
 	p, err := b.DeletePause(r.Context(), parts[0], by)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("%s is not paused", pauseName(parts[0]))}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("not paused: %s has no pause of its own", pauseTarget(parts[0]))}
 	case err != nil:
 		return storeAPIError(err)
 	}
@@ -132,6 +132,15 @@ func (api *API) resumePause(w http.ResponseWriter, r *http.Request) error {
 }
 
 // pauseName names a pause's provider in a message.
+// pauseTarget names what a pause of provider holds, for a 404: "provider
+// captchaai", or "every provider (*)".
+func pauseTarget(provider string) string {
+	if provider == store.PauseAll {
+		return "every provider (*)"
+	}
+	return "provider " + provider
+}
+
 func pauseName(provider string) string {
 	if provider == store.PauseAll {
 		return "the pause of every provider (*)"

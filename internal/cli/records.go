@@ -152,5 +152,24 @@ func printRecord(c *client, r *store.Record) {
 	} {
 		fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
 	}
+	// What the admin API says only when it holds (held by a pause,
+	// expired for max_age, payload erased by keep_payload).
+	for _, kv := range [][2]string{
+		{"held", yesIf(r.Held, "yes: its provider is paused")},
+		{"expired", r.ExpiredReason},
+		{"payload", yesIf(r.PayloadErased, "erased (keep_payload): key, state, times and attempts kept")},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(w, "%s:\t%s\n", kv[0], kv[1])
+		}
+	}
 	_ = w.Flush()
+}
+
+// yesIf is s when b holds, else "".
+func yesIf(b bool, s string) string {
+	if b {
+		return s
+	}
+	return ""
 }
