@@ -544,9 +544,8 @@ func (x *exchange) settleQuarantined() {
 // answers the provider: 200 when the result is stored or the app took
 // it, else 503, logged.
 func (x *exchange) forward(next caddyhttp.Handler) {
-	if x.held {
-		x.answerHeld() // the provider is paused: nothing is forwarded
-		return
+	if x.held && x.heldStored() {
+		return // the provider is paused: stored, delivered once resumed
 	}
 	h, r, body := x.h, x.r, x.cb.body
 	r.Body = io.NopCloser(bytes.NewReader(body))

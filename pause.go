@@ -357,16 +357,20 @@ func (x *exchange) holdIfPaused() {
 	x.rec.Delivery = store.Delivery{State: store.StateQueued, DueAt: x.now, UpdatedAt: x.now}
 }
 
-// answerHeld answers the provider for a held pingback instead of a
-// forward: 200 once stored, as always; one that could not be stored is
-// not forwarded either (the provider is paused): 503, so that the
-// provider sends it again.
-func (x *exchange) answerHeld() {
+// heldStored answers the provider 200 for a held pingback that is
+// stored, and reports whether it did: it is delivered once its provider
+// is resumed. One the store could not take is forwarded all the same,
+// without durability, exactly as when its provider is not paused (the
+// provider is answered 200 only if the app took it, else 503), with an
+// error line: a pause never changes what the provider is answered, and a
+// result neither stored nor forwarded could be lost for good, since
+// providers call a pingback URL once.
+func (x *exchange) heldStored() bool {
 	if x.err == nil {
 		x.reply.send(200, "OK")
-		return
+		return true
 	}
-	x.reply.send(503, "result not stored")
-	x.h.logger.Error("result NOT stored and not forwarded (the provider is paused); the provider was answered 503",
+	x.h.logger.Error("result NOT stored while its provider is paused: forwarded all the same, without durability (a pause never changes what the provider is answered)",
 		zap.String("provider", x.h.Provider), zap.String("id", x.cb.id), zap.Error(x.err))
+	return false
 }

@@ -405,3 +405,33 @@ func TestPausePolledResultsHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestPauseCommitFailure: while its provider is paused, a pingback the
+// store cannot take is answered exactly as when it is not (a pause never
+// changes the provider's answer): forwarded without durability, 200 if
+// the app took it, 503 if not; never dropped unstored and unsent.
+func TestPauseCommitFailure(t *testing.T) {
+	app := newAppStub(t)
+	startCaddy(t, "", pingbackSite("rucaptcha", "", app))
+	if status, body := adminDo(t, http.MethodPost, "/pingback/pauses", `{"provider": "rucaptcha"}`); status != http.StatusOK {
+		t.Fatalf("pause: %d %s", status, body)
+	}
+	if err := runningApp(t).store(time.Second).Close(); err != nil {
+		t.Fatalf("closing the store: %v", err)
+	}
+	for _, tc := range []struct {
+		id                string
+		appStatus, status int
+	}{
+		{"9201", http.StatusOK, http.StatusOK},
+		{"9202", http.StatusServiceUnavailable, http.StatusServiceUnavailable},
+	} {
+		app.SetStatus(tc.appStatus)
+		if status, body := testkit.PostForm(t, testBase+"/cb", "id="+tc.id+"&code=T"); status != tc.status {
+			t.Errorf("paused, store closed, app answered %d: provider got %d %q, want %d", tc.appStatus, status, body, tc.status)
+		}
+		if n := app.Count("rucaptcha:" + tc.id); n != 1 {
+			t.Errorf("paused, store closed, app answered %d: the app received the pingback %d times, want once", tc.appStatus, n)
+		}
+	}
+}
