@@ -131,19 +131,11 @@ func (api *API) resumePause(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, adminapi.ResumedAnswer{Resumed: adminapi.PauseOf(p)})
 }
 
-// pauseName names a pause's provider in a message.
 // pauseTarget names what a pause of provider holds, for a 404: "provider
 // captchaai", or "every provider (*)".
 func pauseTarget(provider string) string {
 	if provider == store.PauseAll {
 		return "every provider (*)"
-	}
-	return "provider " + provider
-}
-
-func pauseName(provider string) string {
-	if provider == store.PauseAll {
-		return "the pause of every provider (*)"
 	}
 	return "provider " + provider
 }
