@@ -283,10 +283,7 @@ func (r *historyRecorder) pending(from, to time.Time) []store.HistoryMinute {
 // countReceived counts a result received in callbacks_total (provider,
 // result) and in the history.
 func (a *App) countReceived(provider, result string) {
-	a.metrics.callbacks.WithLabelValues(provider, result).Inc()
-	if h := a.readyHandle(); h != nil {
-		h.history.count(a.now(), received, result)
-	}
+	a.countReceivedWith(a.metrics.callbacks.WithLabelValues(provider, result), result)
 }
 
 // countReceivedWith is countReceived for c, the callbacks_total counter
