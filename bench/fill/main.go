@@ -3,20 +3,31 @@
 // Command fill puts results into a pingback store through the store's own
 // insert path (Store.Insert, then the outcome update, as the handler does
 // for a live pingback), so that benchmarks can run against a store that
-// already holds many results, and times the scans that must not grow with
-// them.
+// already holds a day of results, and times the scans that must not grow
+// with them.
 //
 //	go run ./bench/fill -dir /var/tmp/pb-1m -n 1000000
 //
 // It stores n delivered 2captcha results (ids <prefix><counter>, a
 // 2captcha-shaped POST each) plus -parked parked and -failed failed ones
-// (due in a day), from -workers goroutines, then reopens the store and
-// prints the time to open it, to list the parked results, to run the
-// replay loop's due scan (a Claim with nothing due) and to scan every
-// record (what listing parked results cost without the state index). Run it on an empty
-// directory to get the same figures for a store without the n results, or
-// with -n 0 -parked 0 -failed 0 -scan=false on a filled one to time its
-// opens (the first upgrades a store of an earlier format).
+// (due in a day), from -workers goroutines. Their receipt times are spread
+// evenly over the -span that ends when the fill starts, in the order of
+// their ids, and each expires -retention after its receipt: a store filled
+// with the defaults holds what a day at a steady rate leaves (the oldest
+// result expiring as the fill ends, the newest a day later). It also writes
+// the history a day leaves: one minute record per minute of the span
+// (HistoryStore.WriteMinute, instance "fill").
+//
+// Every -progress results it prints how many are stored, the rate since the
+// previous line and overall. Then it reopens the store and prints the time
+// to open it, to list the parked results, to run the replay loop's due scan
+// (a Claim with nothing due) and, with -scan, to page through every record
+// by received time (ListPage, 1,000 a page: what an operator's listing of
+// the whole store costs; its memory stays that of a page). Run it on an
+// empty directory to get the same figures for a store without the n
+// results, or with -n 0 -parked 0 -failed 0 -history=false -scan=false on a
+// filled one to time its opens (the first upgrades a store of an earlier
+// format).
 package main
 
 import (
@@ -40,11 +51,19 @@ func main() {
 	parked := flag.Int("parked", 100, "parked results to store")
 	failed := flag.Int("failed", 100, "failed results to store, due in a day")
 	workers := flag.Int("workers", 64, "concurrent callers")
-	scan := flag.Bool("scan", true, "end with a scan of every record (holds them all in memory)")
+	span := flag.Duration("span", 24*time.Hour, "the receipt times spread over this span, ending when the fill starts")
+	retention := flag.Duration("retention", 24*time.Hour, "each result expires this long after its receipt")
+	history := flag.Bool("history", true, "write a minute record of the history per minute of the span")
+	progress := flag.Int("progress", 1_000_000, "print a progress line every this many results")
+	scan := flag.Bool("scan", true, "end with a paged scan of every record (ListPage, 1,000 a page)")
 	prefix := flag.String("prefix", strconv.FormatInt(time.Now().Unix(), 10), "digits that start every task id")
 	flag.Parse()
 	if *dir == "" {
 		fmt.Fprintln(os.Stderr, "-dir is required")
+		os.Exit(2)
+	}
+	if *span < 0 || *retention <= 0 || *progress <= 0 || *workers <= 0 {
+		fmt.Fprintln(os.Stderr, "-span must not be negative; -retention, -progress and -workers must be positive")
 		os.Exit(2)
 	}
 	ctx := context.Background()
@@ -55,10 +74,20 @@ func main() {
 	}
 	// A store of an earlier format is upgraded by this first open.
 	fmt.Printf("first open: %s\n", time.Since(t).Round(time.Microsecond))
+
 	start := time.Now()
-	var next atomic.Int64
 	total := int64(*n + *parked + *failed)
+	// receivedAt spreads the receipt times over the span in id order.
+	spanStart := start.UTC().Add(-*span)
+	receivedAt := func(i int64) time.Time {
+		if total == 0 {
+			return spanStart
+		}
+		return spanStart.Add(time.Duration(float64(*span) * float64(i+1) / float64(total)))
+	}
+	var next, done atomic.Int64
 	var wg sync.WaitGroup
+	prog := newProgress(start, int64(*progress))
 	for range *workers {
 		wg.Go(func() {
 			for {
@@ -73,27 +102,34 @@ func main() {
 				case i >= int64(*n):
 					state = store.StateParked
 				}
-				rec := record(*prefix + strconv.FormatInt(i, 10))
+				at := receivedAt(i)
+				rec := record(*prefix+strconv.FormatInt(i, 10), at, *retention)
 				if _, err := st.Insert(ctx, rec); err != nil {
 					fail(err)
 				}
-				now := time.Now().UTC()
 				if _, err := st.UpdateDelivery(ctx, rec.Key(), func(d *store.Delivery) error {
-					d.State, d.Lease, d.UpdatedAt = state, store.Lease{}, now
+					// Delivered 40 ms after its receipt, as a live forward.
+					updated := at.Add(40 * time.Millisecond)
+					d.State, d.Lease, d.UpdatedAt = state, store.Lease{}, updated
 					d.LastStatus = 200
 					switch state {
 					case store.StateParked:
 						d.LastStatus, d.LastError, d.Failures = 503, "app answered 503", 20
 					case store.StateFailed:
-						d.LastStatus, d.LastError, d.Failures, d.DueAt = 503, "app answered 503", 1, now.Add(24*time.Hour)
+						d.LastStatus, d.LastError, d.Failures, d.DueAt = 503, "app answered 503", 1, start.Add(24*time.Hour)
 					}
 					return nil
 				}); err != nil {
 					fail(err)
 				}
-				if i > 0 && i%100_000 == 0 {
-					fmt.Printf("%d stored (%.0f/s)\n", i, float64(i)/time.Since(start).Seconds())
-				}
+				prog.note(done.Add(1))
+			}
+		})
+	}
+	if *history {
+		wg.Go(func() {
+			if err := writeHistory(ctx, st, spanStart, *span, total); err != nil {
+				fail(err)
 			}
 		})
 	}
@@ -129,23 +165,90 @@ func main() {
 	if !*scan {
 		return
 	}
-	// What listing parked results cost before the state index: a scan of
-	// every record.
 	t3 := time.Now()
-	all, err := st.List(ctx, store.Filter{}, 1<<30)
+	seen, pages, err := pageThrough(ctx, st, 1000)
 	if err != nil {
 		fail(err)
 	}
-	fmt.Printf("scan of every record (listing without the state index): %d in %s\n", len(all), time.Since(t3).Round(time.Millisecond))
+	fmt.Printf("paged scan of every record (ListPage, 1,000 a page): %d in %d pages, %s\n", seen, pages, time.Since(t3).Round(time.Millisecond))
 }
 
-// record is a live 2captcha pingback as the handler stores it.
-func record(id string) *store.Record {
-	now := time.Now().UTC()
+// progress prints a line every step results: how many, the rate since the
+// line before and overall. note is safe for concurrent use.
+type progress struct {
+	start time.Time
+	step  int64
+	mu    sync.Mutex
+	last  time.Time
+}
+
+func newProgress(start time.Time, step int64) *progress {
+	return &progress{start: start, step: step, last: start}
+}
+
+func (p *progress) note(done int64) {
+	if done%p.step != 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	fmt.Printf("%d stored (%.0f/s over the last %d, %.0f/s overall, %s)\n", done,
+		float64(p.step)/now.Sub(p.last).Seconds(), p.step, float64(done)/now.Sub(p.start).Seconds(), now.Sub(p.start).Round(time.Second))
+	p.last = now
+}
+
+// writeHistory writes a minute record per minute of the span, each with
+// the figures of total results received evenly over it.
+func writeHistory(ctx context.Context, st *badgerstore.Badger, from time.Time, span time.Duration, total int64) error {
+	minutes := int64(span / time.Minute)
+	if minutes == 0 {
+		return nil
+	}
+	per := total / minutes
+	delay := make([]uint64, store.HistoryBuckets)
+	delay[min(3, store.HistoryBuckets-1)] = uint64(per)
+	first := from.Truncate(time.Minute)
+	for m := range minutes {
+		err := st.WriteMinute(ctx, store.HistoryMinute{
+			Minute: first.Add(time.Duration(m) * time.Minute), Instance: "fill",
+			Received:   map[string]int64{"stored": per},
+			Deliveries: map[string]int64{"delivered": per},
+			Backlog:    map[store.State]int64{},
+			Delay:      delay, Age: delay,
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pageThrough reads every record by pages of limit, in received-time
+// order, holding one page at a time.
+func pageThrough(ctx context.Context, st *badgerstore.Badger, limit int) (seen, pages int, err error) {
+	q := store.ListQuery{Limit: limit}
+	for {
+		p, err := st.ListPage(ctx, q)
+		if err != nil {
+			return seen, pages, err
+		}
+		seen += len(p.Records)
+		pages++
+		if p.Next == nil {
+			return seen, pages, nil
+		}
+		q.After = p.Next
+	}
+}
+
+// record is a live 2captcha pingback as the handler stores it, received at
+// at and expiring retention later.
+func record(id string, at time.Time, retention time.Duration) *store.Record {
 	body := "id=" + id + "&code=03AGdBq24PBCbwiDRaS_MJ7Z"
 	return &store.Record{
 		Provider: "2captcha", ID: id, Code: "03AGdBq24PBCbwiDRaS_MJ7Z", Source: store.SourceCallback,
-		ReceivedAt: now, Server: "srv0",
+		ReceivedAt: at, Server: "srv0",
 		Request: store.Request{
 			Method: http.MethodPost, URI: "/cb", Host: "127.0.0.1:9096", Proto: "HTTP/1.1",
 			RemoteAddr: "127.0.0.1:40000", LocalAddr: "127.0.0.1:9096",
@@ -156,8 +259,8 @@ func record(id string) *store.Record {
 			},
 			Body: []byte(body),
 		},
-		Delivery:  store.Delivery{State: store.StateForwarding, Attempts: 1, Lease: store.Lease{Until: now.Add(70 * time.Second)}, UpdatedAt: now},
-		ExpiresAt: now.Add(24 * time.Hour),
+		Delivery:  store.Delivery{State: store.StateForwarding, Attempts: 1, Lease: store.Lease{Until: at.Add(70 * time.Second)}, UpdatedAt: at},
+		ExpiresAt: at.Add(retention),
 	}
 }
 
