@@ -325,9 +325,11 @@ func (a *App) Start() error {
 	if err := a.startEvents(); err != nil {
 		return err
 	}
+	opening := time.Now()
 	v, loaded, err := stores.LoadOrNew(a.dir, func() (caddy.Destructor, error) {
 		return openStoreHandle(a.storeMod, a.MinFreeSpace, a.logger, a.legacyAccounts())
 	})
+	opened := time.Since(opening)
 	if err != nil {
 		return fmt.Errorf("pingback storage: %w", err)
 	}
@@ -349,7 +351,9 @@ func (a *App) Start() error {
 	a.startPauses() // before the loops: nothing held is claimed
 	go a.replayLoop()
 	go a.pollLoop()
-	a.logger.Info("pingback store ready", zap.String("store", a.name))
+	// open: how long this Start took to open the store (or to take the
+	// running config's handle, when shared is true), in seconds.
+	a.logger.Info("pingback store ready", zap.String("store", a.name), zap.Duration("open", opened), zap.Bool("shared", loaded))
 	a.logPlan()
 	return nil
 }

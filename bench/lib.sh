@@ -1,7 +1,8 @@
 # What the bench scripts share (bench/run.sh, run-postgres.sh and the
-# pg-churn-phases.sh it sources, memory.sh, crashes.sh, drain.sh): the
-# machine banner's lines, the build, the Caddyfile of a bench Caddy,
-# starting, awaiting and stopping processes, wrk's result line and medians.
+# pg-churn-phases.sh it sources, memory.sh, day.sh, crashes.sh, drain.sh):
+# the machine banner's lines, the build, the Caddyfile of a bench Caddy,
+# starting, awaiting and stopping processes, memory cgroups, wrk's result
+# line and medians.
 # Sourced from the repository's root after `cd`; it defines functions and
 # runs nothing.
 
@@ -230,3 +231,67 @@ routes_answer() {
 # admin_answers ADMIN: the admin API on ADMIN answers /pingback/status (the
 # app has started and its store is open).
 admin_answers() { curl -fsS -o /dev/null "http://$1/pingback/status"; }
+
+# cgroup_setup: sets cgv (the memory cgroup version, 1 or 2) and
+# cgroup_parent (where the scripts' cgroups are made: CGROUP_PARENT, or v1
+# the script's own memory cgroup, v2 the root, whose memory controller it
+# hands to its children); stops the script when there is no memory
+# controller. Run as root.
+cgroup_setup() {
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		cgv=2
+		# v2 allows no processes in a cgroup that hands controllers to its
+		# children, so the default parent is the root, which is exempt.
+		cgroup_parent=${CGROUP_PARENT:-/sys/fs/cgroup}
+		if ! grep -qw memory "$cgroup_parent/cgroup.subtree_control"; then
+			echo "+memory" >"$cgroup_parent/cgroup.subtree_control"
+		fi
+	elif [ -d /sys/fs/cgroup/memory ]; then
+		cgv=1
+		local own
+		own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
+		cgroup_parent=${CGROUP_PARENT:-/sys/fs/cgroup/memory${own%/}}
+	else
+		echo "no memory cgroup controller found (neither /sys/fs/cgroup/cgroup.controllers nor /sys/fs/cgroup/memory)" >&2
+		exit 1
+	fi
+}
+
+# cgroup_make DIR [LIMIT]: a new memory cgroup DIR (under cgroup_parent),
+# limited to LIMIT MiB of memory and no swap when LIMIT is given. A process
+# joins it by writing its PID to DIR/cgroup.procs (launch_caddy with the
+# wrapper: bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' DIR).
+cgroup_make() {
+	local dir=$1 limit=${2:-} bytes
+	mkdir "$dir"
+	if [ -z "$limit" ]; then
+		return 0
+	fi
+	bytes=$((limit * 1048576))
+	if [ "$cgv" = 1 ]; then
+		echo "$bytes" >"$dir/memory.limit_in_bytes"
+		# With swap, the limit is also on memory+swap.
+		if [ -f "$dir/memory.memsw.limit_in_bytes" ]; then
+			echo "$bytes" >"$dir/memory.memsw.limit_in_bytes"
+		fi
+	else
+		echo "$bytes" >"$dir/memory.max"
+		if [ -f "$dir/memory.swap.max" ]; then
+			echo 0 >"$dir/memory.swap.max"
+		fi
+	fi
+}
+
+# cgroup_remove DIR: the cgroup DIR removed once its processes are gone (a
+# warning when it cannot be); nothing when DIR is empty or gone.
+cgroup_remove() {
+	if [ -z "$1" ] || [ ! -d "$1" ]; then
+		return 0
+	fi
+	# A process that has just exited may still be listed for a moment.
+	for _ in $(seq 50); do
+		rmdir "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	echo "warning: could not remove the cgroup $1" >&2
+}

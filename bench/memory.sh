@@ -79,23 +79,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 need_wrk
 
-# The cgroup version and where the round's cgroups go.
-if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-	cgv=2
-	# v2 allows no processes in a cgroup that hands controllers to its
-	# children, so the default parent is the root, which is exempt.
-	parent=${CGROUP_PARENT:-/sys/fs/cgroup}
-	if ! grep -qw memory "$parent/cgroup.subtree_control"; then
-		echo "+memory" >"$parent/cgroup.subtree_control"
-	fi
-elif [ -d /sys/fs/cgroup/memory ]; then
-	cgv=1
-	own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup)
-	parent=${CGROUP_PARENT:-/sys/fs/cgroup/memory${own%/}}
-else
-	echo "no memory cgroup controller found (neither /sys/fs/cgroup/cgroup.controllers nor /sys/fs/cgroup/memory)" >&2
-	exit 1
-fi
+# The cgroup version (cgv) and where the round's cgroups go (parent).
+cgroup_setup
+parent=$cgroup_parent
 
 tmp=$(mktemp -d "$BENCH_DIR/pingback-memory.XXXXXX")
 caddy_pid=
@@ -106,16 +92,7 @@ stop_round() {
 	stop_pids "$caddy_pid" "$sampler_pid"
 	caddy_pid=
 	sampler_pid=
-	if [ -n "$cg" ] && [ -d "$cg" ]; then
-		# A process that has just exited may still be listed for a moment.
-		for _ in $(seq 50); do
-			rmdir "$cg" 2>/dev/null && break
-			sleep 0.1
-		done
-		if [ -d "$cg" ]; then
-			echo "warning: could not remove the cgroup $cg" >&2
-		fi
-	fi
+	cgroup_remove "$cg"
 	cg=
 }
 cleanup() {
@@ -211,7 +188,7 @@ wrk_run() {
 # in kB, cgroup figures in bytes; stored and majflt -1 when Caddy was not
 # there to ask; errors: wrk's non-2xx answers, timeouts and socket errors).
 round() {
-	local r=$1 kind=$2 limit_bytes
+	local r=$1 kind=$2
 	rm -rf "$tmp/store"
 	cp -a "$filled" "$tmp/store"
 	rm -f "$tmp/store/.pingback-fill-$N"
@@ -221,21 +198,10 @@ round() {
 	fi
 
 	cg=$parent/pingback-memory-$$-$r-$kind
-	mkdir "$cg"
 	if [ "$kind" = limited ]; then
-		limit_bytes=$((LIMIT * 1048576))
-		if [ "$cgv" = 1 ]; then
-			echo "$limit_bytes" >"$(cgfile memory.limit_in_bytes)"
-			# With swap, the limit is also on memory+swap.
-			if [ -f "$(cgfile memory.memsw.limit_in_bytes)" ]; then
-				echo "$limit_bytes" >"$(cgfile memory.memsw.limit_in_bytes)"
-			fi
-		else
-			echo "$limit_bytes" >"$(cgfile memory.max)"
-			if [ -f "$(cgfile memory.swap.max)" ]; then
-				echo 0 >"$(cgfile memory.swap.max)"
-			fi
-		fi
+		cgroup_make "$cg" "$LIMIT"
+	else
+		cgroup_make "$cg"
 	fi
 
 	local t0 ready=

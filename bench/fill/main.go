@@ -12,9 +12,10 @@
 // 2captcha-shaped POST each) plus -parked parked and -failed failed ones
 // (due in a day), from -workers goroutines. Their receipt times are spread
 // evenly over the -span that ends when the fill starts, in the order of
-// their ids, and each expires -retention after its receipt: a store filled
-// with the defaults holds what a day at a steady rate leaves (the oldest
-// result expiring as the fill ends, the newest a day later). It also writes
+// their ids, and each expires -retention plus -margin after its receipt: a
+// store filled with the defaults holds what a day at a steady rate leaves
+// (the oldest result expiring an hour after the fill started, so that none
+// expires while it runs, and the others one by one over the next day). It also writes
 // the history a day leaves: one minute record per minute of the span
 // (HistoryStore.WriteMinute, instance "fill").
 //
@@ -52,7 +53,8 @@ func main() {
 	failed := flag.Int("failed", 100, "failed results to store, due in a day")
 	workers := flag.Int("workers", 64, "concurrent callers")
 	span := flag.Duration("span", 24*time.Hour, "the receipt times spread over this span, ending when the fill starts")
-	retention := flag.Duration("retention", 24*time.Hour, "each result expires this long after its receipt")
+	retention := flag.Duration("retention", 24*time.Hour, "each result expires this long after its receipt, plus -margin")
+	margin := flag.Duration("margin", time.Hour, "added to each result's retention, so that none expires while the fill runs")
 	history := flag.Bool("history", true, "write a minute record of the history per minute of the span")
 	progress := flag.Int("progress", 1_000_000, "print a progress line every this many results")
 	scan := flag.Bool("scan", true, "end with a paged scan of every record (ListPage, 1,000 a page)")
@@ -62,8 +64,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "-dir is required")
 		os.Exit(2)
 	}
-	if *span < 0 || *retention <= 0 || *progress <= 0 || *workers <= 0 {
-		fmt.Fprintln(os.Stderr, "-span must not be negative; -retention, -progress and -workers must be positive")
+	if *span < 0 || *margin < 0 || *retention <= 0 || *progress <= 0 || *workers <= 0 {
+		fmt.Fprintln(os.Stderr, "-span and -margin must not be negative; -retention, -progress and -workers must be positive")
 		os.Exit(2)
 	}
 	ctx := context.Background()
@@ -103,7 +105,7 @@ func main() {
 					state = store.StateParked
 				}
 				at := receivedAt(i)
-				rec := record(*prefix+strconv.FormatInt(i, 10), at, *retention)
+				rec := record(*prefix+strconv.FormatInt(i, 10), at, *retention+*margin)
 				if _, err := st.Insert(ctx, rec); err != nil {
 					fail(err)
 				}
