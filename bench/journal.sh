@@ -101,10 +101,14 @@ launch_json() {
 }
 
 # cpu_ticks: Caddy's utime + stime in clock ticks (fields 14 and 15 of
-# /proc/<pid>/stat, counted after the parenthesised name).
+# /proc/<pid>/stat, counted after the parenthesised name); status 1 when
+# Caddy is gone.
 cpu_ticks() {
 	local stat
-	read -r stat <"/proc/$caddy_pid/stat"
+	if ! read -r stat 2>/dev/null <"/proc/$caddy_pid/stat"; then
+		echo "caddy (pid $caddy_pid) is gone; the logs: $tmp/caddy-*.log (KEEP=1 keeps them)" >&2
+		return 1
+	fi
 	awk '{ print $12 + $13 }' <<<"${stat##*) }"
 }
 tick_us=$((1000000 / $(getconf CLK_TCK)))
