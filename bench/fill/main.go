@@ -7,6 +7,11 @@
 // with them.
 //
 //	go run ./bench/fill -dir /var/tmp/pb-1m -n 1000000
+//	go run ./bench/fill -postgres "$DSN" -schema bench_5m -n 5000000
+//
+// With -postgres it fills that PostgreSQL database instead (the store
+// opened as the plugin opens it, in -schema, created if missing) through
+// the same path, and times the same reads on it.
 //
 // It stores n delivered 2captcha results (ids <prefix><counter>, a
 // 2captcha-shaped POST each) plus -parked parked and -failed failed ones
@@ -43,11 +48,13 @@ import (
 	"time"
 
 	"github.com/caddy-pingback/pingback/internal/store"
-	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
+	"github.com/caddy-pingback/pingback/internal/store/pgstore"
 )
 
 func main() {
-	dir := flag.String("dir", "", "storage_dir to fill (required)")
+	dir := flag.String("dir", "", "storage_dir to fill (required without -postgres)")
+	dsn := flag.String("postgres", "", "fill this PostgreSQL database (a DSN, as the plugin's dsn) instead of a storage_dir")
+	schema := flag.String("schema", pgstore.DefaultSchema, "with -postgres: the schema to fill")
 	n := flag.Int("n", 1_000_000, "delivered results to store")
 	parked := flag.Int("parked", 100, "parked results to store")
 	failed := flag.Int("failed", 100, "failed results to store, due in a day")
@@ -60,8 +67,8 @@ func main() {
 	scan := flag.Bool("scan", true, "end with a paged scan of every record (ListPage, 1,000 a page)")
 	prefix := flag.String("prefix", strconv.FormatInt(time.Now().Unix(), 10), "digits that start every task id")
 	flag.Parse()
-	if *dir == "" {
-		fmt.Fprintln(os.Stderr, "-dir is required")
+	if (*dir == "") == (*dsn == "") {
+		fmt.Fprintln(os.Stderr, "one of -dir and -postgres is required")
 		os.Exit(2)
 	}
 	if *span < 0 || *margin < 0 || *retention <= 0 || *progress <= 0 || *workers <= 0 {
@@ -70,7 +77,9 @@ func main() {
 	}
 	ctx := context.Background()
 	t := time.Now()
-	st, err := badgerstore.Open(badgerstore.Options{Dir: *dir})
+	sc := storeConfig{dir: *dir, dsn: *dsn, schema: *schema}
+	fmt.Printf("store: %s\n", sc.describe())
+	st, err := sc.open()
 	if err != nil {
 		fail(err)
 	}
@@ -142,7 +151,7 @@ func main() {
 	}
 
 	t0 := time.Now()
-	st, err = badgerstore.Open(badgerstore.Options{Dir: *dir})
+	st, err = sc.open()
 	if err != nil {
 		fail(err)
 	}
@@ -202,7 +211,7 @@ func (p *progress) note(done int64) {
 
 // writeHistory writes a minute record per minute of the span, each with
 // the figures of total results received evenly over it.
-func writeHistory(ctx context.Context, st *badgerstore.Badger, from time.Time, span time.Duration, total int64) error {
+func writeHistory(ctx context.Context, st fillStore, from time.Time, span time.Duration, total int64) error {
 	minutes := int64(span / time.Minute)
 	if minutes == 0 {
 		return nil
@@ -228,7 +237,7 @@ func writeHistory(ctx context.Context, st *badgerstore.Badger, from time.Time, s
 
 // pageThrough reads every record by pages of limit, in received-time
 // order, holding one page at a time.
-func pageThrough(ctx context.Context, st *badgerstore.Badger, limit int) (seen, pages int, err error) {
+func pageThrough(ctx context.Context, st fillStore, limit int) (seen, pages int, err error) {
 	q := store.ListQuery{Limit: limit}
 	for {
 		p, err := st.ListPage(ctx, q)
