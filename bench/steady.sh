@@ -44,7 +44,10 @@
 # FLAT, 1.2 by default: the script's own threshold, the issue gives none).
 # PostgreSQL runs with autovacuum at its defaults (the script says so and
 # lists any autovacuum setting that is not), and prints each table's and
-# index's size at the end.
+# index's size at the end. There the expiry sweep runs once a minute (the
+# replay loop's housekeeping), so records and sizes carry a sawtooth of up
+# to a minute of results on top of RETENTION's worth: a smoke run of a
+# minute or two shows no level.
 #
 # Environment: STORE (badger | postgres), RATE (200, pingbacks/s), DURATION
 # (30m), SAMPLE (30s), RETENTION (2m; durations as Ns, Nm or Nh), CONNS
