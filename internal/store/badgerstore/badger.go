@@ -87,6 +87,13 @@ type Options struct {
 	// value logs in a checkpoint (to capture what it made durable, or to
 	// fail it).
 	syncBadger func(*os.File) error
+	// memTableSize, in tests, replaces Badger's memtable size (16 MiB),
+	// so that a small store flushes and compacts often. Badger caps a
+	// transaction at 15% of it and refuses a value threshold above that:
+	// the threshold comes down with it (values from 15% of memTableSize
+	// up go to the value log), and a batch of more than 15% of it is
+	// committed in halves.
+	memTableSize int64
 }
 
 // Badger is the single-node Store on Badger v4. Concurrent writes are
@@ -250,12 +257,13 @@ func Open(opts Options) (*Badger, error) {
 	// written compressed by an earlier version stay readable (Badger
 	// keeps each table's codec in its manifest) until compaction
 	// rewrites them.
+	memTable := cmp.Or(opts.memTableSize, 16<<20)
 	bopts := badger.DefaultOptions(opts.Dir).
 		WithSyncWrites(!journaled).
 		WithDetectConflicts(false).
 		WithMetricsEnabled(false).
 		WithLogger(newBadgerLogger(opts.Logger)).
-		WithMemTableSize(16 << 20).
+		WithMemTableSize(memTable).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
@@ -263,7 +271,7 @@ func Open(opts Options) (*Badger, error) {
 		WithCompression(options.None).
 		WithBlockCacheSize(0).
 		WithIndexCacheSize(16 << 20).
-		WithValueThreshold(valueThreshold).
+		WithValueThreshold(min(valueThreshold, memTable*15/100)).
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
 	bopts.TableSizeMultiplier = 1 // every level's tables are badgerTableSize
