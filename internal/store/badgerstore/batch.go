@@ -30,7 +30,8 @@ import (
 //	e/<second><provider>/<state>              → count of the records in state expiring then ([bucketPrefix])
 //	w/<UpdatedAt><provider>/<id>              → empty; delivered records by delivery time ([deliveredPrefix])
 //
-// r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL; s/ and x/
+// r/, q/, f/, l/, i/ and g/ carry the record's ExpiresAt as Badger TTL, as
+// does the s/ of a delivered record; the s/ of any other state and x/
 // outlive it by expiryGrace so that Expire can still tell what was never
 // delivered.
 const (
@@ -224,10 +225,24 @@ func (w *batch) delivery(k store.Key) (store.Delivery, uint64, error) {
 		return d, 0, fmt.Errorf("decoding delivery of %s: %w", k, err)
 	}
 	exp := item.ExpiresAt()
-	if exp > 0 {
-		exp -= uint64(expiryGrace / time.Second)
+	if exp == 0 {
+		return d, 0, nil
 	}
-	return d, exp, nil
+	if d.State != store.StateDelivered {
+		return d, exp - uint64(expiryGrace/time.Second), nil
+	}
+	// A delivered state expires with its record (writeDelivery); one
+	// written before it did outlives the record by the grace. The
+	// record's own expiry tells, while it is there; once it is gone, only
+	// such an older state can still be read.
+	rec, err := w.get(recordKey(k))
+	if errors.Is(err, store.ErrNotFound) {
+		return d, exp - uint64(expiryGrace/time.Second), nil
+	}
+	if err != nil {
+		return d, 0, err
+	}
+	return d, rec.ExpiresAt(), nil
 }
 
 // writeDelivery stores the delivery state d of k (val: d already encoded,
@@ -238,7 +253,14 @@ func (w *batch) writeDelivery(k store.Key, old, d *store.Delivery, exp uint64, v
 	if val == nil {
 		val = encodeDelivery(d)
 	}
-	w.set(deliveryKey(k), val, graced(exp))
+	ttl := graced(exp)
+	if d.State == store.StateDelivered {
+		// Expire has nothing to report of a delivered result: its state
+		// leaves with the record instead of an hour later, which at a
+		// short retention would be most of what the store holds.
+		ttl = exp
+	}
+	w.set(deliveryKey(k), val, ttl)
 }
 
 // dropDelivery deletes the delivery state of k and its index entries.

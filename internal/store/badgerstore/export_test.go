@@ -69,7 +69,10 @@ func checkIndexes(txn *badger.Txn) error {
 			}
 			exp := r.exp
 			wantIndexes(want, key, &d, exp)
-			if e.exp != graced(exp) {
+			if d.State == store.StateDelivered && e.exp != exp {
+				bad("%s: delivered, TTL %d, want the record's %d", k, e.exp, exp)
+			}
+			if d.State != store.StateDelivered && e.exp != graced(exp) {
 				bad("%s: TTL %d, want the record's %d plus the grace", k, e.exp, exp)
 			}
 			if (d.State == store.StateForwarding) != (d.Lease.Owner != "") {
@@ -126,14 +129,15 @@ func checkIndexes(txn *badger.Txn) error {
 			}
 		case strings.HasPrefix(k, expiryPrefix):
 			at, key, ok := parseTimeKey(expiryPrefix, []byte(k))
-			s, found := keys[string(deliveryKey(key))]
+			r, found := keys[string(recordKey(key))]
+			_, stated := keys[string(deliveryKey(key))]
 			switch {
-			case !ok || !found:
+			case !ok || !found || !stated:
 				bad("expiry watch %q of no record", k)
-			case graced(uint64(at.Unix())) != s.exp:
-				bad("expiry watch %q at %d, but the record expires at %d", k, at.Unix(), s.exp)
-			case e.exp != s.exp:
-				bad("expiry watch %q: TTL %d, want %d", k, e.exp, s.exp)
+			case uint64(at.Unix()) != r.exp:
+				bad("expiry watch %q at %d, but the record expires at %d", k, at.Unix(), r.exp)
+			case e.exp != graced(r.exp):
+				bad("expiry watch %q: TTL %d, want %d", k, e.exp, graced(r.exp))
 			}
 		}
 	}
