@@ -11,7 +11,8 @@
 #
 # What it does: builds ./cmd/caddy and bench/loadgen into a temp dir under
 # BENCH_DIR and starts one Caddy (admin localhost:2976, HTTP 9076, the app
-# a site of the same Caddy on 9077: `respond "ok" 200`) whose global
+# a site of the same Caddy on 9077: `respond "ok" 200`; with STORE=postgres
+# 2936, 9036 and 9037) whose global
 # pingback block is the store (STORE=badger: storage_dir in the temp dir;
 # STORE=postgres: `store postgres` with a fresh schema bench_steady_<time>
 # on PINGBACK_BENCH_PG_DSN, or on a throw-away cluster of .ci/postgres when
@@ -66,9 +67,17 @@ FLAT=${FLAT:-1.2}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 KEEP=${KEEP:-}
 
-ADMIN=localhost:2976
-PORT=9076
-APP_PORT=9077
+# Each store its own ports, so that a Badger and a PostgreSQL run can go
+# side by side.
+if [ "$STORE" = postgres ]; then
+	ADMIN=localhost:2936
+	PORT=9036
+	APP_PORT=9037
+else
+	ADMIN=localhost:2976
+	PORT=9076
+	APP_PORT=9077
+fi
 
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh

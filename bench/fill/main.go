@@ -34,22 +34,38 @@
 // results, or with -n 0 -parked 0 -failed 0 -history=false -scan=false on a
 // filled one to time its opens (the first upgrades a store of an earlier
 // format).
+//
+// -table-size, -table-multiplier, -compression and -block-cache open a
+// Badger store with another layout of its tables than the store's own
+// (badgerstore.TableOptions, for measurement only: the plugin always opens
+// its own layout), for bench/tables.sh: what a layout costs in files, disk,
+// open time and memory. The peak of the process's anonymous memory (its
+// callers' and the store's: memtables, compactions' table builders, the
+// block cache) is printed after the fill.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/dgraph-io/badger/v4/options"
+
 	"github.com/caddy-pingback/pingback/internal/store"
+	"github.com/caddy-pingback/pingback/internal/store/badgerstore"
 	"github.com/caddy-pingback/pingback/internal/store/pgstore"
 )
+
+// codecs are -compression's values.
+var codecs = map[string]options.CompressionType{"none": options.None, "snappy": options.Snappy, "zstd": options.ZSTD}
 
 func main() {
 	dir := flag.String("dir", "", "storage_dir to fill (required without -postgres)")
@@ -65,6 +81,10 @@ func main() {
 	history := flag.Bool("history", true, "write a minute record of the history per minute of the span")
 	progress := flag.Int("progress", 1_000_000, "print a progress line every this many results")
 	scan := flag.Bool("scan", true, "end with a paged scan of every record (ListPage, 1,000 a page)")
+	tableSize := flag.Int64("table-size", 0, "Badger: the tables' size at the base level, in bytes (0: the store's own, 1 MiB)")
+	tableMult := flag.Int("table-multiplier", 0, "Badger: each level's tables this many times the size of the level above's (0: the store's own, 1)")
+	compression := flag.String("compression", "none", "Badger: the tables' codec, none, snappy or zstd (the store's own: none)")
+	blockCache := flag.Int64("block-cache", 0, "Badger: the cache of decompressed blocks, in bytes (the store's own: 0)")
 	prefix := flag.String("prefix", strconv.FormatInt(time.Now().Unix(), 10), "digits that start every task id")
 	flag.Parse()
 	if (*dir == "") == (*dsn == "") {
@@ -76,13 +96,22 @@ func main() {
 		os.Exit(2)
 	}
 	ctx := context.Background()
+	var anon anonSampler
+	anon.start()
 	t := time.Now()
-	sc := storeConfig{dir: *dir, dsn: *dsn, schema: *schema}
+	codec, ok := codecs[*compression]
+	if !ok || *tableSize < 0 || *tableMult < 0 || *blockCache < 0 {
+		fmt.Fprintln(os.Stderr, "-compression must be none, snappy or zstd; -table-size, -table-multiplier and -block-cache must not be negative")
+		os.Exit(2)
+	}
+	sc := storeConfig{dir: *dir, dsn: *dsn, schema: *schema, tables: badgerstore.TableOptions{
+		Size: *tableSize, Multiplier: *tableMult, Compression: codec, BlockCache: *blockCache}}
 	fmt.Printf("store: %s\n", sc.describe())
 	st, err := sc.open()
 	if err != nil {
 		fail(err)
 	}
+	anon.sample()
 	// A store of an earlier format is upgraded by this first open.
 	fmt.Printf("first open: %s\n", time.Since(t).Round(time.Microsecond))
 
@@ -146,6 +175,7 @@ func main() {
 	}
 	wg.Wait()
 	fmt.Printf("stored %d results in %s (%.0f/s)\n", total, time.Since(start).Round(time.Millisecond), float64(total)/time.Since(start).Seconds())
+	fmt.Print(anon.line("the first open and the fill"))
 	if err := st.Close(); err != nil {
 		fail(err)
 	}
@@ -233,6 +263,63 @@ func writeHistory(ctx context.Context, st fillStore, from time.Time, span time.D
 		}
 	}
 	return nil
+}
+
+// anonSampler samples the process's anonymous resident memory (RssAnon
+// of /proc/self/status, in kB) every 100 ms and keeps its peak: the Go
+// heap and what Badger allocates outside it (memtables, table builders),
+// without the file pages of the mapped tables that VmHWM counts.
+type anonSampler struct {
+	peak atomic.Int64
+}
+
+// start samples until the process ends; nothing where there is no
+// /proc/self/status (not Linux).
+func (a *anonSampler) start() {
+	if _, err := rssAnon(); err != nil {
+		return
+	}
+	go func() {
+		for {
+			a.sample()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+}
+
+// sample takes one sample now (the sampler's goroutine, and the fill at
+// the moments it wants counted, such as the end of an open shorter than
+// the period).
+func (a *anonSampler) sample() {
+	kb, err := rssAnon()
+	for err == nil {
+		old := a.peak.Load()
+		if kb <= old || a.peak.CompareAndSwap(old, kb) {
+			return
+		}
+	}
+}
+
+// line is the output's line of the peak, empty when nothing was sampled.
+func (a *anonSampler) line(what string) string {
+	if a.peak.Load() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("peak anonymous memory of %s (RssAnon, sampled every 100 ms): %d kB\n", what, a.peak.Load())
+}
+
+// rssAnon is RssAnon of /proc/self/status, in kB.
+func rssAnon() (int64, error) {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, errors.New("no RssAnon in /proc/self/status")
 }
 
 // pageThrough reads every record by pages of limit, in received-time

@@ -25,10 +25,12 @@ type fillStore interface {
 	Close() error
 }
 
-// storeConfig names the store to fill: a Badger storage_dir, or with DSN
-// set a PostgreSQL database and schema.
+// storeConfig names the store to fill: a Badger storage_dir (with its
+// tables' layout: zero for the store's own), or with DSN set a PostgreSQL
+// database and schema.
 type storeConfig struct {
 	dir    string
+	tables badgerstore.TableOptions
 	dsn    string
 	schema string
 }
@@ -46,8 +48,8 @@ func (c storeConfig) describe() string {
 	return "postgres " + loc + " schema " + c.schema
 }
 
-// open opens the store as the plugin does: badgerstore.Open on the
-// directory, or pgstore.Open with the DSN and schema (the schema is
+// open opens the store as the plugin does (but for a measured table
+// layout): badgerstore.Open on the directory, or pgstore.Open with the DSN and schema (the schema is
 // created or migrated by the open; its other options are the plugin's
 // defaults).
 func (c storeConfig) open() (fillStore, error) {
@@ -55,7 +57,7 @@ func (c storeConfig) open() (fillStore, error) {
 		if c.dir == "" {
 			return nil, errors.New("-dir or -postgres is required")
 		}
-		return badgerstore.Open(badgerstore.Options{Dir: c.dir})
+		return badgerstore.Open(badgerstore.Options{Dir: c.dir, Tables: c.tables})
 	}
 	return pgstore.Open(pgstore.Options{DSN: c.dsn, Schema: c.schema})
 }

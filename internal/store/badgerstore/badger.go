@@ -75,6 +75,11 @@ type Options struct {
 	// fresh states) with what Badger holds; a mismatch panics. It costs
 	// reads on the committer's path. Default off.
 	SelfCheck bool
+	// Tables, for measuring the store's table layout against another
+	// (bench/fill's -table-size, -table-multiplier and -compression):
+	// zero fields keep the store's own, which no option of the plugin
+	// changes. See [TableOptions].
+	Tables TableOptions
 
 	// statfs, in tests, replaces the platform's reading of free space
 	// (nil: statfs(2) or GetDiskFreeSpaceEx).
@@ -191,6 +196,29 @@ const valueThreshold = store.MaxRecordSize + 1
 // store's size.
 const badgerTableSize = 1 << 20
 
+// TableOptions is a layout of Badger's tables other than the store's own,
+// for measurement only (Options.Tables): what a day's store costs in
+// files, disk, open time and memory with it. Zero fields are the store's
+// own layout: tables of badgerTableSize (1 MiB) at every level,
+// uncompressed, no block cache.
+type TableOptions struct {
+	// Size is the size in bytes of a table at Badger's base level
+	// (BaseTableSize). 0: 1 MiB.
+	Size int64
+	// Multiplier is how many times larger a level's tables are than those
+	// of the level above it, below the base level (TableSizeMultiplier;
+	// Badger's default is 2). 0: 1, every level's tables of Size.
+	Multiplier int
+	// Compression is the codec of the table blocks Badger writes
+	// (options.None, options.Snappy or options.ZSTD). The zero value is
+	// options.None.
+	Compression options.CompressionType
+	// BlockCache is the size in bytes of Badger's cache of decompressed
+	// blocks (BlockCacheSize), which Badger wants with compression. 0:
+	// none.
+	BlockCache int64
+}
+
 // lazyWait is how long a batch of only deferrable operations waits for an
 // operation someone waits on, to share its commit and sync. An operation
 // someone waits on is never held back.
@@ -267,14 +295,15 @@ func Open(opts Options) (*Badger, error) {
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
-		WithBaseTableSize(badgerTableSize).
-		WithCompression(options.None).
-		WithBlockCacheSize(0).
+		WithBaseTableSize(cmp.Or(opts.Tables.Size, badgerTableSize)).
+		WithCompression(opts.Tables.Compression).
+		WithBlockCacheSize(opts.Tables.BlockCache).
 		WithIndexCacheSize(16 << 20).
 		WithValueThreshold(min(valueThreshold, memTable*15/100)).
 		WithValueLogFileSize(16 << 20).
 		WithNumCompactors(2)
-	bopts.TableSizeMultiplier = 1 // every level's tables are badgerTableSize
+	// Every level's tables are badgerTableSize, unless measured otherwise.
+	bopts.TableSizeMultiplier = cmp.Or(opts.Tables.Multiplier, 1)
 
 	var db badgerDB
 	var err error
