@@ -104,6 +104,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "-compression must be none, snappy or zstd; -table-size, -table-multiplier and -block-cache must not be negative")
 		os.Exit(2)
 	}
+	if codec != options.None && *blockCache == 0 {
+		fmt.Fprintln(os.Stderr, "-compression "+*compression+" needs -block-cache (Badger refuses compressed tables without a block cache)")
+		os.Exit(2)
+	}
 	sc := storeConfig{dir: *dir, dsn: *dsn, schema: *schema, tables: badgerstore.TableOptions{
 		Size: *tableSize, Multiplier: *tableMult, Compression: codec, BlockCache: *blockCache}}
 	fmt.Printf("store: %s\n", sc.describe())
@@ -186,6 +190,11 @@ func main() {
 		fail(err)
 	}
 	fmt.Printf("open: %s\n", time.Since(t0).Round(time.Microsecond))
+	if b, ok := st.(*badgerstore.Badger); ok {
+		t := b.Tables()
+		fmt.Printf("tables: %d by level %v, %.1f MiB on disk, of it indexes %.1f MiB (bloom filters %.1f MiB)\n",
+			sum(t.Levels), t.Levels, float64(t.OnDisk)/(1<<20), float64(t.Index)/(1<<20), float64(t.Bloom)/(1<<20))
+	}
 	defer st.Close()
 	for range 3 { // the first of each warms the caches
 		t1 := time.Now()
@@ -263,6 +272,15 @@ func writeHistory(ctx context.Context, st fillStore, from time.Time, span time.D
 		}
 	}
 	return nil
+}
+
+// sum is the sum of counts.
+func sum(counts []int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // anonSampler samples the process's anonymous resident memory (RssAnon

@@ -214,8 +214,8 @@ type TableOptions struct {
 	// options.None.
 	Compression options.CompressionType
 	// BlockCache is the size in bytes of Badger's cache of decompressed
-	// blocks (BlockCacheSize), which Badger wants with compression. 0:
-	// none.
+	// blocks (BlockCacheSize). 0: none, which Badger refuses (panics at
+	// open) with Compression set.
 	BlockCache int64
 }
 
