@@ -196,29 +196,6 @@ const valueThreshold = store.MaxRecordSize + 1
 // store's size.
 const badgerTableSize = 1 << 20
 
-// TableOptions is a layout of Badger's tables other than the store's own,
-// for measurement only (Options.Tables): what a day's store costs in
-// files, disk, open time and memory with it. Zero fields are the store's
-// own layout: tables of badgerTableSize (1 MiB) at every level,
-// uncompressed, no block cache.
-type TableOptions struct {
-	// Size is the size in bytes of a table at Badger's base level
-	// (BaseTableSize). 0: 1 MiB.
-	Size int64
-	// Multiplier is how many times larger a level's tables are than those
-	// of the level above it, below the base level (TableSizeMultiplier;
-	// Badger's default is 2). 0: 1, every level's tables of Size.
-	Multiplier int
-	// Compression is the codec of the table blocks Badger writes
-	// (options.None, options.Snappy or options.ZSTD). The zero value is
-	// options.None.
-	Compression options.CompressionType
-	// BlockCache is the size in bytes of Badger's cache of decompressed
-	// blocks (BlockCacheSize). 0: none, which Badger refuses (panics at
-	// open) with Compression set.
-	BlockCache int64
-}
-
 // lazyWait is how long a batch of only deferrable operations waits for an
 // operation someone waits on, to share its commit and sync. An operation
 // someone waits on is never held back.
@@ -262,6 +239,10 @@ func Open(opts Options) (*Badger, error) {
 	space := newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, opts.statfs)
 	if !space.available() {
 		return nil, fmt.Errorf("opening badger database in %s: %w (free space below min_free_space %d bytes)", opts.Dir, store.ErrUnavailable, opts.MinFreeSpace)
+	}
+	if opts.Tables.Compression != options.None && opts.Tables.BlockCache <= 0 {
+		// Badger would panic in Open.
+		return nil, errors.New("badger: compressed tables need a block cache (Options.Tables.BlockCache)")
 	}
 	journaled := opts.JournalSize >= 0
 	if opts.JournalSize == 0 {
