@@ -253,17 +253,17 @@ printf '%-24s %12s %12s %12s %12s\n' table total heap indexes toast
 q "SELECT c.relname, pg_total_relation_size(c.oid), pg_relation_size(c.oid), pg_indexes_size(c.oid)
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	WHERE n.nspname = '$schema' AND c.relkind = 'r' ORDER BY 2 DESC, 1" |
-	awk -F'|' '{ printf "%-24s %12d %12d %12d %12d\n", $1, $2, $3, $4, $2 - $3 - $4 }'
+	awk -F'|' '{ printf "%-24s %12.0f %12.0f %12.0f %12.0f\n", $1, $2, $3, $4, $2 - $3 - $4 }'
 printf '%-32s %-16s %12s\n' index table bytes
 q "SELECT i.relname, t.relname, pg_relation_size(i.oid)
 	FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
 	JOIN pg_namespace n ON n.oid = t.relnamespace
 	WHERE n.nspname = '$schema' ORDER BY 3 DESC, 1" |
-	awk -F'|' '{ printf "%-32s %-16s %12d\n", $1, $2, $3 }'
+	awk -F'|' '{ printf "%-32s %-16s %12.0f\n", $1, $2, $3 }'
 q "SELECT sum(pg_total_relation_size(c.oid)), sum(pg_total_relation_size(c.oid)) FILTER (WHERE c.relname = 'records')
 	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	WHERE n.nspname = '$schema' AND c.relkind = 'r'" |
 	awk -F'|' -v n="$total" '{
-		printf "schema: %d bytes (%.1f MiB), %.0f bytes per result; records with its indexes and TOAST: %.0f bytes per result\n",
+		printf "schema: %.0f bytes (%.1f MiB), %.0f bytes per result; records with its indexes and TOAST: %.0f bytes per result\n",
 			$1, $1 / 1048576, $1 / n, $2 / n
 	}'

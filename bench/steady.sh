@@ -220,7 +220,7 @@ badger_sizes() {
 		$2 ~ /\.mem$/ { mem += b; next }
 		$2 ~ /^pingback-journal\./ { j += b; next }
 		{ o += b }
-		END { printf "%d %d %d %d %d %d\n", t, sst, vlog, mem, j, o }'
+		END { printf "%.0f %.0f %.0f %.0f %.0f %.0f\n", t, sst, vlog, mem, j, o }'
 }
 
 # pg_rels: the schema's tables and indexes, one "name kind" a line (kind r
