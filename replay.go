@@ -175,13 +175,9 @@ func (a *App) housekeeping() {
 // before they were delivered: expiry is never silent.
 func (a *App) expireUndelivered(st store.Store) {
 	for {
+		// What a failed call returns was forgotten all the same (an
+		// earlier transaction of it): it is counted before the error.
 		gone, err := st.Expire(a.loopCtx, a.now().UTC(), 1000)
-		if err != nil {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
-				a.logger.Error("sweeping expired results", zap.Error(err))
-			}
-			return
-		}
 		for _, e := range gone {
 			a.metrics.expiredUndelivered.WithLabelValues(e.Key.Provider, string(e.State)).Inc()
 			if e.State == store.StateQuarantined {
@@ -193,6 +189,12 @@ func (a *App) expireUndelivered(st store.Store) {
 			}
 			a.logger.Warn("result expired at retention without having been delivered",
 				zap.String("key", e.Key.String()), zap.String("state", string(e.State)))
+		}
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, store.ErrClosed) {
+				a.logger.Error("sweeping expired results", zap.Error(err))
+			}
+			return
 		}
 		if len(gone) < 1000 {
 			return

@@ -445,8 +445,10 @@ type Store interface {
 	// longest forward, and the lease lapses at Until or with its owner.
 	LeaseTerm() time.Duration
 
-	// Expire reports up to limit results whose retention ended at or
-	// before now without having been delivered, and forgets them.
+	// Expire forgets the results whose retention ended at or before now
+	// and reports those among them that were never delivered, up to
+	// limit of them; a call that reports limit may have left more. On an
+	// error, the results it returns were forgotten all the same.
 	Expire(ctx context.Context, now time.Time, limit int) ([]Expired, error)
 
 	// List returns up to limit records matching the filter, ordered by

@@ -998,15 +998,51 @@ func (p *Postgres) Renew(ctx context.Context, key store.Key, attempt int, until 
 	})
 }
 
-// Expire implements Store: it deletes, in one bounded batch, up to limit
-// records (and as many tasks) whose retention ended at or before now, and
-// reports the undelivered ones. One instance sweeps at a time (a
+// expireBatches bounds the transactions of one Expire call: 100 of up to
+// limit rows each (100,000 records at the app's limit of 1,000), eight
+// times what a minute of 200 pingbacks a second leaves to expire, so that
+// the once-a-minute housekeeping keeps up with a busy store and a backlog
+// (a store that was down) drains over a few rounds without holding the
+// replay loop's other chores for long.
+const expireBatches = 100
+
+// Expire implements Store: it deletes the records (and tasks, and purge
+// tombstones) whose retention ended at or before now, in transactions of
+// up to limit rows each, and reports the undelivered records among them,
+// at most limit: it goes on while a transaction found a full batch to
+// delete and fewer than limit are reported, for at most expireBatches
+// transactions. Delivered records are deleted without being reported, so
+// a caller that loops while a call reports limit results (the app's
+// housekeeping) does not stop after the first batch of delivered ones
+// (before, a store taking more than limit results a minute, 17 a second at
+// the app's 1,000, grew without end). One instance sweeps at a time (a
 // transaction-level advisory lock); another that asks meanwhile gets
 // nothing, and sweeps at its next round.
 func (p *Postgres) Expire(ctx context.Context, now time.Time, limit int) ([]store.Expired, error) {
 	var out []store.Expired
+	for range expireBatches {
+		n := limit - len(out)
+		if n <= 0 {
+			break
+		}
+		gone, full, err := p.expireBatch(ctx, now, n)
+		out = append(out, gone...)
+		if err != nil || !full {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// expireBatch is one transaction of Expire: it deletes up to limit expired
+// records, limit expired tasks and limit expired purge tombstones, and
+// returns the undelivered records deleted, and whether any of the three
+// deletes found limit rows (there may be more).
+func (p *Postgres) expireBatch(ctx context.Context, now time.Time, limit int) ([]store.Expired, bool, error) {
+	var out []store.Expired
+	var full bool
 	err := p.tx(ctx, func(tx pgx.Tx) error {
-		out = nil
+		out, full = nil, false
 		var got bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtextextended('caddy-pingback expire ' || current_schema(), 0))`).Scan(&got); err != nil {
 			return err
@@ -1021,12 +1057,14 @@ func (p *Postgres) Expire(ctx context.Context, now time.Time, limit int) ([]stor
 		if err != nil {
 			return err
 		}
+		deleted := 0
 		for rows.Next() {
 			var e store.Expired
 			if err := rows.Scan(&e.Key.Provider, &e.Key.ID, &e.State); err != nil {
 				rows.Close()
 				return err
 			}
+			deleted++
 			if e.State != store.StateDelivered {
 				out = append(out, e)
 			}
@@ -1035,18 +1073,24 @@ func (p *Postgres) Expire(ctx context.Context, now time.Time, limit int) ([]stor
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM tasks WHERE (provider, id) IN (
+		full = deleted == limit
+		tag, err := tx.Exec(ctx, `DELETE FROM tasks WHERE (provider, id) IN (
 				SELECT provider, id FROM tasks WHERE expires_at <= $1
 				ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now.UnixNano(), limit)
 		if err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `DELETE FROM purged WHERE (provider, id) IN (
+		full = full || tag.RowsAffected() == int64(limit)
+		tag, err = tx.Exec(ctx, `DELETE FROM purged WHERE (provider, id) IN (
 				SELECT provider, id FROM purged WHERE expires_at <= $1
 				ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, now.UnixNano(), limit)
+		full = full || err == nil && tag.RowsAffected() == int64(limit)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, false, err
+	}
+	return out, full, nil
 }
 
 // List implements Store.
