@@ -49,9 +49,9 @@ func (c storeConfig) describe() string {
 }
 
 // open opens the store as the plugin does (but for a measured table
-// layout): badgerstore.Open on the directory, or pgstore.Open with the DSN and schema (the schema is
-// created or migrated by the open; its other options are the plugin's
-// defaults).
+// layout): badgerstore.Open on the directory, or pgstore.Open with the DSN
+// and schema (the schema is created or migrated by the open; its other
+// options are the plugin's defaults).
 func (c storeConfig) open() (fillStore, error) {
 	if c.dsn == "" {
 		if c.dir == "" {

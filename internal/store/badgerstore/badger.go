@@ -76,7 +76,8 @@ type Options struct {
 	// reads on the committer's path. Default off.
 	SelfCheck bool
 	// Tables, for measuring the store's table layout against another
-	// (bench/fill's -table-size, -table-multiplier and -compression):
+	// (bench/fill's -table-size, -table-multiplier, -compression and
+	// -block-cache):
 	// zero fields keep the store's own, which no option of the plugin
 	// changes. See [TableOptions].
 	Tables TableOptions
