@@ -104,10 +104,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "-compression must be none, snappy or zstd; -table-size, -table-multiplier and -block-cache must not be negative")
 		os.Exit(2)
 	}
-	if codec != options.None && *blockCache == 0 {
-		fmt.Fprintln(os.Stderr, "-compression "+*compression+" needs -block-cache (Badger refuses compressed tables without a block cache)")
-		os.Exit(2)
-	}
 	sc := storeConfig{dir: *dir, dsn: *dsn, schema: *schema, tables: badgerstore.TableOptions{
 		Size: *tableSize, Multiplier: *tableMult, Compression: codec, BlockCache: *blockCache}}
 	fmt.Printf("store: %s\n", sc.describe())

@@ -77,9 +77,8 @@ type Options struct {
 	SelfCheck bool
 	// Tables, for measuring the store's table layout against another
 	// (bench/fill's -table-size, -table-multiplier, -compression and
-	// -block-cache):
-	// zero fields keep the store's own, which no option of the plugin
-	// changes. See [TableOptions].
+	// -block-cache): zero fields keep the store's own, which no option of
+	// the plugin changes. See [TableOptions].
 	Tables TableOptions
 
 	// statfs, in tests, replaces the platform's reading of free space
@@ -213,6 +212,10 @@ func Open(opts Options) (*Badger, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("badger: no directory")
 	}
+	if opts.Tables.Compression != options.None && opts.Tables.BlockCache <= 0 {
+		// Badger would panic in Open; refused before the directory is touched.
+		return nil, errors.New("badger: compressed tables need a block cache (Options.Tables.BlockCache)")
+	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = 512
 	}
@@ -240,10 +243,6 @@ func Open(opts Options) (*Badger, error) {
 	space := newSpaceGuard(opts.Dir, opts.MinFreeSpace, logger, opts.statfs)
 	if !space.available() {
 		return nil, fmt.Errorf("opening badger database in %s: %w (free space below min_free_space %d bytes)", opts.Dir, store.ErrUnavailable, opts.MinFreeSpace)
-	}
-	if opts.Tables.Compression != options.None && opts.Tables.BlockCache <= 0 {
-		// Badger would panic in Open.
-		return nil, errors.New("badger: compressed tables need a block cache (Options.Tables.BlockCache)")
 	}
 	journaled := opts.JournalSize >= 0
 	if opts.JournalSize == 0 {
